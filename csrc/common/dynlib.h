@@ -1,0 +1,35 @@
+#pragma once
+// Run-time loading of shared libraries (CUDA driver, NVML, cuBLASLt) so that the
+// native core builds and imports on machines without them.
+#include <string>
+#include <vector>
+
+namespace parallax {
+
+// Extra directories searched before the system loader path (set from Python, e.g.
+// site-packages/nvidia/*/lib of a pip-installed torch or JAX).
+void set_library_dirs(const std::vector<std::string>& dirs);
+const std::vector<std::string>& library_dirs();
+
+class DynLib {
+ public:
+  DynLib() = default;
+  ~DynLib();
+  DynLib(const DynLib&) = delete;
+  DynLib& operator=(const DynLib&) = delete;
+
+  // Tries each candidate file name in the extra directories, then through the system
+  // loader. Returns false and fills error() when none loads.
+  bool open(const std::vector<std::string>& names);
+  void* symbol(const char* name) const;
+  bool loaded() const { return handle_ != nullptr; }
+  const std::string& error() const { return error_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void* handle_ = nullptr;
+  std::string error_;
+  std::string path_;
+};
+
+}  // namespace parallax

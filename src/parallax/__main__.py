@@ -1,0 +1,3 @@
+from parallax.cli import entry
+
+entry()

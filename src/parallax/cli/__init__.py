@@ -1,0 +1,76 @@
+"""The ``parallax`` command line: subcommands only, each calling one function.
+
+Subcommands live one per module in this package and are imported only when used, so
+``parallax --help`` and ``parallax check-env`` never import torch or JAX.
+Every bad input ends as one line on stderr, ``parallax: error: ...``, with exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from parallax import __version__
+from parallax.errors import ParallaxError
+
+# command name -> module defining ``command``
+COMMANDS = {
+    "check-env": "parallax.cli.check_env",
+    "train": "parallax.cli.train",
+    "parity": "parallax.cli.parity",
+    "data": "parallax.cli.data",
+    "benchmark": "parallax.cli.benchmark",
+    "compare": "parallax.cli.compare",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return [name for name in COMMANDS if self._load(name) is not None]
+
+    def get_command(self, ctx, name):
+        return self._load(name)
+
+    @staticmethod
+    def _load(name):
+        module = COMMANDS.get(name)
+        if module is None:
+            return None
+        try:
+            return importlib.import_module(module).command
+        except ModuleNotFoundError as exc:
+            if exc.name == module:  # the subcommand is not part of this build
+                return None
+            raise
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="parallax")
+def cli():
+    """Benchmark low-precision LLM pre-training stacks (PyTorch, JAX) on NVIDIA GPUs."""
+
+
+def fail(message: str, code: int = 2) -> int:
+    click.echo(f"parallax: error: {message}", err=True)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        result = cli.main(args=argv, prog_name="parallax", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "parallax"
+        return fail(f"{exc.format_message()} (see '{where} --help')")
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return fail("aborted", 130)
+    except ParallaxError as exc:
+        return fail(str(exc), exc.exit_code)
+    return result if isinstance(result, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())

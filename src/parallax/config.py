@@ -1,0 +1,169 @@
+"""Model presets and run configuration: the only home of defaults, validated in one place."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from parallax.errors import ParallaxError
+
+FRAMEWORKS = ("torch", "jax")
+PRECISIONS = ("bf16", "fp8", "nvfp4")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A LLaMA decoder: pre-norm RMSNorm, RoPE (half-split), SwiGLU MLP, untied embeddings."""
+
+    name: str
+    vocab_size: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    max_seq_len: int
+    rope_theta: float = 10_000.0
+    norm_eps: float = 1e-5
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Canonical parameter names and shapes; linear weights are [in, out] (y = x @ W)."""
+        d, f, v = self.d_model, self.d_ff, self.vocab_size
+        shapes: dict[str, tuple[int, ...]] = {"tok_embeddings": (v, d)}
+        for i in range(self.n_layers):
+            p = f"layers.{i}."
+            shapes[p + "attention_norm"] = (d,)
+            for name in ("wq", "wk", "wv"):
+                shapes[p + name] = (d, self.n_heads * self.head_dim)
+            shapes[p + "wo"] = (self.n_heads * self.head_dim, d)
+            shapes[p + "ffn_norm"] = (d,)
+            shapes[p + "w_gate"] = (d, f)
+            shapes[p + "w_up"] = (d, f)
+            shapes[p + "w_down"] = (f, d)
+        shapes["norm"] = (d,)
+        shapes["lm_head"] = (d, v)
+        return shapes
+
+    def param_count(self) -> int:
+        total = 0
+        for shape in self.param_shapes().values():
+            n = 1
+            for s in shape:
+                n *= s
+            total += n
+        return total
+
+
+PRESETS: dict[str, ModelConfig] = {
+    # The spec's model: exactly 100,313,856 parameters.
+    "llama-100m": ModelConfig(
+        name="llama-100m", vocab_size=10_000, d_model=768, n_layers=12, n_heads=12,
+        d_ff=2048, max_seq_len=1024,
+    ),
+    # For tests and CPU runs: same architecture, small enough to train in seconds.
+    "tiny": ModelConfig(
+        name="tiny", vocab_size=10_000, d_model=64, n_layers=2, n_heads=4,
+        d_ff=128, max_seq_len=128,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ParallaxError(
+            f"unknown model preset '{name}'; choose one of: {', '.join(PRESETS)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay; identical in every engine."""
+
+    lr: float = 6e-4
+    min_lr_ratio: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    lr_warmup_steps: int = 20
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One training run: what `parallax train` does and what a benchmark cell runs."""
+
+    framework: str = "torch"
+    precision: str = "bf16"
+    model: str = "llama-100m"
+    batch_size: int = 32
+    seq_len: int = 1024
+    steps: int = 200
+    warmup: int = 20
+    seed: int = 0
+    synthetic: bool = True
+    data: str | None = None
+    eval_every: int = 0
+    eval_batches: int = 8
+    compile: bool = True
+    device: str = "auto"
+    output_dir: str = "runs/latest"
+    peak_tflops: float | None = None
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    @property
+    def model_config(self) -> ModelConfig:
+        return get_preset(self.model)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    def replace(self, **changes) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        data = dict(data)
+        data["optim"] = OptimConfig(**data.get("optim", {}))
+        return cls(**data)
+
+    def validate(self) -> "RunConfig":
+        """Raise ParallaxError for the first bad field; return self when all are good."""
+        if self.framework not in FRAMEWORKS:
+            raise ParallaxError(
+                f"unknown framework '{self.framework}'; choose one of: {', '.join(FRAMEWORKS)}"
+            )
+        if self.precision not in PRECISIONS:
+            raise ParallaxError(
+                f"unknown precision '{self.precision}'; choose one of: {', '.join(PRECISIONS)}"
+            )
+        model = get_preset(self.model)
+        for name in ("batch_size", "seq_len", "steps"):
+            if getattr(self, name) <= 0:
+                raise ParallaxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ParallaxError(f"--warmup must not be negative, got {self.warmup}")
+        if self.steps <= self.warmup:
+            raise ParallaxError(
+                f"--steps ({self.steps}) must be greater than --warmup ({self.warmup}): "
+                "warmup steps are excluded from throughput"
+            )
+        if self.seq_len > model.max_seq_len:
+            raise ParallaxError(
+                f"--seq-len {self.seq_len} exceeds the '{model.name}' preset's maximum "
+                f"{model.max_seq_len}; lower --seq-len or pick another --model"
+            )
+        if self.seq_len % 2:
+            raise ParallaxError(f"--seq-len must be even for RoPE, got {self.seq_len}")
+        if self.peak_tflops is not None and self.peak_tflops <= 0:
+            raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
+        return self

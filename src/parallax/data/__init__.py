@@ -1,0 +1,1 @@
+"""Token sources: synthetic batches, and real TinyStories through the native loader."""

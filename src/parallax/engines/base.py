@@ -1,0 +1,93 @@
+"""The interface every training engine implements.
+
+An engine turns a validated RunConfig plus a BatchSource into raw measurements
+(``EngineOutput``). Everything else — FLOPs, MFU, statistics, the result files — is done
+once, for every engine, by ``parallax.train``.
+
+Timing method (``docs/timing.md``): the step time of step k is the interval between the
+completion of step k-1 and step k, with the next step already queued so the device never
+waits on the host. The torch engine reads it on the GPU's clock (CUDA events); the JAX engine,
+which has no event API, reads the host clock when step k's loss becomes ready.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from parallax.config import RunConfig
+from parallax.precision import PrecisionInfo
+
+
+class BatchSource(Protocol):
+    """Training batches, [batch_size, seq_len + 1] integer arrays, and fixed eval batches."""
+
+    description: str
+
+    def __iter__(self) -> Iterator[np.ndarray]: ...
+
+    def eval_batches(self) -> list[np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
+class Progress(Protocol):
+    """Receives live progress; the CLI shows it, tests may record it."""
+
+    def step(self, step: int, loss: float | None, step_ms: float | None) -> None: ...
+
+    def phase(self, text: str) -> None: ...
+
+
+class NullProgress:
+    def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
+        pass
+
+    def phase(self, text: str) -> None:
+        pass
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float
+    step_ms: float
+    lr: float
+
+
+@dataclass
+class EvalRecord:
+    step: int
+    loss: float
+
+
+@dataclass
+class EngineOutput:
+    steps: list[StepRecord]
+    precision: PrecisionInfo
+    framework: dict  # name, version, device, attention backend, compiled, ...
+    timing_method: str
+    compile_s: float  # time of the first (compiling) step(s), reported apart
+    peak_allocated_bytes: int | None = None
+    peak_reserved_bytes: int | None = None
+    evals: list[EvalRecord] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(ABC):
+    """A framework's training loop for the shared LLaMA model."""
+
+    name: str
+
+    @abstractmethod
+    def check(self, run: RunConfig) -> PrecisionInfo:
+        """Raise ParallaxError when this run cannot go (missing dependency, precision the
+        GPU or installation cannot run, bad shape), before any GPU work; else return the
+        precision that will run."""
+
+    @abstractmethod
+    def train(self, run: RunConfig, batches: BatchSource, progress: Progress) -> EngineOutput:
+        """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``."""
