@@ -91,3 +91,24 @@ class Engine(ABC):
     @abstractmethod
     def train(self, run: RunConfig, batches: BatchSource, progress: Progress) -> EngineOutput:
         """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``."""
+
+    @abstractmethod
+    def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
+                          device: str) -> "ReferenceTrainer":
+        """A ReferenceTrainer over ``weights`` with compute in ``compute_dtype`` ("float32" or
+        "bfloat16") on ``device`` ("cpu" or "gpu"), same optimizer and schedule as ``train``."""
+
+
+class ReferenceTrainer(Protocol):
+    """A synchronous, un-timed handle on one engine's model and optimizer, used by
+    ``parallax parity`` to compare engines. Arrays are NumPy float32 in the canonical
+    layout of ``parallax.weights`` (names of ``ModelConfig.param_shapes()``, linear
+    weights [in, out]); batches are [B, S+1] integer arrays."""
+
+    def logits(self, batch: np.ndarray) -> np.ndarray: ...  # [B, S, V] float32
+
+    def loss_and_grads(self, batch: np.ndarray) -> tuple[float, dict[str, np.ndarray]]: ...
+
+    def step(self, batch: np.ndarray) -> float: ...  # one optimizer step; the loss before it
+
+    def params(self) -> dict[str, np.ndarray]: ...
