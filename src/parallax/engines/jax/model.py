@@ -1,0 +1,132 @@
+"""The shared LLaMA decoder in Flax (linen), built to MaxText's ``llama2`` decoder numerics.
+
+Pre-norm blocks: x + attention(RMSNorm(x)), then h + SwiGLU(RMSNorm(h)); a final RMSNorm
+and an untied lm_head. Parameters are float32; every matmul runs in ``dtype`` (bfloat16 for
+training, float32 for CPU parity). Where the numerics are fixed (identical in the torch engine):
+
+- the residual stream is carried in ``dtype`` (the embedding output is cast to it, as in
+  MaxText); only RMSNorm statistics, RoPE, the attention softmax and the loss are float32;
+- RMSNorm: y = x32 · rsqrt(mean(x32²) + eps), cast to ``dtype``, times the gain cast to ``dtype``;
+- RoPE, half-split: out = x32·cos + rotate_half(x32)·sin, cast back to the input dtype; the
+  cos/sin tables are computed in float64 with NumPy and rounded once to float32, so they do not
+  depend on a framework's pow/sin kernels;
+- causal attention with scale 1/sqrt(head_dim) through ``jax.nn.dot_product_attention``
+  (``attention`` = "cudnn" or "xla", chosen by the engine and recorded);
+- logits are computed in ``dtype`` and cast to float32 for the loss.
+
+Parameter tree (``convert.py`` maps it to and from the canonical layout):
+tok_embeddings/embedding, layers_{i}/{attention_norm,ffn_norm}/scale,
+layers_{i}/{wq,wk,wv,wo,w_gate,w_up,w_down}/kernel ([in, out]), norm/scale, lm_head/kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from parallax.config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    eps: float
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, x):
+        scale = self.param("scale", nn.initializers.ones, (x.shape[-1],), jnp.float32)
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
+        return y.astype(self.dtype) * scale.astype(self.dtype)
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin, [seq_len, head_dim] float32: angle = pos · θ^(-2i/head_dim), both halves."""
+    i = np.arange(head_dim // 2, dtype=np.float64)
+    inv_freq = theta ** (-2.0 * i / head_dim)
+    angle = np.arange(seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]
+    angle = np.concatenate([angle, angle], axis=-1)
+    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
+
+
+def apply_rope(x, cos, sin):
+    """Rotate x [B, S, N, head_dim] by the tables [S, head_dim] (half-split pairs)."""
+    half = x.shape[-1] // 2
+    x32 = x.astype(jnp.float32)
+    rotated = jnp.concatenate([-x32[..., half:], x32[..., :half]], axis=-1)
+    out = x32 * cos[None, :, None, :] + rotated * sin[None, :, None, :]
+    return out.astype(x.dtype)
+
+
+def _dense(features: int, dtype, name: str) -> nn.Dense:
+    # Initial values come from parallax.weights through convert.py; this initializer only
+    # gives model.init shapes.
+    return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=jnp.float32, name=name)
+
+
+class Block(nn.Module):
+    config: ModelConfig
+    dtype: Any
+    attention: str
+
+    @nn.compact
+    def __call__(self, x, cos, sin):
+        cfg = self.config
+        batch, seq, _ = x.shape
+        heads, hd = cfg.n_heads, cfg.head_dim
+
+        h = RMSNorm(cfg.norm_eps, self.dtype, name="attention_norm")(x)
+        q = _dense(heads * hd, self.dtype, "wq")(h).reshape(batch, seq, heads, hd)
+        k = _dense(heads * hd, self.dtype, "wk")(h).reshape(batch, seq, heads, hd)
+        v = _dense(heads * hd, self.dtype, "wv")(h).reshape(batch, seq, heads, hd)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        a = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.attention)
+        x = x + _dense(cfg.d_model, self.dtype, "wo")(a.reshape(batch, seq, heads * hd))
+
+        h = RMSNorm(cfg.norm_eps, self.dtype, name="ffn_norm")(x)
+        gate = _dense(cfg.d_ff, self.dtype, "w_gate")(h)
+        up = _dense(cfg.d_ff, self.dtype, "w_up")(h)
+        return x + _dense(cfg.d_model, self.dtype, "w_down")(nn.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    """tokens [B, S] int -> logits [B, S, vocab] float32."""
+
+    config: ModelConfig
+    dtype: Any = jnp.bfloat16
+    attention: str = "xla"
+
+    @nn.compact
+    def __call__(self, tokens):
+        cfg = self.config
+        cos, sin = rope_tables(tokens.shape[1], cfg.head_dim, cfg.rope_theta)
+        x = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, param_dtype=jnp.float32,
+                     name="tok_embeddings")(tokens)
+        x = x.astype(self.dtype)
+        for i in range(cfg.n_layers):
+            x = Block(cfg, self.dtype, self.attention, name=f"layers_{i}")(x, cos, sin)
+        x = RMSNorm(cfg.norm_eps, self.dtype, name="norm")(x)
+        logits = _dense(cfg.vocab_size, self.dtype, "lm_head")(x)
+        return logits.astype(jnp.float32)
+
+
+def loss_fn(model: Llama, params, batch):
+    """Mean cross-entropy over all B·S tokens of a [B, S+1] batch (inputs [:, :-1], targets [:, 1:])."""
+    logits = model.apply({"params": params}, batch[:, :-1])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+
+
+def param_shapes(model: Llama, seq_len: int = 8) -> dict:
+    """The Flax parameter tree of ``model`` as shapes, without allocating (jax.eval_shape)."""
+    tokens = jax.ShapeDtypeStruct((1, seq_len), jnp.int32)
+    variables = jax.eval_shape(model.init, jax.random.key(0), tokens)
+    return jax.tree.map(lambda a: a.shape, variables["params"])
+
+
+def count_params(model: Llama) -> int:
+    shapes = jax.tree.leaves(param_shapes(model), is_leaf=lambda s: isinstance(s, tuple))
+    return int(sum(np.prod(s) for s in shapes))

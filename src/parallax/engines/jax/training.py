@@ -1,0 +1,169 @@
+"""``JaxEngine.train``: compile, then the timed loop, evaluations and the timing-overhead check."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+import numpy as np
+
+from parallax.config import RunConfig
+from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord
+from parallax.engines.jax import timing
+from parallax.engines.jax.convert import to_flax
+from parallax.engines.jax.runtime import (
+    build_model,
+    import_jax,
+    jit_train_step,
+    make_optimizer,
+    resolve_device,
+)
+from parallax.precision.jax import jax_precision
+from parallax.schedule import lr_at
+from parallax.weights import init_weights
+
+TIMING_METHOD = (
+    "host clock when step k's loss is ready minus the same for step k-1, "
+    "with step k+1 already dispatched (one step in flight)"
+)
+# Steps per round of the timing-overhead measurement, run after training (2 rounds of each method).
+OVERHEAD_STEPS = 20
+
+
+def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
+    jax = import_jax()
+    precision = jax_precision(run.precision)
+    device = resolve_device(run.device)
+    config = run.model_config
+
+    progress.phase("building the model")
+    model, attention, attention_reason = build_model(
+        config, precision.compute_dtype, device, run.batch_size, run.seq_len)
+    params = jax.device_put(to_flax(init_weights(config, run.seed), config), device)
+    tx = make_optimizer(run.optim, run.steps)
+    opt_state = tx.init(params)
+    first, host_batches = _with_private_first(batches)
+    device_batches = timing.device_batches(host_batches, device)
+
+    progress.phase("compiling")
+    step_fn, compile_s = _timed_compile(jit_train_step(model, tx), params, opt_state, first)
+    evaluate, eval_compile_s = _evaluator(model, batches.eval_batches(), device, params, run)
+    peak_after_compile, _, _ = _memory_peaks(device)
+
+    progress.phase("training")
+    records: list[StepRecord] = []
+    evals: list[EvalRecord] = []
+
+    def on_done(k: int, loss: float, step_ms: float) -> None:
+        records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps))))
+        progress.step(k, loss, step_ms)
+
+    def on_pause(state) -> None:
+        evals.append(EvalRecord(records[-1].step, evaluate(state[0])))
+
+    state = timing.timed_steps(step_fn, (params, opt_state), device_batches, range(run.steps),
+                               on_done, lambda k: _eval_due(run, k), on_pause)
+
+    progress.phase("measuring the timing overhead")
+    repeat = timing.device_batches(itertools.repeat(first), device)
+    n = min(OVERHEAD_STEPS, run.steps)
+    state, overhead = timing.overhead(step_fn, state, repeat, n)
+    del state
+
+    peak, reserved, stats = _memory_peaks(device)
+    return EngineOutput(
+        steps=records,
+        precision=precision.info,
+        framework=_framework_info(device, attention, attention_reason),
+        timing_method=TIMING_METHOD,
+        compile_s=compile_s,
+        peak_allocated_bytes=peak,
+        peak_reserved_bytes=reserved,
+        evals=evals,
+        extra={
+            "timing_overhead": overhead,
+            "eval_compile_s": eval_compile_s,
+            "peak_bytes_in_use_after_compile": peak_after_compile,
+            "memory_stats": stats,
+            "memory_note": "peaks are over the whole process, compilation (autotuning) included",
+        },
+    )
+
+
+def _with_private_first(batches) -> tuple[np.ndarray, itertools.chain]:
+    """A private copy of the first batch (reused for compiling and the overhead check) and an
+    iterator over all batches from the first."""
+    source = iter(batches)
+    first = np.array(next(source), dtype=np.int32, copy=True)
+    return first, itertools.chain([first], source)
+
+
+def _timed_compile(step_fn, params, opt_state, first: np.ndarray):
+    """Lower and compile the step ahead of time; (compiled step, seconds)."""
+    import jax
+
+    t0 = time.perf_counter()
+    device = next(iter(jax.tree.leaves(params)[0].devices()))
+    batch = jax.ShapeDtypeStruct(first.shape, np.int32,
+                                 sharding=jax.sharding.SingleDeviceSharding(device))
+    compiled = step_fn.lower(params, opt_state, batch).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def _evaluator(model, eval_batches: list[np.ndarray], device, params, run: RunConfig):
+    """(params -> mean eval loss, compile seconds); compiled now so evals stay out of compile_s."""
+    import jax
+
+    from parallax.engines.jax.model import loss_fn
+
+    if run.eval_every <= 0 or not eval_batches:
+        return None, 0.0
+    on_device = [jax.device_put(np.asarray(b, dtype=np.int32), device) for b in eval_batches]
+    t0 = time.perf_counter()
+    compiled = jax.jit(lambda p, b: loss_fn(model, p, b)).lower(params, on_device[0]).compile()
+    compile_s = time.perf_counter() - t0
+
+    def evaluate(p) -> float:
+        return float(np.mean([float(compiled(p, b)) for b in on_device]))
+
+    return evaluate, compile_s
+
+
+def _eval_due(run: RunConfig, k: int) -> bool:
+    """Evaluate after step k (0-based) every ``eval_every`` steps and after the last one."""
+    if run.eval_every <= 0:
+        return False
+    return (k + 1) % run.eval_every == 0 or k == run.steps - 1
+
+
+def _memory_peaks(device) -> tuple[int | None, int | None, dict]:
+    """(peak bytes in use, peak bytes the allocator reserved, raw stats); None where the
+    backend reports nothing (the CPU)."""
+    stats = device.memory_stats() or {}
+    return stats.get("peak_bytes_in_use"), stats.get("peak_pool_bytes"), dict(stats)
+
+
+def _framework_info(device, attention: str, attention_reason: str) -> dict:
+    """What ran: versions, device, attention implementation, compilation, allocator."""
+    import flax
+    import jax
+    import jaxlib
+    import optax
+
+    return {
+        "name": "jax",
+        "version": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "flax": flax.__version__,
+        "optax": optax.__version__,
+        "device": device.device_kind,
+        "platform": device.platform,
+        "attention_backend": attention,
+        "attention_reason": attention_reason,
+        "compiled": True,
+        "compiler": "XLA via jax.jit; params and optimizer state donated",
+        "preallocate": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+        "allocator": os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc (default)"),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
