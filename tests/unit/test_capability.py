@@ -1,0 +1,188 @@
+"""The framework × precision matrix from fake probes and fake package sets."""
+
+from __future__ import annotations
+
+import pytest
+
+from parallax.errors import ParallaxError
+from parallax.precision import capability as cap
+
+REAL_ENGINE_PRESENT = cap.engine_present
+
+
+def probe_of(name, cc):
+    ok = {"available": True, "error": None}
+    return {"driver": ok, "nvml": ok, "devices": [{"index": 0, "name": name, "compute_capability": cc}]}
+
+
+H200 = probe_of("NVIDIA H200", "9.0")
+B200 = probe_of("NVIDIA B200", "10.0")
+RTX_PRO = probe_of("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0")
+A100 = probe_of("NVIDIA A100-SXM4-80GB", "8.0")
+T4 = probe_of("Tesla T4", "7.5")
+CPU_ERROR = "libcuda.so.1: cannot open shared object file: No such file or directory"
+CPU = {
+    "driver": {"available": False, "error": CPU_ERROR},
+    "nvml": {"available": False, "error": "libnvidia-ml.so.1: not found"},
+    "devices": [],
+}
+
+GPU_PACKAGES = {
+    "torch": "2.11.0+cu130", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
+    "flax": "0.12.10", "optax": "0.2.8",
+}
+CPU_PACKAGES = {"torch": "2.13.0+cpu", "jax": "0.10.2", "jaxlib": "0.10.2", "flax": "0.12.8", "optax": "0.2.8"}
+
+
+@pytest.fixture(autouse=True)
+def engines_shipped(monkeypatch):
+    """The matrix should not depend on which engines this checkout has finished."""
+    monkeypatch.setattr(cap, "engine_present", lambda framework: framework in ("torch", "jax"))
+
+
+def cell(framework, precision, probe, packages=GPU_PACKAGES):
+    return cap.capability(framework, precision, probe, packages)
+
+
+def test_h200_bf16_native_in_both_engines():
+    torch = cell("torch", "bf16", H200)
+    assert (torch.status, torch.backend) == ("native", cap.BACKEND[("torch", "bf16")])
+    assert torch.reason == "GPU 0 (9.0, Hopper) supports bf16 natively"
+    jax = cell("jax", "bf16", H200)
+    assert jax.status == "native" and jax.runnable
+
+
+def test_h200_fp8_is_not_implemented_but_the_hardware_allows_it():
+    c = cell("torch", "fp8", H200)
+    assert c.status == "unavailable" and c.backend is None
+    assert c.reason == (
+        "not implemented in Parallax yet (planned: TransformerEngine DelayedScaling (HYBRID) or torchao float8); "
+        "GPU 0 (9.0, Hopper) supports fp8 natively"
+    )
+
+
+def test_h200_nvfp4_needs_blackwell():
+    c = cell("jax", "nvfp4", H200)
+    assert c.status == "unavailable"
+    assert "not implemented in Parallax yet (planned: TransformerEngine JAX NVFP4BlockScaling)" in c.reason
+    assert "nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it" in c.reason
+
+
+def test_b200_nvfp4_hardware_allows_it_without_caveat():
+    c = cell("torch", "nvfp4", B200)
+    assert c.status == "unavailable"
+    assert c.reason.endswith("GPU 0 (10.0, Blackwell datacenter) supports nvfp4 natively")
+
+
+def test_rtx_pro_6000_nvfp4_carries_the_te_caveat():
+    c = cell("torch", "nvfp4", RTX_PRO)
+    assert "GPU 0 (12.0, Blackwell RTX) supports nvfp4 natively" in c.reason
+    assert "10.x-only" in c.reason and "PR #3195" in c.reason
+    assert cell("torch", "bf16", RTX_PRO).status == "native"
+
+
+def test_a100_has_no_fp8():
+    assert "fp8 needs compute capability 8.9+; GPU 0 (8.0, Ampere) lacks it" in cell("torch", "fp8", A100).reason
+    assert cell("torch", "bf16", A100).status == "native"
+
+
+def test_pre_ampere_gpu_has_no_bf16_path():
+    c = cell("torch", "bf16", T4)
+    assert c.status == "unavailable"
+    assert c.reason == "bf16 needs compute capability 8.0+; GPU 0 (7.5, Turing) lacks it"
+
+
+def test_cpu_machine_every_gpu_cell_says_no_gpu():
+    matrix = cap.capability_matrix(CPU, CPU_PACKAGES)
+    assert [(c.framework, c.precision) for c in matrix] == [
+        (f, p) for f in ("torch", "jax", "maxtext") for p in ("bf16", "fp8", "nvfp4")
+    ]
+    for c in matrix:
+        assert c.reason.startswith("no NVIDIA GPU found"), c
+    runnable = {(c.framework, c.precision): c.status for c in matrix if c.runnable}
+    assert runnable == {("torch", "bf16"): "cpu", ("jax", "bf16"): "cpu"}
+
+
+def test_cpu_cell_explains_the_label():
+    c = cell("jax", "bf16", CPU, CPU_PACKAGES)
+    assert c.status == cap.CPU
+    assert c.backend == cap.BACKEND[("jax", "bf16")] + ", on CPU"
+    assert "tiny preset" in c.reason and "not for benchmark numbers" in c.reason
+
+
+def test_no_gpu_reason_quotes_the_driver():
+    assert cap.no_gpu_reason(CPU) == f"no NVIDIA GPU found ({CPU_ERROR})"
+    assert cap.no_gpu_reason({"driver": {"error": None}, "nvml": {"error": "nvml said no"}, "devices": []}) == (
+        "no NVIDIA GPU found (nvml said no)"
+    )
+    assert cap.no_gpu_reason(None) == "no NVIDIA GPU found"
+
+
+def test_cpu_build_of_torch_on_a_gpu_machine():
+    c = cell("torch", "bf16", H200, CPU_PACKAGES)
+    assert c.status == "unavailable"
+    assert "torch 2.13.0+cpu is not a CUDA build" in c.reason
+
+
+def test_jax_without_a_cuda_plugin_on_a_gpu_machine():
+    c = cell("jax", "bf16", H200, CPU_PACKAGES)
+    assert c.status == "unavailable"
+    assert "jax has no CUDA plugin installed" in c.reason
+    with_plugin = dict(CPU_PACKAGES, jax_cuda12_plugin="0.10.2")
+    assert cell("jax", "bf16", H200, with_plugin).status == "native"
+
+
+def test_missing_packages_name_the_extra():
+    no_torch = dict(GPU_PACKAGES, torch=None)
+    c = cell("torch", "bf16", H200, no_torch)
+    assert c.status == "unavailable"
+    assert c.reason.startswith("torch not installed; pip install 'slm-parallax[torch]'")
+    no_flax = dict(GPU_PACKAGES, flax=None, optax=None)
+    assert cell("jax", "bf16", H200, no_flax).reason.startswith(
+        "flax, optax not installed; pip install 'slm-parallax[jax]'"
+    )
+    # On a CPU machine a missing package blocks the cpu path too.
+    assert cell("torch", "bf16", CPU, {}).status == "unavailable"
+
+
+def test_maxtext_is_unavailable_in_this_release():
+    for probe, packages in ((H200, GPU_PACKAGES), (H200, dict(GPU_PACKAGES, maxtext="0.2.1")), (CPU, {})):
+        for c in cap.capability_matrix(probe, packages, frameworks=("maxtext",)):
+            assert c.status == "unavailable"
+            assert "not implemented in Parallax yet" in c.reason
+    bf16 = cell("maxtext", "bf16", H200)
+    assert "pip install 'slm-parallax[maxtext]'" in bf16.reason
+
+
+def test_an_engine_missing_from_the_installation(monkeypatch):
+    monkeypatch.setattr(cap, "engine_present", lambda framework: False)
+    c = cell("torch", "bf16", H200)
+    assert c.status == "unavailable"
+    assert c.reason.startswith("the torch engine is missing from this installation")
+
+
+def test_device_index_selects_the_gpu():
+    two = {"driver": H200["driver"], "nvml": H200["nvml"], "devices": [
+        {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"},
+        {"index": 1, "name": "NVIDIA H200", "compute_capability": "9.0"},
+    ]}
+    assert "GPU 1 (9.0, Hopper) supports fp8" in cap.capability("torch", "fp8", two, GPU_PACKAGES, 1).reason
+    assert "GPU 0 (8.0, Ampere) lacks it" in cap.capability("torch", "fp8", two, GPU_PACKAGES, 0).reason
+
+
+def test_unknown_framework_or_precision():
+    with pytest.raises(ParallaxError, match="unknown framework 'mxnet'"):
+        cell("mxnet", "bf16", H200)
+    with pytest.raises(ParallaxError, match="unknown precision 'fp16'"):
+        cell("torch", "fp16", H200)
+
+
+def test_engine_present_reads_the_installed_files():
+    import pathlib
+
+    import parallax.engines
+
+    root = pathlib.Path(parallax.engines.__file__).parent
+    for framework in ("torch", "jax", "maxtext"):
+        assert REAL_ENGINE_PRESENT(framework) == (root / framework / "engine.py").is_file()
+    assert REAL_ENGINE_PRESENT("no_such_engine") is False
