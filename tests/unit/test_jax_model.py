@@ -1,0 +1,267 @@
+"""The JAX engine on the CPU: model shape and numerics, converters, optimizer, timing loop, errors."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("flax")
+pytest.importorskip("optax")
+
+import jax.numpy as jnp  # noqa: E402
+
+from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.data.synthetic import SyntheticBatches, synthetic_batch  # noqa: E402
+from parallax.engines import get_engine  # noqa: E402
+from parallax.engines.base import NullProgress  # noqa: E402
+from parallax.engines.jax import convert, timing  # noqa: E402
+from parallax.engines.jax.model import Llama, RMSNorm, apply_rope, count_params, param_shapes, rope_tables  # noqa: E402
+from parallax.engines.jax.runtime import make_optimizer  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
+from parallax.precision.jax import jax_precision  # noqa: E402
+from parallax.schedule import lr_at  # noqa: E402
+from parallax.weights import init_weights  # noqa: E402
+
+TINY = get_preset("tiny")
+
+
+def tiny_run(**changes) -> RunConfig:
+    base = RunConfig(framework="jax", model="tiny", batch_size=2, seq_len=16, steps=4, warmup=1, device="cpu")
+    return base.replace(**changes)
+
+
+# --- model shape ------------------------------------------------------------------------------
+
+def test_llama_100m_has_exactly_the_spec_parameter_count():
+    # jax.eval_shape: shapes only, nothing allocated
+    assert count_params(Llama(get_preset("llama-100m"))) == 100_313_856
+
+
+def test_flax_tree_matches_the_canonical_shapes():
+    shapes = param_shapes(Llama(TINY))
+    flat = {}
+    for name, shape in TINY.param_shapes().items():
+        node = shapes
+        for key in convert.flax_path(name):
+            node = node[key]
+        flat[name] = node
+    assert flat == TINY.param_shapes()
+    assert count_params(Llama(TINY)) == TINY.param_count() == 1_362_240
+
+
+# --- converters -------------------------------------------------------------------------------
+
+def test_converter_round_trip_is_bit_exact():
+    weights = init_weights(TINY, seed=3)
+    tree = convert.to_flax(weights, TINY)
+    assert tree["layers_1"]["w_gate"]["kernel"] is not None
+    back = convert.from_flax(tree)
+    assert set(back) == set(weights)
+    for name in weights:
+        assert back[name].dtype == np.float32
+        np.testing.assert_array_equal(back[name], weights[name])
+    for name in weights:
+        assert convert.canonical_name(convert.flax_path(name)) == name
+
+
+def test_converter_rejects_wrong_shapes():
+    weights = init_weights(TINY, seed=0)
+    weights["lm_head"] = weights["lm_head"].T
+    with pytest.raises(ValueError, match="lm_head"):
+        convert.to_flax(weights, TINY)
+
+
+def test_converted_weights_drive_the_flax_model():
+    weights = init_weights(TINY, seed=0)
+    model = Llama(TINY, dtype=jnp.float32)
+    tokens = synthetic_batch(0, 0, 1, 8, TINY.vocab_size)[:, :-1]
+    logits = model.apply({"params": convert.to_flax(weights, TINY)}, tokens)
+    assert logits.shape == (1, 8, TINY.vocab_size) and logits.dtype == jnp.float32
+    # lm_head is untied: zeroing it zeroes the logits, whatever the embeddings are
+    weights["lm_head"] = np.zeros_like(weights["lm_head"])
+    zero = model.apply({"params": convert.to_flax(weights, TINY)}, tokens)
+    assert float(jnp.abs(zero).max()) == 0.0
+
+
+# --- numerics ---------------------------------------------------------------------------------
+
+def test_rmsnorm_matches_the_formula_and_casts_to_compute_dtype():
+    x = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)
+    scale = np.linspace(0.5, 2.0, 8).astype(np.float32)
+    out = RMSNorm(1e-5, jnp.bfloat16).apply({"params": {"scale": scale}}, x)
+    x64 = x.astype(np.float64)
+    want = x64 / np.sqrt((x64 ** 2).mean(-1, keepdims=True) + 1e-5) * scale
+    assert out.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, rtol=2 ** -7)
+
+
+def test_rope_rotates_half_split_pairs_by_position_times_frequency():
+    hd, seq, theta = 8, 5, 10_000.0
+    cos, sin = rope_tables(seq, hd, theta)
+    x = np.random.default_rng(1).standard_normal((1, seq, 1, hd)).astype(np.float32)
+    out = np.asarray(apply_rope(jnp.asarray(x), cos, sin))
+    # pair i is (x[i], x[i + hd/2]) rotated by pos · θ^(-2i/hd): a complex multiplication
+    freq = theta ** (-2.0 * np.arange(hd // 2) / hd)
+    z = (x[0, :, 0, : hd // 2] + 1j * x[0, :, 0, hd // 2:]) * np.exp(1j * np.arange(seq)[:, None] * freq)
+    np.testing.assert_allclose(out[0, :, 0, : hd // 2], z.real, atol=1e-6)
+    np.testing.assert_allclose(out[0, :, 0, hd // 2:], z.imag, atol=1e-6)
+    np.testing.assert_array_equal(out[0, 0], x[0, 0])  # position 0 is not rotated
+
+
+def test_attention_is_causal():
+    model = Llama(TINY, dtype=jnp.float32)
+    params = convert.to_flax(init_weights(TINY, seed=0), TINY)
+    tokens = synthetic_batch(0, 0, 1, 12, TINY.vocab_size)[:, :-1]
+    changed = tokens.copy()
+    changed[0, 8:] = (changed[0, 8:] + 1) % TINY.vocab_size
+    a = np.asarray(model.apply({"params": params}, tokens))
+    b = np.asarray(model.apply({"params": params}, changed))
+    np.testing.assert_array_equal(a[:, :8], b[:, :8])
+    assert np.abs(a[:, 8:] - b[:, 8:]).max() > 1e-3
+
+
+# --- optimizer --------------------------------------------------------------------------------
+
+def test_kth_update_uses_lr_at_k():
+    """A 1-D parameter (no weight decay) with a constant gradient 1: Adam's update is 1, so the
+    parameter moves by exactly -lr of that step."""
+    optim = OptimConfig(lr=1e-2, lr_warmup_steps=3)
+    total = 10
+    tx = make_optimizer(optim, total)
+    params = {"gain": jnp.zeros((1,), jnp.float32)}
+    state = tx.init(params)
+    for k in range(total):
+        updates, state = tx.update({"gain": jnp.ones((1,), jnp.float32)}, state, params)
+        assert float(updates["gain"][0]) == pytest.approx(-float(lr_at(k, optim, total)), rel=1e-6)
+
+
+def test_weight_decay_applies_to_matrices_only():
+    optim = OptimConfig(lr=1e-2, lr_warmup_steps=0, weight_decay=0.5)
+    tx = make_optimizer(optim, 5)
+    params = {"matrix": jnp.ones((2, 2)), "gain": jnp.ones((2,))}
+    zero = {"matrix": jnp.zeros((2, 2)), "gain": jnp.zeros((2,))}
+    updates, _ = tx.update(zero, tx.init(params), params)
+    np.testing.assert_allclose(np.asarray(updates["matrix"]), -1e-2 * 0.5, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(updates["gain"]), 0.0)
+
+
+def test_loss_falls_on_a_repeated_batch():
+    run = tiny_run(steps=20, optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    trainer = get_engine("jax").reference_trainer(run, init_weights(TINY, 0), "float32", "cpu")
+    batch = synthetic_batch(0, 0, 2, 16, TINY.vocab_size)
+    losses = [trainer.step(batch) for _ in range(6)]
+    assert losses[0] == pytest.approx(np.log(TINY.vocab_size), abs=0.1)  # uniform at init
+    assert losses[-1] < losses[0] - 1.0
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+
+
+def test_reference_trainer_grads_are_canonical_and_match_a_finite_difference():
+    run = tiny_run()
+    weights = init_weights(TINY, 0)
+    trainer = get_engine("jax").reference_trainer(run, weights, "float32", "cpu")
+    batch = synthetic_batch(0, 0, 2, 16, TINY.vocab_size)
+    loss, grads = trainer.loss_and_grads(batch)
+    assert set(grads) == set(weights) and grads["layers.0.wq"].shape == weights["layers.0.wq"].shape
+    # directional derivative along the gradient of the final norm gain
+    eps = 1e-2
+    shifted = dict(weights, norm=weights["norm"] + eps * grads["norm"] / np.linalg.norm(grads["norm"]))
+    moved = get_engine("jax").reference_trainer(run, shifted, "float32", "cpu").loss_and_grads(batch)[0]
+    assert (moved - loss) / eps == pytest.approx(np.linalg.norm(grads["norm"]), rel=2e-2)
+
+
+# --- timing loop ------------------------------------------------------------------------------
+
+class _Loss:
+    def __init__(self, k, log):
+        self.k, self.log = k, log
+
+    def block_until_ready(self):
+        self.log.append(("block", self.k))
+
+    def __float__(self):
+        return float(self.k)
+
+
+def test_timed_steps_keeps_one_step_in_flight_and_drains_for_pauses():
+    log, done, paused = [], [], []
+
+    def step_fn(params, opt_state, batch):
+        log.append(("dispatch", batch))
+        return params + 1, opt_state, _Loss(batch, log)
+
+    state = timing.timed_steps(step_fn, (0, None), iter(range(5)), range(5),
+                               lambda k, loss, ms: done.append((k, loss, ms)),
+                               pause_after=lambda k: k == 2, on_pause=lambda s: paused.append(s[0]))
+    assert log == [("dispatch", 0), ("dispatch", 1), ("block", 0), ("dispatch", 2), ("block", 1),
+                   ("block", 2), ("dispatch", 3), ("dispatch", 4), ("block", 3), ("block", 4)]
+    assert [d[:2] for d in done] == [(k, float(k)) for k in range(5)]
+    assert all(d[2] >= 0 for d in done)
+    assert paused == [3] and state == (5, None)
+
+
+def test_device_batches_copy_before_the_source_reuses_its_buffer():
+    buffer = np.zeros((2, 3), np.int32)
+
+    def reusing_source():
+        for k in range(3):
+            buffer[:] = k  # the source overwrites the array it yielded before
+            yield buffer
+
+    out = [np.asarray(b) for b in timing.device_batches(reusing_source(), jax.devices("cpu")[0])]
+    assert [int(b[0, 0]) for b in out] == [0, 1, 2]
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+def test_train_records_every_step_and_the_timing_overhead():
+    run = tiny_run(steps=5, warmup=1, eval_every=5, eval_batches=1)
+    batches = SyntheticBatches(run.seed, run.batch_size, run.seq_len, TINY.vocab_size, run.eval_batches)
+    out = get_engine("jax").train(run, batches, NullProgress())
+    assert [s.step for s in out.steps] == list(range(5))
+    assert all(np.isfinite(s.loss) and s.step_ms > 0 for s in out.steps)
+    assert [s.lr for s in out.steps] == [float(lr_at(k, run.optim, 5)) for k in range(5)]
+    assert out.steps[0].loss == pytest.approx(np.log(TINY.vocab_size), abs=0.1)
+    assert [e.step for e in out.evals] == [4]
+    assert out.framework["attention_backend"] == "xla" and out.framework["name"] == "jax"
+    assert out.precision.precision == "bf16" and out.compile_s > 0
+    assert out.peak_allocated_bytes is None  # the CPU reports no memory statistics
+    overhead = out.extra["timing_overhead"]
+    assert overhead["steps_per_round"] == 5 and overhead["single_block_mean_ms"] > 0
+
+
+def test_check_returns_the_bf16_label():
+    info = get_engine("jax").check(tiny_run())
+    assert (info.precision, info.backend, info.native) == ("bf16", "jax.dtype", True)
+    assert info.details["param_dtype"] == "float32" and info.details["compute_dtype"] == "bfloat16"
+
+
+@pytest.mark.parametrize("precision", ["fp8", "nvfp4"])
+def test_low_precisions_are_refused_with_one_line(precision):
+    with pytest.raises(ParallaxError) as err:
+        get_engine("jax").check(tiny_run(precision=precision))
+    assert str(err.value) == (
+        f"precision {precision} is not implemented in the JAX engine yet; this release runs bf16")
+    with pytest.raises(ParallaxError):
+        jax_precision(precision)
+
+
+def test_no_compile_is_refused():
+    with pytest.raises(ParallaxError, match="always compiles"):
+        get_engine("jax").check(tiny_run(compile=False))
+
+
+def test_missing_jax_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jax", None)  # `import jax` now raises ImportError
+    monkeypatch.delitem(sys.modules, "parallax.engines.jax.engine", raising=False)
+    engine = get_engine("jax")  # importing the engine module needs no JAX
+    with pytest.raises(ParallaxError) as err:
+        engine.check(tiny_run())
+    assert str(err.value) == "jax is not installed; install it with: pip install 'slm-parallax[jax]'"
+
+
+def test_unknown_device_is_refused():
+    with pytest.raises(ParallaxError, match="unknown device 'tpu'"):
+        get_engine("jax").check(tiny_run(device="tpu"))
