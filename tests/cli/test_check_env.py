@@ -1,0 +1,268 @@
+"""`parallax check-env` through the real CLI: fake probes for exact output, the real probe for this machine."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+
+import parallax
+from parallax import envinfo
+from parallax.cli import main
+from parallax.precision import capability as cap
+
+from conftest import gpu_available
+
+CPU_ERROR = "libcuda.so.1: cannot open shared object file: No such file or directory"
+CPU_PROBE = envinfo.no_gpu_probe(CPU_ERROR)
+
+
+def gpu_probe(name="NVIDIA H200", cc="9.0"):
+    return {
+        "driver": {"available": True, "error": None, "library": "libcuda.so.1", "version": 13000,
+                   "version_str": "13.0"},
+        "nvml": {"available": True, "error": None, "library": "libnvidia-ml.so.1", "driver_version": "580.95.05"},
+        "devices": [{
+            "index": 0, "name": name, "uuid": "GPU-0000", "pci_bus_id": "00000000:18:00.0",
+            "compute_capability": cc, "cc_major": int(cc.split(".")[0]), "cc_minor": int(cc.split(".")[1]),
+            "sm_count": 132, "clock_sm_mhz": 1980, "clock_sm_max_mhz": 1980, "clock_mem_mhz": 3201,
+            "clock_mem_max_mhz": 3201, "memory_total_bytes": 150_754_820_096,
+            "memory_free_bytes": 150_000_000_000, "power_limit_w": 700.0,
+        }],
+    }
+
+
+@pytest.fixture
+def fake_probe(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps at the terminal width; keep lines whole
+
+    def use(probe):
+        monkeypatch.setattr(envinfo, "probe_gpus", lambda: probe)
+
+    return use
+
+
+def run(capsys, *args):
+    code = main(["check-env", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_on_a_cpu_machine(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    code, out, err = run(capsys)
+    assert code == 0 and err == ""
+    assert f"no NVIDIA GPU found ({CPU_ERROR})" in out
+    assert "Framework × precision (no GPU)" in out
+    assert "GPUs" not in out
+    for name in envinfo.PACKAGES:
+        assert name in out
+    assert "'slm-parallax[maxtext]'" in out  # brackets survive rich markup
+
+
+def test_json_on_a_cpu_machine(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    code, out, _ = run(capsys, "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["parallax"] == parallax.__version__
+    assert report["gpu_found"] is False
+    assert report["no_gpu_reason"] == f"no NVIDIA GPU found ({CPU_ERROR})"
+    assert report["selected_device"] is None
+    assert report["hardware"] == []
+    assert report["ceilings"] is None
+    assert report["environment"]["cuda_driver"]["error"] == CPU_ERROR
+    cells = {(c["framework"], c["precision"]): c for c in report["capability"]}
+    assert len(cells) == 9
+    assert all(c["reason"].startswith("no NVIDIA GPU found") for c in cells.values())
+    assert cells[("maxtext", "bf16")]["status"] == "unavailable"
+    expected = cap.capability("jax", "bf16", CPU_PROBE, report["environment"]["packages"])
+    assert cells[("jax", "bf16")] == expected.to_dict()
+
+
+def test_text_with_an_h200(fake_probe, capsys):
+    fake_probe(gpu_probe())
+    code, out, _ = run(capsys)
+    assert code == 0
+    assert "CUDA driver API 13.0 (libcuda.so.1); NVML driver 580.95.05" in out
+    row = next(line for line in out.splitlines() if "NVIDIA H200" in line)
+    for text in ("h200-sxm", "Hopper", "9.0", "140.4 GiB / 139.7 GiB", "1980 (1980) MHz", "700 W",
+                 "989 / 1979 / –", "bf16, fp8"):
+        assert text in row, text
+    assert "Framework × precision (GPU 0)" in out
+    assert "no NVIDIA GPU found" not in out
+
+
+def test_json_resolves_the_rtx_pro_6000_to_12_0(fake_probe, capsys):
+    fake_probe(gpu_probe("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0"))
+    report = json.loads(run(capsys, "--json")[1])
+    hw = report["hardware"][0]
+    assert (hw["index"], hw["key"], hw["family"]) == (0, "rtx-pro-6000-blackwell", "Blackwell RTX")
+    assert hw["spec"]["dense_peak_tflops"]["bf16"] == 503.8
+    assert hw["native_precisions"] == ["bf16", "fp8", "nvfp4"]
+    assert report["selected_device"] == 0
+
+
+def test_unknown_gpu_is_flagged_with_the_fix(fake_probe, capsys):
+    fake_probe(gpu_probe("NVIDIA Imaginary GPU", "9.0"))
+    code, out, _ = run(capsys)
+    assert code == 0
+    assert "unknown" in next(line for line in out.splitlines() if "Imaginary" in line and "│" in line)
+    assert "GPU 0: GPU 'NVIDIA Imaginary GPU' (compute capability 9.0) is not in Parallax's peak table" in out
+    assert "--peak-tflops" in out
+
+
+def test_uncertain_peaks_are_marked(fake_probe, capsys):
+    fake_probe(gpu_probe("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "12.0"))
+    out = run(capsys)[1]
+    assert "438.9 / 878~ / 1756~" in out
+    assert "~ uncertain figure: shown, never used for MFU" in out
+
+
+def fake_ceilings(calls):
+    def measure_ceilings(device_index, model, batch_size, seq_len, progress=None, **kw):
+        calls.append((device_index, model.name, batch_size, seq_len))
+        return {
+            "device": device_index,
+            "square": {
+                "bf16": {"m": 8192, "n": 8192, "k": 8192, "tflops": 791.2, "median_ms": 1.3897, "error": None},
+                "fp8": {"m": 8192, "n": 8192, "k": 8192, "tflops": 1300.0, "median_ms": 0.8458, "error": None},
+                "nvfp4": {"m": 8192, "n": 8192, "k": 8192, "tflops": None, "median_ms": None,
+                          "error": "nvfp4 needs compute capability 10.0+"},
+            },
+            "model_shapes": [
+                {"name": "qkv", "precision": "bf16", "m": 4096, "n": 2304, "k": 768, "tflops": 600.0,
+                 "median_ms": 0.0242, "error": None},
+            ],
+            "summary": {
+                "bf16": {"square_tflops": 791.2, "model_shapes_tflops": 600.0},
+                "fp8": {"square_tflops": 1300.0, "model_shapes_tflops": None},
+                "nvfp4": {"square_tflops": None, "model_shapes_tflops": None},
+            },
+            "measured_at": "2026-11-29T16:00:00Z",
+        }
+
+    return measure_ceilings
+
+
+@pytest.fixture
+def fake_gpu_module(monkeypatch):
+    calls = []
+    module = types.ModuleType("parallax.gpu")
+    module.measure_ceilings = fake_ceilings(calls)
+    monkeypatch.setitem(sys.modules, "parallax.gpu", module)
+    monkeypatch.setattr(parallax, "gpu", module, raising=False)
+    return calls
+
+
+def test_measure_reports_percent_of_dense_peak(fake_probe, fake_gpu_module, capsys):
+    fake_probe(gpu_probe())
+    code, out, _ = run(capsys, "--measure", "--json", "--model", "tiny", "--batch-size", "4", "--seq-len", "128")
+    assert code == 0
+    assert fake_gpu_module == [(0, "tiny", 4, 128)]
+    percent = json.loads(out)["ceilings"]["percent_of_dense_peak"]
+    assert percent["bf16"] == pytest.approx(100 * 791.2 / 989)
+    assert percent["fp8"] == pytest.approx(100 * 1300 / 1979)
+    assert percent["nvfp4"] is None
+    assert json.loads(out)["ceilings"]["model_shapes"][0]["percent_of_dense_peak"] == pytest.approx(100 * 600 / 989)
+
+
+def test_measure_text_table(fake_probe, fake_gpu_module, capsys):
+    fake_probe(gpu_probe())
+    code, out, _ = run(capsys, "--measure")
+    assert code == 0
+    assert fake_gpu_module == [(0, "llama-100m", 32, 1024)]  # the defaults of config.RunConfig
+    bf16 = next(line for line in out.splitlines() if "8192×8192×8192" in line and "bf16" in line)
+    assert "1.390" in bf16 and "791.2" in bf16 and "80.0 %" in bf16
+    qkv = next(line for line in out.splitlines() if "qkv 4096×2304×768" in line)
+    assert "0.024" in qkv and "600.0" in qkv and "60.7 %" in qkv
+    assert "nvfp4 needs compute capability 10.0+" in out
+
+
+def one_line_error(code, out, err, *needles):
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("parallax: error: ")
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+def test_measure_without_a_gpu_fails_first(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    one_line_error(*run(capsys, "--measure"), "--measure needs an NVIDIA GPU", CPU_ERROR,
+                   "run check-env without --measure")
+
+
+def test_a_device_that_does_not_exist(fake_probe, capsys):
+    fake_probe(gpu_probe())
+    one_line_error(*run(capsys, "--device", "3"), "--device 3 does not exist", "GPU index 0")
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--bogus"], "--bogus"),
+        (["--model", "gpt-5"], "unknown model preset 'gpt-5'"),
+        (["--seq-len", "0"], "--seq-len must be positive"),
+        (["--batch-size", "x"], "'x' is not a valid integer"),
+    ],
+)
+def test_bad_options_are_one_line(fake_probe, capsys, args, needle):
+    fake_probe(CPU_PROBE)
+    one_line_error(*run(capsys, *args), needle)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "parallax", "check-env", *args], capture_output=True, text=True)
+
+
+def test_subprocess_json_on_this_machine():
+    proc = cli("--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["gpu_found"] == bool(report["environment"]["gpus"])
+    if not report["gpu_found"]:
+        assert report["no_gpu_reason"].startswith("no NVIDIA GPU found (")
+    assert len(report["capability"]) == 9
+
+
+def test_check_env_imports_neither_torch_nor_jax():
+    code = (
+        "import sys; from parallax.cli import main; main(['check-env', '--json']); "
+        "print(sorted(m for m in ('torch', 'jax', 'flax') if m in sys.modules), file=sys.stderr)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip() == "[]"
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the CPU-only path")
+def test_subprocess_measure_without_a_gpu():
+    proc = cli("--measure")
+    one_line_error(proc.returncode, proc.stdout, proc.stderr, "--measure needs an NVIDIA GPU: no NVIDIA GPU found (")
+
+
+@pytest.mark.gpu
+def test_real_gpu_resolves_in_the_table():
+    report = json.loads(cli("--json").stdout)
+    assert report["gpu_found"]
+    dev, hw = report["environment"]["gpus"][0], report["hardware"][0]
+    assert hw["compute_capability"] == dev["compute_capability"]
+    if dev["name"] == "NVIDIA H200":
+        assert hw["key"] == "h200-sxm"
+    assert hw["key"] is not None, hw["warnings"]
+
+
+@pytest.mark.gpu
+def test_real_gpu_measure():
+    proc = cli("--json", "--measure", "--model", "tiny", "--batch-size", "8", "--seq-len", "128")
+    assert proc.returncode == 0, proc.stderr
+    ceilings = json.loads(proc.stdout)["ceilings"]
+    bf16 = ceilings["square"]["bf16"]
+    assert bf16["error"] is None and bf16["tflops"] > 0
+    peak_percent = ceilings["percent_of_dense_peak"]["bf16"]
+    assert peak_percent is None or 0 < peak_percent < 100
