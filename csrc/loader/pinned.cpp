@@ -1,0 +1,111 @@
+#include "loader/pinned.h"
+
+#include "common/dynlib.h"
+
+namespace parallax::loader {
+
+namespace {
+// The few driver-API types and entry points used here (cuda.h is not needed to build).
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+constexpr unsigned kRegisterPortable = 0x01;  // CU_MEMHOSTREGISTER_PORTABLE: every context
+}  // namespace
+
+struct HostPinner::Driver {
+  DynLib lib;
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice) = nullptr;
+  CUresult (*cuCtxPushCurrent)(CUcontext) = nullptr;
+  CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
+  CUresult (*cuMemHostRegister)(void*, size_t, unsigned) = nullptr;
+  CUresult (*cuMemHostUnregister)(void*) = nullptr;
+  CUdevice device = 0;
+  CUcontext context = nullptr;
+
+  template <typename F>
+  bool load(F& fn, const char* versioned, const char* plain) {
+    void* p = lib.symbol(versioned);
+    if (p == nullptr) p = lib.symbol(plain);
+    fn = reinterpret_cast<F>(p);
+    return p != nullptr;
+  }
+
+  // Holds device 0's primary context current on this thread for one call.
+  template <typename Call>
+  CUresult in_context(Call call) {
+    if (cuCtxPushCurrent(context) != 0) return -1;
+    CUresult rc = call();
+    CUcontext popped = nullptr;
+    cuCtxPopCurrent(&popped);
+    return rc;
+  }
+};
+
+HostPinner::HostPinner(bool enabled) {
+  if (!enabled) {
+    status_ = "pageable (pinning disabled)";
+    return;
+  }
+  auto d = std::make_unique<Driver>();
+  if (!d->lib.open({"libcuda.so.1", "libcuda.so"})) {
+    status_ = "pageable (no CUDA driver: " + d->lib.error() + ")";
+    return;
+  }
+  bool ok = d->load(d->cuInit, "cuInit", "cuInit") &&
+            d->load(d->cuDeviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount") &&
+            d->load(d->cuDeviceGet, "cuDeviceGet", "cuDeviceGet") &&
+            d->load(d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain") &&
+            d->load(d->cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease") &&
+            d->load(d->cuCtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent") &&
+            d->load(d->cuCtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent") &&
+            d->load(d->cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister") &&
+            d->load(d->cuMemHostUnregister, "cuMemHostUnregister", "cuMemHostUnregister");
+  if (!ok) {
+    status_ = "pageable (the CUDA driver lacks a needed entry point)";
+    return;
+  }
+  int count = 0;
+  CUresult rc = d->cuInit(0);
+  if (rc == 0) rc = d->cuDeviceGetCount(&count);
+  if (rc != 0 || count == 0) {
+    status_ = "pageable (no CUDA device; cuInit/cuDeviceGetCount returned " + std::to_string(rc) + ")";
+    return;
+  }
+  rc = d->cuDeviceGet(&d->device, 0);
+  if (rc == 0) rc = d->cuDevicePrimaryCtxRetain(&d->context, d->device);
+  if (rc != 0) {
+    status_ = "pageable (cannot retain the primary context: CUDA error " + std::to_string(rc) + ")";
+    return;
+  }
+  driver_ = std::move(d);
+  status_ = "pinned (cuMemHostRegister)";
+}
+
+HostPinner::~HostPinner() {
+  if (driver_) driver_->cuDevicePrimaryCtxRelease(driver_->device);
+}
+
+bool HostPinner::available() const { return driver_ != nullptr; }
+
+bool HostPinner::pin(void* ptr, size_t bytes) {
+  if (!driver_) return false;
+  Driver& d = *driver_;
+  CUresult rc = d.in_context([&] { return d.cuMemHostRegister(ptr, bytes, kRegisterPortable); });
+  if (rc != 0) {
+    status_ = "pageable (cuMemHostRegister returned CUDA error " + std::to_string(rc) + ")";
+    return false;
+  }
+  return true;
+}
+
+void HostPinner::unpin(void* ptr) {
+  if (!driver_) return;
+  Driver& d = *driver_;
+  d.in_context([&] { return d.cuMemHostUnregister(ptr); });
+}
+
+}  // namespace parallax::loader
