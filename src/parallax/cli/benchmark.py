@@ -1,0 +1,162 @@
+"""``parallax benchmark``: the framework × precision matrix, one process per cell."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
+from parallax.errors import ParallaxError
+from parallax.runner import Matrix, run_matrix
+
+DEFAULTS = RunConfig()
+DEFAULT_OUTPUT_DIR = "benchmark_results"
+# Outcomes that call for a fix (a crash, a hang) make the exit status 1; oom and skipped are results.
+FAILING = ("failed", "timeout")
+
+
+def split_list(text: str, option: str) -> tuple[str, ...]:
+    items = tuple(s.strip() for s in text.split(",") if s.strip())
+    if not items:
+        raise ParallaxError(f"{option} is empty; give a comma-separated list")
+    return items
+
+
+def split_seeds(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(s) for s in split_list(text, "--seeds"))
+    except ValueError:
+        raise ParallaxError(f"--seeds must be comma-separated integers, got '{text}'") from None
+
+
+def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
+    if synthetic + hf + (data is not None) > 1:
+        raise ParallaxError("choose one of --synthetic, --hf and --data PATH")
+    if data is not None:
+        return {"synthetic": False, "data": str(Path(data).resolve())}
+    return {"synthetic": not hf, "data": None}
+
+
+@click.command()
+@click.option("--frameworks", default=",".join(FRAMEWORKS), show_default=True,
+              help=f"Comma-separated: {', '.join(FRAMEWORKS)}.")
+@click.option("--precisions", default=",".join(PRECISIONS), show_default=True,
+              help=f"Comma-separated: {', '.join(PRECISIONS)}. A precision this GPU or installation "
+                   "cannot run is recorded as skipped with the reason.")
+@click.option("--model", default=DEFAULTS.model, show_default=True, help="Model preset.")
+@click.option("--batch-size", type=int, default=DEFAULTS.batch_size, show_default=True)
+@click.option("--seq-len", type=int, default=DEFAULTS.seq_len, show_default=True)
+@click.option("--steps", type=int, default=DEFAULTS.steps, show_default=True,
+              help="Training steps per run, warm-up included.")
+@click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True,
+              help="First steps excluded from timing.")
+@click.option("--synthetic", is_flag=True, help="Synthetic batches (the default): pure compute.")
+@click.option("--hf", is_flag=True, help="Stream TinyStories from HuggingFace.")
+@click.option("--data", type=click.Path(exists=True, dir_okay=True), default=None,
+              help="A prepared token file (see 'parallax data').")
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds; each is a run.")
+@click.option("--repeats", type=int, default=1, show_default=True,
+              help="Runs per seed (timing repeats), spread over the session.")
+@click.option("--eval-every", type=int, default=DEFAULTS.eval_every, show_default=True)
+@click.option("--eval-batches", type=int, default=DEFAULTS.eval_batches, show_default=True)
+@click.option("--no-compile", is_flag=True, help="Run eagerly (no torch.compile / jit of the step).")
+@click.option("--device", default=DEFAULTS.device, show_default=True)
+@click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s for MFU on an unknown GPU.")
+@click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
+@click.option("--report", is_flag=True, help="Write report.md, plots and a CSV/JSON export at the end.")
+@click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet.")
+@click.option("--timeout-per-run", type=float, default=None,
+              help="Seconds before a cell is stopped and recorded as timeout.")
+def command(frameworks, precisions, model, batch_size, seq_len, steps, warmup, synthetic, hf, data,
+            seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
+            report, resume, timeout_per_run):
+    """Run the benchmark matrix: every framework × precision × seed × repeat in its own process."""
+    base = DEFAULTS.replace(model=model, batch_size=batch_size, seq_len=seq_len, steps=steps,
+                            warmup=warmup, eval_every=eval_every, eval_batches=eval_batches,
+                            compile=not no_compile, device=device, peak_tflops=peak_tflops,
+                            **data_choice(synthetic, hf, data))
+    matrix = Matrix(split_list(frameworks, "--frameworks"), split_list(precisions, "--precisions"),
+                    split_seeds(seeds), repeats, base).validate()
+    console = Console(stderr=True)
+    with LiveDisplay(console, steps) as display:
+        results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
+                             display=display)
+    summarise(Path(output_dir), report)
+    failing = [r for r in results if r.status in FAILING]
+    return 1 if failing else 0
+
+
+def summarise(output_dir: Path, report: bool) -> None:
+    """The terminal table, and with --report the Markdown report, plots and exports."""
+    from parallax.compare import build_comparison
+    from parallax.report import terminal, write_report
+
+    record = build_comparison(output_dir)
+    terminal.render(record, Console())
+    if report:
+        written = write_report(record, output_dir / "report.md")
+        Console(stderr=True).print(f"report: {written['report']}", highlight=False)
+
+
+class LiveDisplay:
+    """The matrix's live progress: one bar over all cells with an ETA, one for the cell that runs."""
+
+    def __init__(self, console: Console, steps: int):
+        self.console, self.steps = console, steps
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                 console=console, transient=True)
+        self.matrix_task = self.cell_task = None
+        self.done_steps = 0
+        self.started = 0.0
+
+    def __enter__(self):
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.stop()
+
+    def matrix_started(self, matrix, results):
+        todo = [r for r in results if r.status == "pending"]
+        reused = len(results) - len(todo)
+        if reused:
+            self.console.print(f"resuming: {reused} of {len(results)} cells already have a result", highlight=False)
+        self.matrix_task = self.progress.add_task(f"matrix ({len(todo)} cells to run)",
+                                                  total=max(1, len(todo) * self.steps))
+
+    def cell_started(self, cell):
+        self.started = time.monotonic()
+        self.cell_task = self.progress.add_task(cell.label, total=self.steps)
+
+    def cell_progress(self, cell, record):
+        if "phase" in record:
+            self.progress.update(self.cell_task, description=f"{cell.label} · {record['phase']}")
+            return
+        step = min(int(record.get("step", 0)), self.steps)
+        loss, ms = record.get("loss"), record.get("step_ms")
+        text = cell.label + (f" · loss {loss:.3f}" if loss is not None else "") + (f" · {ms:.1f} ms" if ms else "")
+        self.progress.update(self.cell_task, completed=step, description=text)
+        self.progress.update(self.matrix_task, completed=self.done_steps + step)
+
+    def cell_finished(self, result):
+        self.done_steps += self.steps
+        self.progress.update(self.matrix_task, completed=self.done_steps)
+        self.progress.remove_task(self.cell_task)
+        colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
+        reason = f": {result.error.splitlines()[0]}" if result.error else ""
+        self.console.print(f"[{colour}]{result.status:>7}[/] {result.cell.label} "
+                           f"({result.elapsed_s:.1f} s){reason}", highlight=False)
+
+    def warning(self, text):
+        self.console.print(f"[yellow]warning:[/] {text}", highlight=False)
+
+    def matrix_finished(self, results):
+        counts = {}
+        for r in results:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        self.console.print("cells: " + ", ".join(f"{n} {s}" for s, n in counts.items()), highlight=False)

@@ -1,0 +1,575 @@
+"""The comparison record: every number of a benchmark report, computed once from the run files.
+
+``build_comparison(results_dir, baseline_dir)`` reads every ``run.json`` / ``steps.jsonl``
+under ``results_dir`` and returns one JSON-ready dict that every renderer (terminal, Markdown,
+plots, CSV/JSON) draws from, so the numbers in all of them agree by construction.
+
+A file that cannot be read (corrupt, truncated, wrong schema, an ok run without its steps) is
+named in ``problems`` and left out — never averaged in. Runs whose configurations differ
+(other than framework, precision, seed) are refused: they are not one benchmark.
+
+Per cell (framework × precision) over its ok runs (seeds and repeats):
+  step_ms          median, p10, p90 of the measured (post-warmup) steps of all runs pooled
+  tokens_per_s     batch·seq / median step time, with a hierarchical block-bootstrap CI
+  flops            TFLOP/s and MFU under each FLOPs accounting and denominator (run.json's)
+  memory           the highest peak allocated / reserved bytes of the runs
+  compile_s        the median compile time of the runs
+  final_loss       mean of the last SMOOTH_WINDOW losses (averaged over runs), with a CI
+  eval_loss, perplexity   the last evaluation of each run, averaged; perplexity = exp(loss)
+Across cells: speedups (each precision over bf16 within a framework, each framework over
+torch within a precision) and loss deltas (loss − loss_bf16) with CIs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from parallax import stats
+from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
+from parallax.errors import ParallaxError
+from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, flops_per_token
+from parallax.results import RUN_FILE, load_run, load_steps
+from parallax.runner import CELL_FIELDS, ENVIRONMENT_FILE, MATRIX_FILE, differences
+
+SCHEMA = "parallax.comparison/1"
+SMOOTH_WINDOW = 10
+BASELINE_FRAMEWORK = "torch"
+BASELINE_PRECISION = "bf16"
+DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
+
+STATS_METHOD = (
+    "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "
+    "Tokens/s is batch × sequence length ÷ the median step time. Its 95% interval is a "
+    "percentile bootstrap ({n_boot} replicates) that resamples the runs (seeds × repeats) with "
+    "replacement and, inside each run, blocks of ceil(n^(1/3)) consecutive steps (a moving-block "
+    "bootstrap), because successive GPU step times are autocorrelated and resampling single "
+    "steps would understate the uncertainty. The final loss is the mean of the last "
+    f"{SMOOTH_WINDOW} training losses, averaged over runs (its interval resamples runs, so it "
+    "needs two or more). ΔLoss = loss − loss_bf16 is taken step by step between runs of the "
+    "same seed (same initial weights, same batches, so batch noise and the downward trend "
+    "cancel) over that final window, and bootstrapped over seeds and blocks of steps. With one "
+    "run per cell, intervals cover step-to-step variation only, not run-to-run or "
+    "seed-to-seed variation: use --repeats and --seeds for that. Speedups whose interval "
+    "includes 1 and deltas whose interval includes 0 are reported as not distinguishable."
+)
+
+
+@dataclass
+class LoadedRun:
+    run_dir: Path
+    run: dict
+    steps: list[dict] | None = None
+
+    @property
+    def status(self) -> str:
+        return self.run["status"]
+
+    @property
+    def config(self) -> dict:
+        return self.run["config"]
+
+
+@dataclass
+class CellData:
+    """One framework × precision: its runs and the bootstrap replicates other cells need."""
+
+    framework: str
+    precision: str
+    runs: list[LoadedRun]
+    expected_runs: int = 0
+    root: Path = Path(".")  # the results directory; run folders are shown relative to it
+    record: dict = field(default_factory=dict)
+    tps_reps: np.ndarray | None = None
+    loss_windows: dict[int, list[np.ndarray]] | None = None  # seed -> final windows of its runs
+
+    @property
+    def ok(self) -> list[LoadedRun]:
+        return [r for r in self.runs if r.status == "ok"]
+
+
+# ----------------------------------------------------------------------------- loading
+
+def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[str]]:
+    """Every readable run under ``results_dir``, and one line per file that was left out."""
+    runs, problems = [], []
+    for path in sorted(Path(results_dir).rglob(RUN_FILE)):
+        try:
+            run = load_run(path)
+        except ParallaxError as exc:
+            problems.append(f"{exc}; left out")
+            continue
+        loaded = LoadedRun(path.parent, run)
+        if run["status"] == "ok":
+            try:
+                loaded.steps = load_steps(path.parent)
+            except (ParallaxError, FileNotFoundError) as exc:
+                problems.append(f"{exc if isinstance(exc, ParallaxError) else f'{exc.filename}: missing'}"
+                                "; the ok run is left out")
+                continue
+            if not _measured(loaded):
+                problems.append(f"{path.parent / 'steps.jsonl'}: no measured steps; the ok run is left out")
+                continue
+        runs.append(loaded)
+    return runs, problems
+
+
+def _read_json(path: Path, problems: list[str]) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        problems.append(f"{path}: corrupt or truncated JSON; left out")
+        return None
+
+
+def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
+    """The configuration common to every run; ParallaxError when runs disagree."""
+    configs = {}
+    for r in runs:
+        key = json.dumps({k: v for k, v in r.config.items() if k not in CELL_FIELDS}, sort_keys=True)
+        configs.setdefault(key, r.run_dir)
+    if len(configs) > 1:
+        (a, dir_a), (b, dir_b) = list(configs.items())[:2]
+        diff = [k for k in json.loads(a) if json.loads(a)[k] != json.loads(b).get(k)]
+        raise ParallaxError(
+            f"{results_dir} mixes runs of different configurations ({dir_a} and {dir_b} differ in "
+            f"{', '.join(diff)}); compare them from separate directories")
+    return json.loads(next(iter(configs))) if configs else {}
+
+
+# ----------------------------------------------------------------------------- one cell
+
+def _measured(run: LoadedRun) -> list[float]:
+    warmup = run.config.get("warmup", 0)
+    return [float(s["step_ms"]) for i, s in enumerate(run.steps or [])
+            if s.get("measured", i >= warmup) and s.get("step_ms") is not None]
+
+
+def _losses(run: LoadedRun) -> np.ndarray:
+    return np.array([np.nan if s.get("loss") is None else float(s["loss"]) for s in run.steps],
+                    dtype=np.float64)
+
+
+def _cell_seed(*parts: str) -> int:
+    return zlib.crc32("/".join(parts).encode())
+
+
+def _ordered_ok(cell: CellData) -> list[LoadedRun]:
+    """Ok runs ordered by seed then folder, so that two cells' runs pair up by seed."""
+    return sorted(cell.ok, key=lambda r: (r.config.get("seed", 0), str(r.run_dir)))
+
+
+def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
+    """Fill ``cell.record`` (and the replicates) from its runs."""
+    ok = _ordered_ok(cell)
+    cell.record = _cell_header(cell)
+    if not ok:
+        return
+    first = ok[0].run
+    tokens = first["config"]["batch_size"] * first["config"]["seq_len"]
+    series = [_measured(r) for r in ok]
+    pooled = [x for s in series for x in s]
+    summary = stats.percentile_summary(pooled)
+    reps = stats.bootstrap_replicates(series, stats.row_median, n_boot,
+                                      seed=_cell_seed(cell.framework, cell.precision, "step"))
+    cell.tps_reps = stats.tokens_per_s_from_ms(tokens, reps)
+    tps = float(stats.tokens_per_s_from_ms(tokens, summary["median"]))
+    tps_ci = stats.percentile_ci(cell.tps_reps, level)
+    cell.record.update({
+        "tokens_per_step": tokens,
+        "step_ms": {k: summary[k] for k in ("median", "p10", "p90", "mean", "count")},
+        "tokens_per_s": {"value": tps, "ci": list(tps_ci)},
+        "tokens_per_s_runs": [float(stats.tokens_per_s_from_ms(tokens, np.median(s))) for s in series],
+        "flops": _cell_flops(first, tps, tps_ci),
+        "memory": _cell_memory(ok),
+        "compile_s": _median_or_none([r.run.get("timing", {}).get("compile_s") for r in ok]),
+        "precision_info": first.get("precision"),
+        "framework_info": first.get("framework"),
+        "loss_curve": _loss_curve(ok),
+        "eval_curve": _eval_curve(ok),
+    })
+    cell.record.update(_cell_loss(cell, ok, n_boot, level))
+    cell.record.update(_cell_eval(ok))
+
+
+def _cell_header(cell: CellData) -> dict:
+    counts: dict[str, int] = {}
+    for r in cell.runs:
+        counts[r.status] = counts.get(r.status, 0) + 1
+    pending = max(0, cell.expected_runs - len(cell.runs))
+    if pending:
+        counts["pending"] = pending
+    return {
+        "framework": cell.framework, "precision": cell.precision,
+        "status": _status_text(counts), "counts": counts,
+        "runs": [{"dir": _relative(r.run_dir, cell.root), "seed": r.config.get("seed"), "status": r.status,
+                  "error": (r.run.get("error") or "").splitlines()[0] if r.run.get("error") else None}
+                 for r in cell.runs],
+        "n_ok": counts.get("ok", 0), "n_runs": len(cell.runs) + pending,
+        "tokens_per_s": None, "step_ms": None, "flops": None, "memory": None,
+        "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
+        "precision_info": None, "framework_info": None, "loss_curve": None, "eval_curve": None,
+    }
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _status_text(counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    if len(counts) == 1:
+        return next(iter(counts))
+    ok = counts.get("ok", 0)
+    rest = ", ".join(f"{n} {s}" for s, n in counts.items() if s != "ok")
+    return f"{ok}/{total} ok ({rest})"
+
+
+def _cell_flops(run: dict, tps: float, tps_ci: tuple[float, float]) -> dict:
+    """TFLOP/s and MFU of the cell's tokens/s, with the run's own FLOPs/token and peaks."""
+    table = _flops_table(run)
+    out = {}
+    for name, row in table.items():
+        per_token = row["flops_per_token"]
+        tflops = tps * per_token / 1e12
+        entry = {"flops_per_token": per_token, "tflops": tflops,
+                 "tflops_ci": [x * per_token / 1e12 for x in tps_ci]}
+        for den in DENOMINATORS:
+            peak = row["peaks"].get(den)
+            entry[f"mfu_{den}"] = tflops / peak if peak else None
+            entry[f"peak_{den}"] = peak
+        out[name] = entry
+    return out
+
+
+def _flops_table(run: dict) -> dict:
+    """Per accounting: FLOPs/token and the peaks (TFLOP/s) behind the run's MFU values.
+
+    run.json stores TFLOP/s and MFU; the peak is TFLOP/s ÷ MFU. Where the run has no flops
+    table, FLOPs/token comes from ``parallax.flops`` and every MFU is None."""
+    stored = run.get("flops") or {}
+    stored = stored.get("accountings", stored) if isinstance(stored, dict) else {}
+    cfg = RunConfig.from_dict(run["config"])
+    computed = flops_per_token(cfg.model_config, cfg.seq_len)
+    table = {}
+    for name in ACCOUNTINGS:
+        row = stored.get(name) if isinstance(stored.get(name), dict) else {}
+        peaks = {}
+        for den in DENOMINATORS:
+            mfu, tflops = row.get(f"mfu_{den}"), row.get("tflops")
+            peaks[den] = tflops / mfu if mfu and tflops else None
+        table[name] = {"flops_per_token": row.get("flops_per_token", computed[name]), "peaks": peaks}
+    return table
+
+
+def _cell_memory(ok: list[LoadedRun]) -> dict:
+    out = {}
+    for key in ("peak_allocated_bytes", "peak_reserved_bytes"):
+        values = [r.run.get("memory", {}).get(key) for r in ok]
+        values = [v for v in values if v is not None]
+        out[key] = max(values) if values else None
+    return out
+
+
+def _median_or_none(values):
+    values = [v for v in values if v is not None]
+    return float(np.median(values)) if values else None
+
+
+def _loss_curve(ok: list[LoadedRun]) -> dict:
+    """Mean loss over runs at each step (NaN where a run diverged)."""
+    by_step: dict[int, list[float]] = {}
+    for r in ok:
+        for s in r.steps:
+            by_step.setdefault(int(s["step"]), []).append(np.nan if s.get("loss") is None else s["loss"])
+    steps = sorted(by_step)
+    return {"step": steps, "loss": [_nan_to_none(float(np.mean(by_step[k]))) for k in steps]}
+
+
+def _eval_curve(ok: list[LoadedRun]) -> dict | None:
+    by_step: dict[int, list[float]] = {}
+    for r in ok:
+        for e in r.run.get("eval") or []:
+            if e.get("loss") is not None:
+                by_step.setdefault(int(e["step"]), []).append(float(e["loss"]))
+    if not by_step:
+        return None
+    steps = sorted(by_step)
+    return {"step": steps, "loss": [float(np.mean(by_step[k])) for k in steps]}
+
+
+def _cell_loss(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) -> dict:
+    """Final loss: the mean of each run's last SMOOTH_WINDOW losses, averaged over runs; its CI
+    resamples runs (so it needs two or more)."""
+    windows = [_losses(r)[-SMOOTH_WINDOW:] for r in ok]
+    if any(np.isnan(w).any() for w in windows):
+        return {"final_loss": {"value": None, "ci": None, "diverged": True, "window": SMOOTH_WINDOW}}
+    cell.loss_windows = {}
+    for r, w in zip(ok, windows):
+        cell.loss_windows.setdefault(r.config.get("seed", 0), []).append(w)
+    means = [float(w.mean()) for w in windows]
+    ci = None
+    if len(means) > 1:
+        reps = stats.bootstrap_replicates([[m] for m in means], stats.row_mean, n_boot,
+                                          seed=_cell_seed(cell.framework, cell.precision, "loss"))
+        ci = list(stats.percentile_ci(reps, level))
+    return {"final_loss": {"value": float(np.mean(means)), "ci": ci, "diverged": False,
+                           "window": SMOOTH_WINDOW, "runs": len(means)}}
+
+
+def _cell_eval(ok: list[LoadedRun]) -> dict:
+    last = [r.run["eval"][-1]["loss"] for r in ok if r.run.get("eval")]
+    last = [v for v in last if v is not None]
+    if not last:
+        return {}
+    loss = float(np.mean(last))
+    return {"eval_loss": loss, "perplexity": math.exp(loss) if loss < 700 else None}
+
+
+def _nan_to_none(x: float):
+    return None if not math.isfinite(x) else x
+
+
+# ----------------------------------------------------------------------------- across cells
+
+def _ratio(a: CellData, b: CellData, level: float) -> dict:
+    """Tokens/s of ``a`` over tokens/s of ``b`` (independent runs), with a CI."""
+    value = a.record["tokens_per_s"]["value"] / b.record["tokens_per_s"]["value"]
+    ci = stats.percentile_ci(a.tps_reps / b.tps_reps, level)
+    return {"ratio": value, "ci": list(ci), "distinguishable": stats.interval_excludes(ci, 1.0)}
+
+
+def speedups(cells: dict, level: float) -> list[dict]:
+    out = []
+    for (fw, p), cell in cells.items():
+        base = cells.get((fw, BASELINE_PRECISION))
+        if p != BASELINE_PRECISION and _has_speed(cell) and _has_speed(base):
+            out.append({"kind": "precision", "framework": fw, "a": p, "b": BASELINE_PRECISION,
+                        "label": f"{fw}: {p} over {BASELINE_PRECISION}", **_ratio(cell, base, level)})
+    for (fw, p), cell in cells.items():
+        base = cells.get((BASELINE_FRAMEWORK, p))
+        if fw != BASELINE_FRAMEWORK and _has_speed(cell) and _has_speed(base):
+            out.append({"kind": "framework", "precision": p, "a": fw, "b": BASELINE_FRAMEWORK,
+                        "label": f"{p}: {fw} over {BASELINE_FRAMEWORK}", **_ratio(cell, base, level)})
+    return out
+
+
+def _has_speed(cell: CellData | None) -> bool:
+    return cell is not None and cell.tps_reps is not None
+
+
+def loss_difference(a: CellData, b: CellData, n_boot: int, level: float) -> dict | None:
+    """Final loss of ``a`` minus ``b``, with a CI.
+
+    Runs of the same seed start from the same weights and see the same batches, so where the
+    two cells share seeds the difference is taken step by step over the final window (the
+    batch-to-batch noise and the downward trend cancel) and bootstrapped over seeds and blocks
+    of steps. Without a shared seed the two final losses are compared unpaired, with a CI only
+    when each cell has two or more runs."""
+    if a.loss_windows is None or b.loss_windows is None:
+        return None
+    common = sorted(set(a.loss_windows) & set(b.loss_windows))
+    if common:
+        diffs = [np.mean(a.loss_windows[s], axis=0) - np.mean(b.loss_windows[s], axis=0) for s in common]
+        value = float(np.mean([d.mean() for d in diffs]))
+        reps = stats.bootstrap_replicates(diffs, stats.row_mean, n_boot,
+                                          seed=_cell_seed(a.framework, a.precision, b.precision, "delta"))
+        ci = list(stats.percentile_ci(reps, level))
+    else:
+        value = a.record["final_loss"]["value"] - b.record["final_loss"]["value"]
+        ci = _unpaired_ci(a, b, n_boot, level)
+    return {"delta": value, "ci": ci, "paired_seeds": common,
+            "includes_zero": None if ci is None else not stats.interval_excludes(ci, 0.0)}
+
+
+def _unpaired_ci(a: CellData, b: CellData, n_boot: int, level: float) -> list[float] | None:
+    means_a = [[float(w.mean())] for ws in a.loss_windows.values() for w in ws]
+    means_b = [[float(w.mean())] for ws in b.loss_windows.values() for w in ws]
+    if len(means_a) < 2 or len(means_b) < 2:
+        return None
+    reps_a = stats.bootstrap_replicates(means_a, stats.row_mean, n_boot, seed=_cell_seed(a.framework, "u"))
+    reps_b = stats.bootstrap_replicates(means_b, stats.row_mean, n_boot, seed=_cell_seed(b.framework, "v"))
+    return list(stats.percentile_ci(reps_a - reps_b, level))
+
+
+def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
+    out = []
+    for (fw, p), cell in cells.items():
+        base = cells.get((fw, BASELINE_PRECISION))
+        if p == BASELINE_PRECISION or base is None:
+            continue
+        diff = loss_difference(cell, base, n_boot, level)
+        if diff is not None:
+            out.append({"framework": fw, "precision": p, "baseline": BASELINE_PRECISION, **diff})
+    return out
+
+
+def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
+    """The fastest stack at each precision and what each format costs in loss."""
+    fastest = []
+    precisions = sorted({p for _, p in cells}, key=_order(PRECISIONS))
+    for p in precisions:
+        ranked = sorted((c for (fw, q), c in cells.items() if q == p and _has_speed(c)),
+                        key=lambda c: -c.record["tokens_per_s"]["value"])
+        if not ranked:
+            continue
+        entry = {"precision": p, "framework": ranked[0].framework,
+                 "tokens_per_s": ranked[0].record["tokens_per_s"]["value"],
+                 "native": _native(ranked[0]), "runner_up": None}
+        if len(ranked) > 1:
+            entry["runner_up"] = ranked[1].framework
+            entry.update(_ratio(ranked[0], ranked[1], level))
+        fastest.append(entry)
+    emulated = [{"framework": fw, "precision": p} for (fw, p), c in cells.items()
+                if c.ok and _native(c) is False]
+    not_ok = [{"framework": fw, "precision": p, "status": c.record["status"]}
+              for (fw, p), c in cells.items() if c.record["status"] != "ok"]
+    return {"fastest": fastest, "loss_cost": deltas, "emulated": emulated, "not_ok": not_ok}
+
+
+def _native(cell: CellData):
+    info = cell.record.get("precision_info") or {}
+    return info.get("native")
+
+
+def _order(names):
+    return lambda name: (names.index(name) if name in names else len(names), name)
+
+
+# ----------------------------------------------------------------------------- the record
+
+@dataclass
+class Analysis:
+    results_dir: Path
+    cells: dict
+    config: dict
+    matrix: dict | None
+    environment: dict
+    problems: list[str]
+
+
+def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
+            level: float = stats.DEFAULT_LEVEL) -> Analysis:
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise ParallaxError(f"{results_dir}: no such results directory; pass the --output-dir of a benchmark")
+    runs, problems = load_results(results_dir)
+    matrix = _read_json(results_dir / MATRIX_FILE, problems)
+    if not runs and matrix is None:
+        raise ParallaxError(f"{results_dir} holds no readable run.json; run 'parallax benchmark' first"
+                            + (f" ({len(problems)} unreadable files)" if problems else ""))
+    config = shared_config(runs, results_dir)
+    cells = _group(runs, matrix, results_dir)
+    for cell in cells.values():
+        analyse_cell(cell, n_boot, level)
+    environment = _read_json(results_dir / ENVIRONMENT_FILE, problems)
+    if environment is None:
+        environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
+    return Analysis(results_dir, cells, config, matrix, environment, problems)
+
+
+def _group(runs: list[LoadedRun], matrix: dict | None, root: Path) -> dict:
+    """Cells in the order of the matrix (or of FRAMEWORKS × PRECISIONS), pending ones included."""
+    keys = {(r.config["framework"], r.config["precision"]) for r in runs}
+    expected = 0
+    if matrix:
+        keys |= {(fw, p) for fw in matrix["frameworks"] for p in matrix["precisions"]}
+        expected = len(matrix["seeds"]) * matrix["repeats"]
+    fws = list(matrix["frameworks"]) if matrix else list(FRAMEWORKS)
+    ps = list(matrix["precisions"]) if matrix else list(PRECISIONS)
+    ordered = sorted(keys, key=lambda k: (_order(fws)(k[0]), _order(ps)(k[1])))
+    cells = {k: CellData(k[0], k[1], [], expected, root) for k in ordered}
+    for r in runs:
+        cells[(r.config["framework"], r.config["precision"])].runs.append(r)
+    return cells
+
+
+def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
+                     n_boot: int = stats.DEFAULT_BOOTSTRAPS, level: float = stats.DEFAULT_LEVEL) -> dict:
+    """The comparison record of ``results_dir`` (and its ratios to ``baseline_dir``)."""
+    current = analyse(results_dir, n_boot, level)
+    speedup_list = speedups(current.cells, level)
+    deltas = loss_deltas(current.cells, n_boot, level)
+    record = {
+        "schema": SCHEMA,
+        "results_dir": str(current.results_dir),
+        "environment": current.environment,
+        "config": current.config,
+        "matrix": current.matrix,
+        "cells": [c.record for c in current.cells.values()],
+        "speedups": speedup_list,
+        "loss_deltas": deltas,
+        "conclusions": conclusions(current.cells, deltas, level),
+        "problems": list(current.problems),
+        "statistics": {"method": STATS_METHOD.format(n_boot=n_boot), "bootstraps": n_boot,
+                       "level": level, "smooth_window": SMOOTH_WINDOW,
+                       "primary_accounting": PRIMARY_ACCOUNTING},
+        "baseline": None,
+    }
+    if baseline_dir is not None:
+        base = analyse(baseline_dir, n_boot, level)
+        record["baseline"] = baseline_comparison(current, base, n_boot, level)
+        record["problems"] += [f"baseline: {p}" for p in base.problems]
+    return record
+
+
+def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: float) -> dict:
+    """Each cell against the same cell of another results directory (another GPU, version)."""
+    rows = []
+    for key, cell in current.cells.items():
+        other = base.cells.get(key)
+        if not (_has_speed(cell) and _has_speed(other)):
+            continue
+        row = {"framework": key[0], "precision": key[1], "tokens_per_s": _ratio(cell, other, level),
+               "step_ms_ratio": cell.record["step_ms"]["median"] / other.record["step_ms"]["median"],
+               "memory_ratio": _safe_ratio(cell.record["memory"]["peak_reserved_bytes"],
+                                           other.record["memory"]["peak_reserved_bytes"])}
+        row["loss_difference"] = loss_difference(cell, other, n_boot, level)
+        rows.append(row)
+    return {"results_dir": str(base.results_dir), "rows": rows,
+            "config_differences": differences(base.config, current.config),
+            "environment_differences": environment_differences(base.environment, current.environment)}
+
+
+def _safe_ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def environment_summary(env: dict) -> dict:
+    """The few facts of an environment a reader needs (GPU, driver, library versions)."""
+    gpus = env.get("gpus") or []
+    packages = {k: v for k, v in (env.get("packages") or {}).items() if v}
+    driver = env.get("cuda_driver") or {}
+    nvml = env.get("nvml") or {}
+    return {
+        "gpu": ", ".join(f"{g.get('name')} (cc {g.get('compute_capability')})" for g in gpus) or "none found",
+        "gpu_memory_gib": [round(g["memory_total_bytes"] / 2**30, 1) for g in gpus if g.get("memory_total_bytes")],
+        "driver": nvml.get("driver_version") or driver.get("version_str"),
+        "python": env.get("python"),
+        "platform": env.get("platform"),
+        "parallax": env.get("parallax") or env.get("parallax_version"),
+        "packages": packages,
+        "captured_at": env.get("captured_at") or env.get("collected_at"),
+    }
+
+
+def environment_differences(a: dict, b: dict) -> list[str]:
+    sa, sb = environment_summary(a), environment_summary(b)
+    out = []
+    for key in ("gpu", "driver", "python", "parallax"):
+        if sa[key] != sb[key]:
+            out.append(f"{key}: {sa[key]} → {sb[key]}")
+    for name in sorted(set(sa["packages"]) | set(sb["packages"])):
+        if sa["packages"].get(name) != sb["packages"].get(name):
+            out.append(f"{name}: {sa['packages'].get(name)} → {sb['packages'].get(name)}")
+    return out

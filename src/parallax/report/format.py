@@ -1,0 +1,80 @@
+"""Number formatting shared by every renderer, so a value reads the same everywhere."""
+
+from __future__ import annotations
+
+NA = "n/a"
+
+
+def num(x, unit: str = "") -> str:
+    """A measurement with about four significant digits, thousands separated."""
+    if x is None:
+        return NA
+    a = abs(x)
+    if a >= 1000:
+        text = f"{x:,.0f}"
+    elif a >= 100:
+        text = f"{x:.1f}"
+    elif a >= 10:
+        text = f"{x:.2f}"
+    elif a >= 0.01 or a == 0:
+        text = f"{x:.3f}"
+    else:
+        text = f"{x:.2e}"
+    return text + unit
+
+
+def ci(interval, fmt=num) -> str:
+    if not interval:
+        return NA
+    return f"{fmt(interval[0])}–{fmt(interval[1])}"
+
+
+def value_ci(value, interval, fmt=num) -> str:
+    if value is None:
+        return NA
+    return f"{fmt(value)} ({ci(interval, fmt)})" if interval else fmt(value)
+
+
+def ratio(x) -> str:
+    return NA if x is None else f"{x:.3f}×"
+
+
+def delta(x) -> str:
+    return NA if x is None else f"{x:+.4f}"
+
+
+def loss(x) -> str:
+    return NA if x is None else f"{x:.4f}"
+
+
+def gib(n) -> str:
+    return NA if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def pct(x) -> str:
+    return NA if x is None else f"{100 * x:.1f}%"
+
+
+def seconds(x) -> str:
+    return NA if x is None else f"{x:.1f} s"
+
+
+def precision_label(cell: dict) -> str:
+    """The precision as run: 'fp8 (emulated)' when the format was not native."""
+    info = cell.get("precision_info") or {}
+    return f"{cell['precision']} (emulated)" if info.get("native") is False else cell["precision"]
+
+
+def verdict(entry: dict) -> str:
+    """How a speedup reads: faster, slower, or not distinguishable (CI includes 1)."""
+    if not entry.get("distinguishable"):
+        return "no clear difference (CI includes 1)"
+    return "faster" if entry["ratio"] > 1 else "slower"
+
+
+def delta_verdict(entry: dict) -> str:
+    if entry.get("ci") is None:
+        return "no interval (one run per cell and no shared seed)"
+    if entry.get("includes_zero"):
+        return "not distinguishable from zero (CI includes 0)"
+    return "higher loss" if entry["delta"] > 0 else "lower loss"

@@ -1,0 +1,217 @@
+"""GitHub-flavoured Markdown report of a comparison record (``parallax.compare``)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from parallax import __version__
+from parallax.compare import environment_summary
+from parallax.report import format as f
+
+PRIMARY = "spec"
+
+
+def render(record: dict, plots: dict[str, str] | None = None) -> str:
+    """The whole report; ``plots`` maps plot names to paths relative to the report."""
+    parts = [
+        _title(record),
+        _environment(record),
+        _configuration(record),
+        _conclusions(record),
+        _throughput(record),
+        _speedups(record),
+        _loss(record),
+        _flops(record),
+        _not_ok(record),
+        _baseline(record),
+        _problems(record),
+        _plots(plots or {}),
+        _method(record),
+    ]
+    return "\n\n".join(p for p in parts if p) + "\n"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    def line(cells):
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header))] + [line(r) for r in rows])
+
+
+def _title(record: dict) -> str:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"# Parallax benchmark report\n\nResults: `{record['results_dir']}` · "
+            f"generated {now} by Parallax {__version__}")
+
+
+def _environment(record: dict) -> str:
+    env = environment_summary(record.get("environment") or {})
+    memory = ", ".join(f"{m} GiB" for m in env["gpu_memory_gib"])
+    packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items()) or f.NA
+    rows = [["GPU", env["gpu"] + (f" · {memory}" if memory else "")],
+            ["Driver", env["driver"] or f.NA], ["Python", env["python"] or f.NA],
+            ["Platform", env["platform"] or f.NA], ["Parallax", env["parallax"] or f.NA],
+            ["Packages", packages], ["Captured", env["captured_at"] or f.NA]]
+    return "## Environment\n\n" + table(["", ""], rows)
+
+
+def _configuration(record: dict) -> str:
+    cfg, matrix = record.get("config") or {}, record.get("matrix") or {}
+    if not cfg:
+        return ""
+    data = cfg.get("data") or ("synthetic batches" if cfg.get("synthetic") else "HuggingFace TinyStories")
+    tokens = cfg["batch_size"] * cfg["seq_len"]
+    lines = [
+        f"- Model: `{cfg['model']}`; batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
+        f"{tokens:,} tokens per step",
+        f"- Steps: {cfg['steps']}, of which the first {cfg['warmup']} are warm-up and not measured",
+        f"- Data: {data}; compiled: {'yes' if cfg.get('compile') else 'no'}; device: {cfg.get('device')}",
+    ]
+    if matrix:
+        lines.append(f"- Matrix: frameworks {', '.join(matrix['frameworks'])}; precisions "
+                     f"{', '.join(matrix['precisions'])}; seeds {', '.join(map(str, matrix['seeds']))}; "
+                     f"{matrix['repeats']} repeat(s) per seed")
+    return "## Configuration\n\n" + "\n".join(lines)
+
+
+def _conclusions(record: dict) -> str:
+    c = record["conclusions"]
+    lines = []
+    for e in c["fastest"]:
+        label = e["precision"] + (" (emulated)" if e["native"] is False else "")
+        if e["runner_up"] is None:
+            lines.append(f"- **Fastest at {label}:** {e['framework']}, {f.num(e['tokens_per_s'])} tokens/s "
+                         "(the only stack with a result)")
+        elif e["distinguishable"]:
+            lines.append(f"- **Fastest at {label}:** {e['framework']}, {f.num(e['tokens_per_s'])} tokens/s, "
+                         f"{f.ratio(e['ratio'])} {e['runner_up']} (95% CI {f.ci(e['ci'], f.ratio)})")
+        else:
+            lines.append(f"- **At {label}:** {e['framework']} and {e['runner_up']} are not distinguishable: "
+                         f"{f.ratio(e['ratio'])} (95% CI {f.ci(e['ci'], f.ratio)} includes 1)")
+    for d in c["loss_cost"]:
+        lines.append(f"- **Cost of {d['precision']} in loss ({d['framework']}):** ΔLoss = "
+                     f"{f.delta(d['delta'])} vs {d['baseline']} (95% CI {f.ci(d['ci'], f.delta)}); "
+                     f"{f.delta_verdict(d)}")
+    for e in c["emulated"]:
+        lines.append(f"- {e['precision']} on {e['framework']} ran **emulated** (not the native format): "
+                     "its loss shows the format's numerics, its speed is not the format's speed")
+    for e in c["not_ok"]:
+        lines.append(f"- {e['framework']} {e['precision']}: **{e['status']}** (see below)")
+    if not lines:
+        lines.append("- No cell finished with a result.")
+    return "## Conclusions\n\n" + "\n".join(lines)
+
+
+def _throughput(record: dict) -> str:
+    rows = []
+    for c in record["cells"]:
+        fl = (c["flops"] or {}).get(PRIMARY, {})
+        mem = c["memory"] or {}
+        step = c["step_ms"]
+        rows.append([
+            c["framework"], f.precision_label(c), c["status"],
+            f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
+            f.value_ci((c["tokens_per_s"] or {}).get("value"), (c["tokens_per_s"] or {}).get("ci")),
+            f.num(fl.get("tflops")), f.pct(fl.get("mfu_precision_peak")),
+            f"{f.gib(mem.get('peak_allocated_bytes'))} / {f.gib(mem.get('peak_reserved_bytes'))}" if mem else f.NA,
+            f.seconds(c["compile_s"]),
+        ])
+    header = ["Framework", "Precision", "Runs", "Step ms median (p10–p90)", "Tokens/s (95% CI)",
+              "TFLOP/s", "MFU", "Peak memory allocated / reserved", "Compile"]
+    note = (f"TFLOP/s and MFU use the `{PRIMARY}` FLOPs accounting (6·P + 12·L·S·d); MFU is against "
+            "the dense peak of the cell's precision on this GPU (n/a where no honest peak is known). "
+            "Other accountings and denominators are in the FLOPs table.")
+    return "## Throughput\n\n" + table(header, rows) + "\n\n" + note
+
+
+def _speedups(record: dict) -> str:
+    if not record["speedups"]:
+        return ""
+    rows = [[s["label"], f.value_ci(s["ratio"], s["ci"], f.ratio), f.verdict(s)] for s in record["speedups"]]
+    return ("## Speedups\n\nTokens/s of the first stack divided by tokens/s of the second.\n\n"
+            + table(["Comparison", "Speedup (95% CI)", "Reading"], rows))
+
+
+def _loss(record: dict) -> str:
+    deltas = {(d["framework"], d["precision"]): d for d in record["loss_deltas"]}
+    rows = []
+    for c in record["cells"]:
+        final = c["final_loss"] or {}
+        d = deltas.get((c["framework"], c["precision"]))
+        final_text = "diverged (NaN)" if final.get("diverged") else f.value_ci(final.get("value"), final.get("ci"), f.loss)
+        rows.append([c["framework"], f.precision_label(c), final_text,
+                     f"{f.value_ci(d['delta'], d['ci'], f.delta)}{' (includes 0)' if d['includes_zero'] else ''}"
+                     if d else "–",
+                     f.loss(c["eval_loss"]), f.num(c["perplexity"])])
+    header = ["Framework", "Precision", "Final loss, mean of last steps (95% CI)",
+              "ΔLoss vs bf16 (95% CI)", "Validation loss", "Perplexity"]
+    return "## Loss\n\n" + table(header, rows)
+
+
+def _flops(record: dict) -> str:
+    rows = []
+    for c in record["cells"]:
+        for name, e in (c["flops"] or {}).items():
+            rows.append([c["framework"], f.precision_label(c), name, f"{e['flops_per_token']:,}",
+                         f.num(e["tflops"]), f.pct(e["mfu_precision_peak"]), f.pct(e["mfu_bf16_peak"]),
+                         f.pct(e["mfu_measured_ceiling"])])
+    if not rows:
+        return ""
+    header = ["Framework", "Precision", "Accounting", "FLOPs/token", "TFLOP/s", "MFU vs precision peak",
+              "MFU vs bf16 peak", "MFU vs measured ceiling"]
+    note = ("`spec`: 6·P + 12·L·S·d (counts the input-embedding lookup as matmul work, ~7% high); "
+            "`conventional`: the same without the input embedding; `maxtext`: MaxText's own accounting.")
+    return "## FLOPs accountings\n\n" + table(header, rows) + "\n\n" + note
+
+
+def _not_ok(record: dict) -> str:
+    rows = [[run["dir"], c["framework"], c["precision"], run["seed"], run["status"], run["error"] or ""]
+            for c in record["cells"] for run in c["runs"] if run["status"] != "ok"]
+    pending = [c for c in record["cells"] if c["counts"].get("pending")]
+    rows += [["–", c["framework"], c["precision"], "–", "pending",
+              f"{c['counts']['pending']} run(s) not run yet (resume the benchmark)"] for c in pending]
+    if not rows:
+        return ""
+    return ("## Runs without a result\n\n"
+            + table(["Run", "Framework", "Precision", "Seed", "Status", "Reason"], rows))
+
+
+def _baseline(record: dict) -> str:
+    base = record.get("baseline")
+    if not base:
+        return ""
+    rows = []
+    for r in base["rows"]:
+        loss = r["loss_difference"]
+        rows.append([r["framework"], r["precision"],
+                     f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
+                     f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
+                     f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA])
+    text = (f"## Against the baseline\n\nBaseline: `{base['results_dir']}`. Ratios are this run ÷ baseline.\n\n"
+            + table(["Framework", "Precision", "Tokens/s ratio (95% CI)", "Step time ratio",
+                     "Reserved memory ratio", "Final loss − baseline (95% CI)"], rows))
+    for title, items in (("Configuration differences", base["config_differences"]),
+                         ("Environment differences", base["environment_differences"])):
+        if items:
+            text += f"\n\n{title} (baseline → this run):\n\n" + "\n".join(f"- {i}" for i in items)
+    return text
+
+
+def _problems(record: dict) -> str:
+    if not record["problems"]:
+        return ""
+    return ("## Files left out\n\nThese files could not be read and are not part of any number above:\n\n"
+            + "\n".join(f"- `{p}`" for p in record["problems"]))
+
+
+PLOT_TITLES = {"loss": "Loss curves", "throughput": "Throughput (95% CI)", "memory": "Peak memory", "mfu": "MFU"}
+
+
+def _plots(plots: dict[str, str]) -> str:
+    if not plots:
+        return ""
+    return "## Plots\n\n" + "\n\n".join(f"![{PLOT_TITLES.get(k, k)}]({v})" for k, v in plots.items())
+
+
+def _method(record: dict) -> str:
+    return "## Method\n\n" + record["statistics"]["method"]

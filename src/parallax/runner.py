@@ -1,0 +1,487 @@
+"""The benchmark matrix: every cell in its own process, results on disk, resumable.
+
+Layout of an output directory::
+
+    matrix.json           the matrix configuration; a resumed run must match it
+    environment.json      the machine and library versions, collected once
+    index.json            every cell with its status (derived from the run folders)
+    runs/<cell id>/       run.json, steps.jsonl and run.log of one cell
+
+A cell is one ``parallax train`` process (``sys.executable -m parallax train ...``), so the GPU
+memory of one framework is released before the next starts and a crash, an out-of-memory
+error or a hang ends only that cell. JAX is told not to preallocate GPU memory. The outcome
+of each cell is a ``run.json`` (see ``parallax.results``): written by the training process when
+it gets that far, otherwise by the runner (skipped, oom, failed with the tail of the log,
+timeout). A cell counts as done once its ``run.json`` is valid, so after the runner is killed
+(even with SIGKILL) ``resume=True`` runs only the cells without one.
+
+Cells run in the order repeat → seed → framework → precision: the repeats of a cell are spread
+over the whole session instead of back to back, so slow drifts (clocks, temperature) do not
+fall on one cell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Protocol
+
+from parallax import __version__, progress_file
+from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
+from parallax.errors import ParallaxError
+from parallax.results import RUN_FILE, atomic_write_text, load_run, write_run
+
+MATRIX_SCHEMA = "parallax.matrix/1"
+INDEX_SCHEMA = "parallax.index/1"
+MATRIX_FILE = "matrix.json"
+INDEX_FILE = "index.json"
+ENVIRONMENT_FILE = "environment.json"
+RUNS_DIR = "runs"
+LOG_FILE = "run.log"
+PROGRESS_FILE = "progress.jsonl"
+LOCK_FILE = ".parallax.lock"
+LOG_TAIL_LINES = 40
+EXIT_BAD_INPUT, EXIT_OOM = 2, 3
+# RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
+CELL_FIELDS = ("framework", "precision", "seed", "output_dir")
+
+
+@dataclass(frozen=True)
+class Cell:
+    framework: str
+    precision: str
+    seed: int
+    repeat: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.framework}-{self.precision}-seed{self.seed}-rep{self.repeat}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.framework} {self.precision} seed {self.seed} rep {self.repeat}"
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """What a benchmark runs: frameworks × precisions × seeds × repeats of one RunConfig."""
+
+    frameworks: tuple[str, ...]
+    precisions: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
+    repeats: int = 1
+    base: RunConfig = field(default_factory=RunConfig)
+
+    def validate(self) -> "Matrix":
+        for name, values, known in (("--frameworks", self.frameworks, FRAMEWORKS),
+                                    ("--precisions", self.precisions, PRECISIONS)):
+            if not values:
+                raise ParallaxError(f"{name} is empty; choose from: {', '.join(known)}")
+            _no_duplicates(name, values)
+        if not self.seeds:
+            raise ParallaxError("--seeds is empty; give at least one seed, e.g. --seeds 0")
+        _no_duplicates("--seeds", self.seeds)
+        if any(s < 0 for s in self.seeds):
+            raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
+        if self.repeats < 1:
+            raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
+        for fw in self.frameworks:
+            for p in self.precisions:
+                self.base.replace(framework=fw, precision=p).validate()
+        return self
+
+    def cells(self) -> list[Cell]:
+        return [Cell(fw, p, seed, rep)
+                for rep in range(self.repeats) for seed in self.seeds
+                for fw in self.frameworks for p in self.precisions]
+
+    def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
+        return self.base.replace(framework=cell.framework, precision=cell.precision,
+                                 seed=cell.seed, output_dir=str(run_dir))
+
+    def to_dict(self) -> dict:
+        run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
+        return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
+                "precisions": list(self.precisions), "seeds": list(self.seeds),
+                "repeats": self.repeats, "run": run}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Matrix":
+        return cls(tuple(data["frameworks"]), tuple(data["precisions"]), tuple(data["seeds"]),
+                   int(data["repeats"]), RunConfig.from_dict(data["run"]))
+
+
+def _no_duplicates(name: str, values) -> None:
+    seen = [v for i, v in enumerate(values) if v in values[:i]]
+    if seen:
+        raise ParallaxError(f"{name} lists {seen[0]!r} twice; list each once")
+
+
+@dataclass
+class CellResult:
+    cell: Cell
+    status: str  # ok | failed | oom | timeout | skipped | pending
+    run_dir: Path
+    error: str | None = None
+    elapsed_s: float | None = None
+    reused: bool = False  # finished by an earlier session (resume)
+
+    def index_entry(self, output_dir: Path) -> dict:
+        return {"id": self.cell.id, "framework": self.cell.framework,
+                "precision": self.cell.precision, "seed": self.cell.seed,
+                "repeat": self.cell.repeat, "status": self.status,
+                "dir": str(self.run_dir.relative_to(output_dir)),
+                "error": self.error.splitlines()[0] if self.error else None,
+                "elapsed_s": self.elapsed_s}
+
+
+class Display(Protocol):
+    """Receives the matrix's progress; the CLI draws it, tests may record it."""
+
+    def matrix_started(self, matrix: Matrix, results: list[CellResult]) -> None: ...
+    def cell_started(self, cell: Cell) -> None: ...
+    def cell_progress(self, cell: Cell, record: dict) -> None: ...
+    def cell_finished(self, result: CellResult) -> None: ...
+    def warning(self, text: str) -> None: ...
+    def matrix_finished(self, results: list[CellResult]) -> None: ...
+
+
+class NullDisplay:
+    def matrix_started(self, matrix, results): pass
+    def cell_started(self, cell): pass
+    def cell_progress(self, cell, record): pass
+    def cell_finished(self, result): pass
+    def warning(self, text): pass
+    def matrix_finished(self, results): pass
+
+
+CommandFor = Callable[[RunConfig, Path], list[str]]
+
+
+def train_command(run: RunConfig, run_dir: Path) -> list[str]:
+    """The ``parallax train`` command line of one cell."""
+    cmd = [sys.executable, "-m", "parallax", "train",
+           "--framework", run.framework, "--precision", run.precision, "--model", run.model,
+           "--batch-size", str(run.batch_size), "--seq-len", str(run.seq_len),
+           "--steps", str(run.steps), "--warmup", str(run.warmup), "--seed", str(run.seed),
+           "--eval-every", str(run.eval_every), "--eval-batches", str(run.eval_batches),
+           "--device", run.device, "--output-dir", str(run_dir)]
+    if run.data:
+        cmd += ["--data", run.data]
+    else:
+        cmd += ["--synthetic"] if run.synthetic else ["--hf"]
+    if not run.compile:
+        cmd.append("--no-compile")
+    if run.peak_tflops is not None:
+        cmd += ["--peak-tflops", repr(run.peak_tflops)]
+    return cmd
+
+
+def child_env(progress_path: Path | None = None) -> dict:
+    env = dict(os.environ)
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX must not claim 75% of the GPU up front
+    env["PYTHONUNBUFFERED"] = "1"  # the log is complete up to a crash
+    if progress_path is not None:
+        env[progress_file.ENV_VAR] = str(progress_path)
+    return env
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+# ----------------------------------------------------------------------------- output directory
+
+@contextlib.contextmanager
+def locked(output_dir: Path):
+    """Hold an exclusive lock on ``output_dir`` (released by the OS even after SIGKILL)."""
+    import fcntl
+
+    fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ParallaxError(
+                f"{output_dir} is in use by another 'parallax benchmark'; wait for it to end "
+                "or choose another --output-dir") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
+    """Write matrix.json, or make sure the one there is this matrix and --resume was given."""
+    path = output_dir / MATRIX_FILE
+    wanted = json.loads(json.dumps(matrix.to_dict()))
+    if not path.exists():
+        atomic_write_text(path, json.dumps(wanted, indent=2) + "\n")
+        return
+    try:
+        stored = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise ParallaxError(f"{path} is corrupt; choose another --output-dir") from None
+    if stored != wanted:
+        diff = differences(stored, wanted)
+        raise ParallaxError(
+            f"{output_dir} holds results of a different benchmark configuration (differs in: "
+            f"{', '.join(diff)}); choose another --output-dir, or repeat the original flags with --resume")
+    if not resume:
+        raise ParallaxError(
+            f"{output_dir} already holds results of this benchmark; add --resume to run only "
+            "the missing cells, or choose another --output-dir")
+
+
+def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """'key old → new' for every (nested) key whose value differs between ``a`` and ``b``."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += differences(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key} {va!r} → {vb!r}")
+    return out
+
+
+ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"
+               "json.dump(environment(), sys.stdout, default=str)\n")
+
+
+def collect_environment(timeout_s: float = 300) -> dict:
+    """The environment, gathered in a child process so this one never touches the GPU."""
+    env = {"collected_at": now_iso(), "parallax_version": __version__,
+           "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        proc = subprocess.run([sys.executable, "-c", ENV_SNIPPET], capture_output=True, text=True,
+                              timeout=timeout_s, env=child_env(), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**env, "error": f"parallax.envinfo did not answer within {timeout_s:.0f} s"}
+    if proc.returncode == 0:
+        try:
+            return {**env, **json.loads(proc.stdout)}
+        except json.JSONDecodeError:
+            pass
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {**env, "error": f"parallax.envinfo failed: {last}"}
+
+
+def write_environment(output_dir: Path, environment: Callable[[], dict]) -> None:
+    path = output_dir / ENVIRONMENT_FILE
+    if not path.exists():
+        atomic_write_text(path, json.dumps(environment(), indent=2, default=str) + "\n")
+
+
+def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> None:
+    index = {"schema": INDEX_SCHEMA, "updated_at": now_iso(), "matrix": MATRIX_FILE,
+             "environment": ENVIRONMENT_FILE,
+             "counts": {s: sum(r.status == s for r in results)
+                        for s in ("ok", "failed", "oom", "timeout", "skipped", "pending")},
+             "cells": [r.index_entry(output_dir) for r in results]}
+    atomic_write_text(output_dir / INDEX_FILE, json.dumps(index, indent=2) + "\n")
+
+
+def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]:
+    """What is already on disk: cells with a valid run.json are done, the rest pending."""
+    results = []
+    for cell in matrix.cells():
+        run_dir = output_dir / RUNS_DIR / cell.id
+        result = CellResult(cell, "pending", run_dir)
+        if (run_dir / RUN_FILE).exists():
+            try:
+                run = load_run(run_dir)
+                result = CellResult(cell, run["status"], run_dir, run.get("error"),
+                                    run.get("elapsed_s"), reused=True)
+            except ParallaxError as exc:
+                display.warning(f"{exc} (the cell will run again)")
+        results.append(result)
+    return results
+
+
+# ----------------------------------------------------------------------------- one cell
+
+def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
+             timeout_s: float | None, display: Display, poll_s: float = 0.25) -> CellResult:
+    """Run one cell's process to its end (or its timeout) and record the outcome."""
+    shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
+    run_dir.mkdir(parents=True)
+    progress_path = run_dir / PROGRESS_FILE
+    started, t0 = now_iso(), time.monotonic()
+    with open(run_dir / LOG_FILE, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=child_env(progress_path),
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    elapsed = time.monotonic() - t0
+    progress_path.unlink(missing_ok=True)
+    info = {"started_at": started, "finished_at": now_iso(), "elapsed_s": round(elapsed, 3),
+            "exit_code": proc.returncode}
+    if timed_out:
+        where = f" at step {last_step}/{run.steps}" if last_step is not None else ""
+        status, error = "timeout", f"exceeded --timeout-per-run of {timeout_s:g} s{where}"
+        _write_outcome(run_dir, run, status, error, info, with_tail=True)
+    else:
+        status, error = _outcome(proc.returncode, run, run_dir, info)
+    return CellResult(cell, status, run_dir, error, round(elapsed, 3))
+
+
+def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s):
+    offset, last_step = 0, None
+    while True:
+        done = proc.poll() is not None
+        records, offset = progress_file.read_new(progress_path, offset)
+        for record in records:
+            last_step = record.get("step", last_step)
+            display.cell_progress(cell, record)
+        if done:
+            return False, last_step
+        if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+            _kill_group(proc)
+            return True, last_step
+        time.sleep(poll_s)
+
+
+def _outcome(code: int, run: RunConfig, run_dir: Path, info: dict) -> tuple[str, str | None]:
+    """Map the exit code of ``parallax train`` to a status, writing run.json where it is missing."""
+    written = _try_load(run_dir)
+    if code == 0:
+        if written is not None and written["status"] == "ok":
+            return "ok", None
+        reason = "exited 0 without writing an ok run.json"
+        return _write_outcome(run_dir, run, "failed", reason, info, with_tail=True)
+    if code == EXIT_BAD_INPUT:
+        return _write_outcome(run_dir, run, "skipped", _error_line(run_dir), info, with_tail=False)
+    if code == EXIT_OOM:
+        if written is not None and written["status"] == "oom":
+            return "oom", written.get("error")
+        return _write_outcome(run_dir, run, "oom", "out of memory (exit code 3)", info, with_tail=True)
+    if written is not None and written["status"] == "failed":
+        return "failed", written.get("error")
+    return _write_outcome(run_dir, run, "failed", _crash_reason(code, run_dir), info, with_tail=True)
+
+
+def _write_outcome(run_dir, run, status, reason, info, with_tail) -> tuple[str, str]:
+    tail = log_tail(run_dir / LOG_FILE) if with_tail else ""
+    error = reason + (f"\n--- last lines of {LOG_FILE} ---\n{tail}" if tail else "")
+    write_run(run_dir, {"status": status, "error": error, "config": run.to_dict(), **info})
+    return status, error
+
+
+def _try_load(run_dir: Path) -> dict | None:
+    try:
+        return load_run(run_dir)
+    except ParallaxError:
+        return None
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+    # Progress bars redraw with carriage returns; keep only what was last on each line.
+    rows = [row.rsplit("\r", 1)[-1] for row in text.splitlines()]
+    return "\n".join(row for row in rows[-lines:]).strip()
+
+
+def _error_line(run_dir: Path) -> str:
+    """The reason ``parallax train`` gave on its ``parallax: error:`` line."""
+    rows = log_tail(run_dir / LOG_FILE, lines=200).splitlines()
+    for row in reversed(rows):
+        if row.startswith("parallax: error:"):
+            return row.removeprefix("parallax: error:").strip()
+    last = next((r for r in reversed(rows) if r.strip()), "no reason given")
+    return f"refused with exit code 2: {last.strip()}"
+
+
+def _crash_reason(code: int, run_dir: Path) -> str:
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        hint = " (the host may have run out of memory)" if -code == signal.SIGKILL else ""
+        return f"killed by {name}{hint}"
+    rows = [r for r in log_tail(run_dir / LOG_FILE).splitlines() if r.strip()]
+    return f"exit code {code}: {rows[-1].strip()}" if rows else f"exit code {code}"
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to kill it when the runner dies, even by SIGKILL, so that a
+    resumed benchmark never races an orphaned cell."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the runner died before prctl took effect
+        os._exit(1)
+
+
+def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End the cell's process group: SIGTERM, then SIGKILL after ``grace_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=grace_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
+               timeout_s: float | None = None, display: Display | None = None,
+               command_for: CommandFor | None = None,
+               environment: Callable[[], dict] = collect_environment,
+               poll_s: float = 0.25) -> list[CellResult]:
+    """Run every cell of ``matrix`` that has no result in ``output_dir`` yet; return all cells.
+
+    ``command_for(run_config, run_dir)`` gives a cell's command line (default ``train_command``;
+    tests substitute a fake trainer); ``environment()`` gives environment.json's content.
+    """
+    matrix.validate()
+    if timeout_s is not None and timeout_s <= 0:
+        raise ParallaxError(f"--timeout-per-run must be positive, got {timeout_s:g}")
+    display = display or NullDisplay()
+    command_for = command_for or train_command
+    output_dir = Path(output_dir).resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with locked(output_dir):
+        check_matrix_file(output_dir, matrix, resume)
+        write_environment(output_dir, environment)
+        results = scan(output_dir, matrix, display)
+        write_index(output_dir, matrix, results)
+        display.matrix_started(matrix, results)
+        try:
+            for i, result in enumerate(results):
+                if result.status != "pending":
+                    continue
+                cell = result.cell
+                run = matrix.run_config(cell, result.run_dir)
+                display.cell_started(cell)
+                results[i] = run_cell(cell, run, result.run_dir, command_for(run, result.run_dir),
+                                      timeout_s, display, poll_s)
+                write_index(output_dir, matrix, results)
+                display.cell_finished(results[i])
+        finally:
+            write_index(output_dir, matrix, results)
+        display.matrix_finished(results)
+    return results
