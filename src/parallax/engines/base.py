@@ -56,6 +56,7 @@ class StepRecord:
     loss: float
     step_ms: float
     lr: float
+    grad_norm: float | None = None  # before clipping; all-zero gradients are a failure to catch
 
 
 @dataclass
