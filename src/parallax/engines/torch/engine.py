@@ -1,0 +1,384 @@
+"""The PyTorch training engine: bf16 autocast, fused AdamW, torch.compile, SDPA.
+
+Importing this module does not import torch (``check`` names the extra when it is missing).
+
+Timing (``docs/timing.md``): every step ends with a mark — a CUDA event on the GPU, a
+``perf_counter`` reading on the CPU. Step k's time is the interval from the previous mark to
+step k's mark. The host enqueues step k, then waits for step k-1's mark only, so one step is
+always queued on the device while the host reads step k-1's loss (copied to pinned memory
+inside the stream) and feeds the progress bar. The first step, which compiles, is waited for
+and timed on the host as ``compile_s``; evaluation is followed by a fresh mark, so it is never
+part of a step time.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from parallax.config import ModelConfig, OptimConfig, RunConfig
+from parallax.engines.base import (
+    BatchSource,
+    Engine,
+    EngineOutput,
+    EvalRecord,
+    Progress,
+    StepRecord,
+)
+from parallax.errors import ParallaxError, missing_dependency
+from parallax.precision import PrecisionInfo
+from parallax.schedule import lr_at
+from parallax.weights import init_weights
+
+TIMING_METHOD_CUDA = "cuda-events: interval between consecutive step-end events, one step in flight"
+TIMING_METHOD_HOST = "perf_counter: interval between consecutive step ends (CPU runs synchronously)"
+
+# Preference order; the first that accepts the run's shape and dtype (forward and backward) runs.
+# cuDNN first: on the H200 its causal fwd+bwd is 0.86 ms against flash's 1.19 ms (REFERENCE.md §6).
+ATTENTION_ORDER = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+ATTENTION_NAMES = {
+    "CUDNN_ATTENTION": "cudnn",
+    "FLASH_ATTENTION": "flash",
+    "EFFICIENT_ATTENTION": "efficient",
+    "MATH": "math",
+}
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise missing_dependency("torch", "torch") from None
+    return torch
+
+
+def resolve_device(torch, spec: str):
+    """``--device``: auto (the first CUDA GPU, else the CPU), cpu, cuda, cuda:N (gpu = cuda)."""
+    spec = "cuda" if spec == "gpu" else spec
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise ParallaxError(f"--device {spec}: torch sees no CUDA GPU; use --device cpu or auto")
+        device = torch.device(spec)
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise ParallaxError(
+                f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s) visible; pick one of them"
+            )
+        return torch.device("cuda", index)
+    raise ParallaxError(f"unknown --device '{spec}'; choose auto, cpu, cuda or cuda:N")
+
+
+def probe_attention(torch, device, dtype, model: ModelConfig, seq_len: int) -> str:
+    """The first backend of ATTENTION_ORDER that runs causal SDPA forward and backward at the
+    run's head count, head size, sequence length and dtype, in the model's [B, S, H, hd] view."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for name in ATTENTION_ORDER:
+        x = torch.randn(1, seq_len, model.n_heads, model.head_dim, device=device, dtype=dtype)
+        x = x.transpose(1, 2).requires_grad_(True)
+        try:
+            with warnings.catch_warnings(), sdpa_kernel([getattr(SDPBackend, name)]):
+                warnings.simplefilter("ignore")  # each refusing backend warns why
+                F.scaled_dot_product_attention(x, x, x, is_causal=True).float().sum().backward()
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+            return name
+        except RuntimeError:
+            continue
+    raise ParallaxError(f"no scaled-dot-product-attention backend runs on {device}; check the torch install")
+
+
+def attention_context(attention: str):
+    """SDPA restricted to ``attention`` and the backends after it, in that priority."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    order = ATTENTION_ORDER[ATTENTION_ORDER.index(attention):]
+    return sdpa_kernel([getattr(SDPBackend, name) for name in order], set_priority=True)
+
+
+def build_model(torch, model: ModelConfig, weights: dict[str, np.ndarray], device, compute_dtype):
+    """The ``Llama`` on ``device`` holding the canonical ``weights`` (no throw-away init)."""
+    from parallax.engines.torch.convert import to_torch_state
+    from parallax.engines.torch.model import Llama
+
+    with torch.device("meta"):
+        module = Llama(model, compute_dtype)
+    module = module.to_empty(device=device)
+    module.load_state_dict(to_torch_state(model, weights), strict=True)
+    module.reset_rope()
+    return module
+
+
+def make_optimizer(torch, module, optim: OptimConfig, device):
+    """AdamW; weight decay on matrices (ndim ≥ 2) only, never on the RMSNorm gains."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": optim.weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(
+        groups, lr=optim.lr, betas=(optim.beta1, optim.beta2), eps=optim.eps,
+        fused=device.type == "cuda",
+    )
+
+
+class Trainer:
+    """One model, its optimizer and its step, shared by ``train`` and the reference trainer."""
+
+    def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool):
+        self.torch = torch = import_torch()
+        self.run, self.precision, self.device, self.attention = run, precision, device, attention
+        self.model = build_model(torch, run.model_config, weights, device, precision.compute_dtype)
+        self.params = list(self.model.parameters())
+        self.optimizer = make_optimizer(torch, self.model, run.optim, device)
+        # Compiling the module (forward, loss and, through AOTAutograd, backward) fuses the
+        # norms, RoPE, SwiGLU and the float32 cross-entropy; the fused AdamW and the foreach
+        # clipping are already a handful of kernels, so they stay eager.
+        self.forward = torch.compile(self.model) if compile else self.model
+
+    def upload(self, batch: np.ndarray):
+        """A [B, S+1] host batch on the device. Pinning copies it at once, so the source's
+        buffer is free again before this returns; the device copy is asynchronous."""
+        if batch.dtype not in (np.int32, np.int64):
+            batch = batch.astype(np.int32)
+        tensor = self.torch.from_numpy(batch)
+        if self.device.type == "cuda":
+            return tensor.pin_memory().to(self.device, non_blocking=True)
+        return tensor
+
+    def loss(self, batch):
+        from parallax.engines.torch.model import batch_loss
+
+        with self.precision.autocast(self.device.type), attention_context(self.attention):
+            return batch_loss(self.forward, batch)
+
+    def train_step(self, batch, lr: float):
+        """Enqueue one optimizer step; return (loss, pre-clip gradient norm) as device tensors."""
+        loss = self.loss(batch)
+        loss.backward()
+        grad_norm = self.torch.nn.utils.clip_grad_norm_(self.params, self.run.optim.grad_clip)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach(), grad_norm
+
+    def eval_loss(self, batches) -> float:
+        with self.torch.no_grad():
+            losses = [self.loss(b).float() for b in batches]
+        return float(self.torch.stack(losses).mean().item())
+
+    def lr(self, step: int) -> float:
+        return float(lr_at(step, self.run.optim, self.run.steps))
+
+
+class CudaClock:
+    def __init__(self, torch):
+        self.torch = torch
+
+    def mark(self):
+        event = self.torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def wait(self, mark) -> None:
+        mark.synchronize()
+
+    def elapsed_ms(self, start, end) -> float:
+        return start.elapsed_time(end)
+
+
+class HostClock:
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def wait(self, mark) -> None:
+        pass
+
+    def elapsed_ms(self, start, end) -> float:
+        return (end - start) * 1e3
+
+
+@dataclass
+class _Pending:
+    step: int
+    start: object
+    end: object
+    lr: float
+
+
+class TrainLoop:
+    """Runs ``run.steps`` steps with one step in flight and collects the records."""
+
+    def __init__(self, trainer: Trainer, batches: BatchSource, progress: Progress):
+        torch, run = trainer.torch, trainer.run
+        self.trainer, self.batches, self.progress, self.run = trainer, batches, progress, run
+        cuda = trainer.device.type == "cuda"
+        self.clock = CudaClock(torch) if cuda else HostClock()
+        # Losses and gradient norms land here by an in-stream copy, readable once a step's
+        # mark has passed, without a device synchronisation.
+        self.host = torch.zeros((run.steps, 2), dtype=torch.float32, pin_memory=cuda)
+        self.records: list[StepRecord] = []
+        self.evals: list[EvalRecord] = []
+        self.compile_s = 0.0
+
+    def run_steps(self) -> None:
+        run, trainer, clock = self.run, self.trainer, self.clock
+        eval_set = self._eval_set()
+        batches = iter(self.batches)
+        self.progress.phase("compiling" if run.compile else "warming up")
+        started = time.perf_counter()
+        previous, pending = clock.mark(), None
+        for step in range(run.steps):
+            lr = trainer.lr(step)
+            loss, grad_norm = trainer.train_step(trainer.upload(next(batches)), lr)
+            self.host[step].copy_(trainer.torch.stack([loss.float(), grad_norm.float()]), non_blocking=True)
+            end = clock.mark()
+            if step == 0:
+                clock.wait(end)
+                self.compile_s = time.perf_counter() - started
+                self.progress.phase("training")
+            self._finish(pending)
+            pending, previous = _Pending(step, previous, end, lr), end
+            if eval_set and self._eval_due(step):
+                self._finish(pending)
+                pending = None
+                self.evals.append(EvalRecord(step, trainer.eval_loss(eval_set)))
+                previous = clock.mark()  # evaluation is no part of the next step's time
+        self._finish(pending)
+
+    def _eval_due(self, step: int) -> bool:
+        """After step k (0-based) every ``eval_every`` steps and after the last one."""
+        return (step + 1) % self.run.eval_every == 0 or step == self.run.steps - 1
+
+    def _eval_set(self) -> list:
+        if self.run.eval_every <= 0:
+            return []
+        return [self.trainer.upload(b).clone() for b in self.batches.eval_batches()]
+
+    def _finish(self, pending: _Pending | None) -> None:
+        if pending is None:
+            return
+        self.clock.wait(pending.end)
+        step_ms = self.clock.elapsed_ms(pending.start, pending.end)
+        loss, grad_norm = (float(v) for v in self.host[pending.step].tolist())
+        self.records.append(StepRecord(pending.step, loss, step_ms, pending.lr, grad_norm))
+        self.progress.step(pending.step, loss, step_ms)
+
+
+class TorchEngine(Engine):
+    name = "torch"
+
+    def check(self, run: RunConfig) -> PrecisionInfo:
+        torch = import_torch()
+        from parallax.precision import torch as torch_precision
+
+        device = resolve_device(torch, run.device)
+        return torch_precision.for_run(run.precision, device).info
+
+    def train(self, run: RunConfig, batches: BatchSource, progress: Progress) -> EngineOutput:
+        torch = import_torch()
+        from parallax.precision import torch as torch_precision
+
+        device = resolve_device(torch, run.device)
+        precision = torch_precision.for_run(run.precision, device)
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        progress.phase("building the model")
+        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
+        trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile)
+        loop = TrainLoop(trainer, batches, progress)
+        loop.run_steps()
+        return EngineOutput(
+            steps=loop.records,
+            precision=precision.info,
+            framework=framework_info(torch, trainer),
+            timing_method=TIMING_METHOD_CUDA if cuda else TIMING_METHOD_HOST,
+            compile_s=loop.compile_s,
+            peak_allocated_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
+            peak_reserved_bytes=torch.cuda.max_memory_reserved(device) if cuda else None,
+            evals=loop.evals,
+            extra={"parameters": trainer.model.num_parameters()},
+        )
+
+    def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
+                          device: str) -> "TorchReferenceTrainer":
+        return TorchReferenceTrainer(run, weights, compute_dtype, device)
+
+
+def framework_info(torch, trainer: Trainer) -> dict:
+    device = trainer.device
+    cuda = device.type == "cuda"
+    return {
+        "name": "torch",
+        "version": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
+        "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
+        "attention_backend": ATTENTION_NAMES[trainer.attention],
+        "attention_selection": "first of " + ", ".join(ATTENTION_NAMES[n] for n in ATTENTION_ORDER)
+        + " to run causal SDPA fwd+bwd at this shape and dtype",
+        "compiled": trainer.forward is not trainer.model,
+        "compile_mode": "default" if trainer.forward is not trainer.model else None,
+        "optimizer": "AdamW (fused)" if cuda else "AdamW (foreach)",
+        "fused_projections": ["wq+wk+wv", "w_gate+w_up"],
+    }
+
+
+class TorchReferenceTrainer:
+    """The ReferenceTrainer of ``engines/base.py``: eager, synchronous, float32 canonical I/O.
+    On the CPU, attention is the math backend (the textbook formula, deterministic)."""
+
+    def __init__(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str, device: str):
+        torch = import_torch()
+        from parallax.precision import torch as torch_precision
+
+        torch_device = resolve_device(torch, device)
+        precision = torch_precision.for_compute_dtype(compute_dtype, torch_device)
+        if torch_device.type == "cpu":
+            attention = "MATH"
+        else:
+            attention = probe_attention(torch, torch_device, precision.compute_dtype, run.model_config, run.seq_len)
+        self.torch, self.config = torch, run.model_config
+        self.trainer = Trainer(run, weights, precision, torch_device, attention, compile=False)
+        self.steps_done = 0
+
+    def logits(self, batch: np.ndarray) -> np.ndarray:
+        trainer = self.trainer
+        tokens = trainer.upload(np.asarray(batch))[:, :-1]
+        with self.torch.no_grad(), trainer.precision.autocast(trainer.device.type), attention_context(trainer.attention):
+            return trainer.model(tokens).float().cpu().numpy()
+
+    def loss_and_grads(self, batch: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
+        from parallax.engines.torch.convert import from_torch_state
+
+        trainer = self.trainer
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss = trainer.loss(trainer.upload(np.asarray(batch)))
+        loss.backward()
+        grads = {name: p.grad for name, p in trainer.model.named_parameters()}
+        trainer.optimizer.zero_grad(set_to_none=True)
+        return float(loss.item()), from_torch_state(self.config, grads)
+
+    def step(self, batch: np.ndarray) -> float:
+        trainer = self.trainer
+        loss, _ = trainer.train_step(trainer.upload(np.asarray(batch)), trainer.lr(self.steps_done))
+        self.steps_done += 1
+        return float(loss.item())
+
+    def params(self) -> dict[str, np.ndarray]:
+        from parallax.engines.torch.convert import from_torch_state
+
+        return from_torch_state(self.config, self.trainer.model.state_dict())
