@@ -1,6 +1,7 @@
 #pragma once
 // Run-time loading of shared libraries (CUDA driver, NVML, cuBLASLt) so that the
 // native core builds and imports on machines without them.
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,34 @@ class DynLib {
   void* handle_ = nullptr;
   std::string error_;
   std::string path_;
+};
+
+// Fills a table of function pointers from a loaded library. A symbol may have several
+// names (newest first, e.g. cuEventElapsedTime_v2 then cuEventElapsedTime); the first
+// symbol found by none of its names is remembered so the error can name it.
+class SymbolBinder {
+ public:
+  explicit SymbolBinder(const DynLib& lib) : lib_(lib) {}
+
+  template <class Fn>
+  void bind(Fn& fn, std::initializer_list<const char*> names) {
+    for (const char* name : names) {
+      if (void* address = lib_.symbol(name)) {
+        fn = reinterpret_cast<Fn>(address);
+        return;
+      }
+    }
+    fn = nullptr;
+    if (missing_.empty()) missing_ = *names.begin();
+  }
+
+  bool complete() const { return missing_.empty(); }
+  // "<path> lacks <symbol>" for the first missing symbol; empty when complete.
+  std::string error() const { return complete() ? "" : lib_.path() + " lacks " + missing_; }
+
+ private:
+  const DynLib& lib_;
+  std::string missing_;
 };
 
 }  // namespace parallax

@@ -1,0 +1,369 @@
+#pragma once
+// A scripted GPU for the GoogleTest suite: fake CUDA driver, NVML and cuBLASLt function tables
+// that read and record one global FakeGpu. Tests script devices, return codes and event times,
+// run the real probe/GEMM code against these tables, then check fields and bookkeeping
+// (every allocation freed, every handle destroyed, the caller's context restored).
+// Header-only; used by csrc/tests/probe_*_test.cpp and gemm_*_test.cpp only.
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "probe/cublaslt_api.h"
+#include "probe/cuda_api.h"
+#include "probe/nvml_api.h"
+
+namespace parallax::testing {
+
+struct FakeDevice {
+  std::string name = "NVIDIA H200";
+  unsigned char uuid[16] = {0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70, 0x81,
+                            0x92, 0xa3, 0xb4, 0xc5, 0xd6, 0xe7, 0xf8, 0x09};
+  std::string cuda_bus_id = "0000:19:00.0";      // as cuDeviceGetPCIBusId spells it
+  std::string nvml_bus_id = "00000000:19:00.0";  // as nvmlPciInfo_t.busId spells it
+  int cc_major = 9, cc_minor = 0, sm_count = 132;
+  size_t cuda_total_bytes = 150'011'707'392;
+  unsigned long long nvml_total_bytes = 150'754'820'096, nvml_free_bytes = 150'000'000'000;
+  unsigned clock_sm = 1980, clock_sm_max = 1980, clock_mem = 3201, clock_mem_max = 3201;
+  unsigned power_limit_mw = 700'000;
+};
+
+struct Layout {
+  int type;
+  uint64_t rows, cols;
+  int64_t ld;
+};
+
+struct FakeGpu {
+  // Driver
+  std::vector<FakeDevice> cuda_devices{FakeDevice{}};
+  cuda::CUresult init_result = cuda::CUDA_SUCCESS;
+  cuda::CUresult alloc_result = cuda::CUDA_SUCCESS;
+  int driver_version = 13000;
+  // NVML
+  std::vector<FakeDevice> nvml_devices{FakeDevice{}};
+  nvml::nvmlReturn_t nvml_init_result = nvml::NVML_SUCCESS;
+  std::string nvml_driver_version = "580.95.05";
+  int nvml_shutdowns = 0;
+  // cuBLASLt
+  int heuristic_count = 3;
+  cublaslt::cublasStatus_t matmul_result = cublaslt::CUBLAS_STATUS_SUCCESS;
+  std::vector<float> event_times_ms{1.0f};  // cycled over cuEventElapsedTime calls
+  // Recorded
+  std::map<cuda::CUdeviceptr, size_t> live_allocations;
+  std::vector<size_t> allocation_sizes;
+  std::map<cuda::CUdeviceptr, std::vector<unsigned char>> uploads;  // first bytes written to each
+  size_t bad_copies = 0;
+  cuda::CUdeviceptr next_address = 0x100000;
+  int ctx_retains = 0, ctx_releases = 0, gpu_calls = 0;
+  cuda::CUcontext current_context = nullptr;
+  int live_streams = 0, live_events = 0, elapsed_calls = 0, matmul_calls = 0;
+  int live_lt_objects = 0;
+  std::map<int, int64_t> desc_attributes;  // attribute -> value (int32 or pointer)
+  std::vector<Layout> layouts;
+  uint64_t workspace_preference = 0;
+};
+
+inline FakeGpu& fake() {
+  static FakeGpu state;
+  return state;
+}
+inline void reset_fake() { fake() = FakeGpu{}; }
+
+inline cuda::CUcontext fake_primary_context() { return reinterpret_cast<cuda::CUcontext>(0xC0); }
+
+inline cuda::Api fake_cuda_api() {
+  cuda::Api a{};
+  a.cuGetErrorName = +[](cuda::CUresult rc, const char** out) -> cuda::CUresult {
+    static const std::map<int, const char*> names = {
+        {0, "CUDA_SUCCESS"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"}, {3, "CUDA_ERROR_NOT_INITIALIZED"},
+        {100, "CUDA_ERROR_NO_DEVICE"}, {101, "CUDA_ERROR_INVALID_DEVICE"}};
+    auto it = names.find(rc);
+    if (it == names.end()) return cuda::CUDA_ERROR_INVALID_VALUE;
+    *out = it->second;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuGetErrorString = +[](cuda::CUresult rc, const char** out) -> cuda::CUresult {
+    static const std::map<int, const char*> texts = {
+        {0, "no error"}, {2, "out of memory"}, {3, "initialization error"},
+        {100, "no CUDA-capable device is detected"}, {101, "invalid device ordinal"}};
+    auto it = texts.find(rc);
+    if (it == texts.end()) return cuda::CUDA_ERROR_INVALID_VALUE;
+    *out = it->second;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuInit = +[](unsigned) { return fake().init_result; };
+  a.cuDriverGetVersion = +[](int* v) {
+    *v = fake().driver_version;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGetCount = +[](int* n) {
+    *n = static_cast<int>(fake().cuda_devices.size());
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGet = +[](cuda::CUdevice* dev, int ordinal) {
+    if (ordinal < 0 || ordinal >= static_cast<int>(fake().cuda_devices.size())) return cuda::CUDA_ERROR_INVALID_DEVICE;
+    *dev = ordinal;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGetName = +[](char* out, int len, cuda::CUdevice dev) {
+    std::snprintf(out, len, "%s", fake().cuda_devices[dev].name.c_str());
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGetUuid = +[](cuda::CUuuid* out, cuda::CUdevice dev) {
+    std::memcpy(out->bytes, fake().cuda_devices[dev].uuid, 16);
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGetPCIBusId = +[](char* out, int len, cuda::CUdevice dev) {
+    std::snprintf(out, len, "%s", fake().cuda_devices[dev].cuda_bus_id.c_str());
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceGetAttribute = +[](int* out, int attr, cuda::CUdevice dev) {
+    const FakeDevice& d = fake().cuda_devices[dev];
+    switch (attr) {
+      case cuda::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *out = d.cc_major; break;
+      case cuda::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *out = d.cc_minor; break;
+      case cuda::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *out = d.sm_count; break;
+      default: return cuda::CUDA_ERROR_INVALID_VALUE;
+    }
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDeviceTotalMem = +[](size_t* out, cuda::CUdevice dev) {
+    *out = fake().cuda_devices[dev].cuda_total_bytes;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDevicePrimaryCtxRetain = +[](cuda::CUcontext* ctx, cuda::CUdevice) {
+    ++fake().ctx_retains, ++fake().gpu_calls;
+    *ctx = fake_primary_context();
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuDevicePrimaryCtxRelease = +[](cuda::CUdevice) {
+    ++fake().ctx_releases;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuCtxGetCurrent = +[](cuda::CUcontext* ctx) {
+    *ctx = fake().current_context;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuCtxSetCurrent = +[](cuda::CUcontext ctx) {
+    fake().current_context = ctx;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuCtxSynchronize = +[]() { return cuda::CUDA_SUCCESS; };
+  a.cuMemAlloc = +[](cuda::CUdeviceptr* ptr, size_t bytes) {
+    ++fake().gpu_calls;
+    if (fake().alloc_result != cuda::CUDA_SUCCESS) return fake().alloc_result;
+    *ptr = fake().next_address;
+    fake().next_address += (bytes + 0xFFFF) / 0x10000 * 0x10000 + 0x10000;
+    fake().live_allocations[*ptr] = bytes;
+    fake().allocation_sizes.push_back(bytes);
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuMemFree = +[](cuda::CUdeviceptr ptr) {
+    return fake().live_allocations.erase(ptr) == 1 ? cuda::CUDA_SUCCESS : cuda::CUDA_ERROR_INVALID_VALUE;
+  };
+  // Each copy must land inside one live allocation; the first bytes written to it are kept.
+  a.cuMemcpyHtoD = +[](cuda::CUdeviceptr dst, const void* src, size_t bytes) {
+    auto& f = fake();
+    auto it = f.live_allocations.upper_bound(dst);
+    if (it == f.live_allocations.begin()) return ++f.bad_copies, cuda::CUDA_ERROR_INVALID_VALUE;
+    --it;
+    if (dst + bytes > it->first + it->second) return ++f.bad_copies, cuda::CUDA_ERROR_INVALID_VALUE;
+    if (dst == it->first) {
+      const auto* p = static_cast<const unsigned char*>(src);
+      f.uploads[dst].assign(p, p + std::min<size_t>(bytes, 4096));
+    }
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuStreamCreate = +[](cuda::CUstream* s, unsigned) {
+    ++fake().live_streams;
+    *s = reinterpret_cast<cuda::CUstream>(0x5);
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuStreamDestroy = +[](cuda::CUstream) {
+    --fake().live_streams;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuStreamSynchronize = +[](cuda::CUstream) { return cuda::CUDA_SUCCESS; };
+  a.cuEventCreate = +[](cuda::CUevent* e, unsigned) {
+    *e = reinterpret_cast<cuda::CUevent>(static_cast<uintptr_t>(0xE000 + ++fake().live_events));
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuEventDestroy = +[](cuda::CUevent) {
+    --fake().live_events;
+    return cuda::CUDA_SUCCESS;
+  };
+  a.cuEventRecord = +[](cuda::CUevent, cuda::CUstream) { return cuda::CUDA_SUCCESS; };
+  a.cuEventSynchronize = +[](cuda::CUevent) { return cuda::CUDA_SUCCESS; };
+  a.cuEventElapsedTime = +[](float* ms, cuda::CUevent, cuda::CUevent) {
+    auto& f = fake();
+    *ms = f.event_times_ms[f.elapsed_calls++ % f.event_times_ms.size()];
+    return cuda::CUDA_SUCCESS;
+  };
+  return a;
+}
+
+inline nvml::nvmlDevice_t fake_nvml_handle(unsigned index) {
+  return reinterpret_cast<nvml::nvmlDevice_t>(static_cast<uintptr_t>(index + 1));
+}
+inline const FakeDevice& fake_nvml_device(nvml::nvmlDevice_t h) {
+  return fake().nvml_devices[reinterpret_cast<uintptr_t>(h) - 1];
+}
+
+inline nvml::Api fake_nvml_api() {
+  nvml::Api a{};
+  a.nvmlInit = +[]() { return fake().nvml_init_result; };
+  a.nvmlShutdown = +[]() {
+    ++fake().nvml_shutdowns;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlErrorString = +[](nvml::nvmlReturn_t rc) -> const char* {
+    switch (rc) {
+      case nvml::NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
+      case nvml::NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+      default: return "Unknown Error";
+    }
+  };
+  a.nvmlSystemGetDriverVersion = +[](char* out, unsigned len) {
+    std::snprintf(out, len, "%s", fake().nvml_driver_version.c_str());
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetCount = +[](unsigned* n) {
+    *n = static_cast<unsigned>(fake().nvml_devices.size());
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetHandleByIndex = +[](unsigned i, nvml::nvmlDevice_t* h) {
+    *h = fake_nvml_handle(i);
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetName = +[](nvml::nvmlDevice_t h, char* out, unsigned len) {
+    std::snprintf(out, len, "%s", fake_nvml_device(h).name.c_str());
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetUUID = +[](nvml::nvmlDevice_t h, char* out, unsigned len) {
+    const unsigned char* b = fake_nvml_device(h).uuid;
+    std::snprintf(out, len, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                  b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetPciInfo = +[](nvml::nvmlDevice_t h, nvml::nvmlPciInfo_t* pci) {
+    std::snprintf(pci->busId, sizeof pci->busId, "%s", fake_nvml_device(h).nvml_bus_id.c_str());
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetCudaComputeCapability = +[](nvml::nvmlDevice_t h, int* major, int* minor) {
+    *major = fake_nvml_device(h).cc_major;
+    *minor = fake_nvml_device(h).cc_minor;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetClockInfo = +[](nvml::nvmlDevice_t h, int type, unsigned* mhz) {
+    const FakeDevice& d = fake_nvml_device(h);
+    if (type != nvml::NVML_CLOCK_SM && type != nvml::NVML_CLOCK_MEM) return nvml::NVML_ERROR_NOT_SUPPORTED;
+    *mhz = type == nvml::NVML_CLOCK_SM ? d.clock_sm : d.clock_mem;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetMaxClockInfo = +[](nvml::nvmlDevice_t h, int type, unsigned* mhz) {
+    const FakeDevice& d = fake_nvml_device(h);
+    if (type != nvml::NVML_CLOCK_SM && type != nvml::NVML_CLOCK_MEM) return nvml::NVML_ERROR_NOT_SUPPORTED;
+    *mhz = type == nvml::NVML_CLOCK_SM ? d.clock_sm_max : d.clock_mem_max;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetMemoryInfo = +[](nvml::nvmlDevice_t h, nvml::nvmlMemory_t* m) {
+    m->total = fake_nvml_device(h).nvml_total_bytes;
+    m->free = fake_nvml_device(h).nvml_free_bytes;
+    m->used = m->total - m->free;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetEnforcedPowerLimit = +[](nvml::nvmlDevice_t h, unsigned* mw) {
+    *mw = fake_nvml_device(h).power_limit_mw;
+    return nvml::NVML_SUCCESS;
+  };
+  return a;
+}
+
+inline cublaslt::Api fake_cublaslt_api() {
+  namespace lt = cublaslt;
+  lt::Api a{};
+  a.cublasLtGetVersion = +[]() -> size_t { return 131000; };
+  a.cublasLtGetStatusName = +[](lt::cublasStatus_t rc) -> const char* {
+    return rc == lt::CUBLAS_STATUS_NOT_SUPPORTED ? "CUBLAS_STATUS_NOT_SUPPORTED" : "CUBLAS_STATUS_UNKNOWN";
+  };
+  a.cublasLtGetStatusString = +[](lt::cublasStatus_t rc) -> const char* {
+    return rc == lt::CUBLAS_STATUS_NOT_SUPPORTED ? "the functionality requested is not supported" : "unknown";
+  };
+  a.cublasLtCreate = +[](lt::cublasLtHandle_t* h) {
+    ++fake().live_lt_objects;
+    *h = reinterpret_cast<lt::cublasLtHandle_t>(0x11);
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtDestroy = +[](lt::cublasLtHandle_t) {
+    --fake().live_lt_objects;
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulDescCreate = +[](lt::cublasLtMatmulDesc_t* d, int, int) {
+    ++fake().live_lt_objects;
+    *d = reinterpret_cast<lt::cublasLtMatmulDesc_t>(0x22);
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulDescDestroy = +[](lt::cublasLtMatmulDesc_t) {
+    --fake().live_lt_objects;
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulDescSetAttribute = +[](lt::cublasLtMatmulDesc_t, int attr, const void* value, size_t size) {
+    int64_t v = 0;
+    if (size == 4) {
+      int32_t i = 0;
+      std::memcpy(&i, value, 4);
+      v = i;
+    } else if (size == 8) {
+      std::memcpy(&v, value, 8);
+    } else {
+      return 7;  // CUBLAS_STATUS_INVALID_VALUE
+    }
+    fake().desc_attributes[attr] = v;
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatrixLayoutCreate = +[](lt::cublasLtMatrixLayout_t* l, int type, uint64_t rows, uint64_t cols,
+                                     int64_t ld) {
+    ++fake().live_lt_objects;
+    fake().layouts.push_back({type, rows, cols, ld});
+    *l = reinterpret_cast<lt::cublasLtMatrixLayout_t>(static_cast<uintptr_t>(0x30 + fake().layouts.size()));
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatrixLayoutDestroy = +[](lt::cublasLtMatrixLayout_t) {
+    --fake().live_lt_objects;
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulPreferenceCreate = +[](lt::cublasLtMatmulPreference_t* p) {
+    ++fake().live_lt_objects;
+    *p = reinterpret_cast<lt::cublasLtMatmulPreference_t>(0x44);
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulPreferenceDestroy = +[](lt::cublasLtMatmulPreference_t) {
+    --fake().live_lt_objects;
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulPreferenceSetAttribute = +[](lt::cublasLtMatmulPreference_t, int attr, const void* value,
+                                               size_t size) {
+    if (attr != lt::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != 8) return 7;
+    std::memcpy(&fake().workspace_preference, value, 8);
+    return lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmulAlgoGetHeuristic = +[](lt::cublasLtHandle_t, lt::cublasLtMatmulDesc_t, lt::cublasLtMatrixLayout_t,
+                                         lt::cublasLtMatrixLayout_t, lt::cublasLtMatrixLayout_t,
+                                         lt::cublasLtMatrixLayout_t, lt::cublasLtMatmulPreference_t, int requested,
+                                         lt::cublasLtMatmulHeuristicResult_t* results, int* returned) {
+    *returned = std::min(requested, fake().heuristic_count);
+    for (int i = 0; i < *returned; ++i) results[i] = {};
+    return *returned == 0 ? lt::CUBLAS_STATUS_NOT_SUPPORTED : lt::CUBLAS_STATUS_SUCCESS;
+  };
+  a.cublasLtMatmul = +[](lt::cublasLtHandle_t, lt::cublasLtMatmulDesc_t, const void*, const void*,
+                         lt::cublasLtMatrixLayout_t, const void*, lt::cublasLtMatrixLayout_t, const void*, const void*,
+                         lt::cublasLtMatrixLayout_t, void*, lt::cublasLtMatrixLayout_t, const lt::cublasLtMatmulAlgo_t*,
+                         void*, size_t, cuda::CUstream) {
+    ++fake().matmul_calls;
+    return fake().matmul_result;
+  };
+  return a;
+}
+
+}  // namespace parallax::testing
