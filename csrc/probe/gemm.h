@@ -1,0 +1,62 @@
+#pragma once
+// Measured GEMM ceilings: how fast cuBLASLt multiplies matrices of a given precision on this
+// GPU. The MFU "measured ceiling" denominator is the square result of this measurement.
+//
+// What is measured: D[m,n] = X[m,k] · W[n,k]ᵀ with both operands K-contiguous (row-major X and
+// W), the layout of torch's F.linear and the only one Hopper's fp8 tensor cores accept. In
+// cuBLASLt's column-major terms that is the "TN" GEMM Dᵀ = op(W)·X with transa = T, m↔n.
+//   bf16   A, B bf16; D bf16; fp32 compute and scale
+//   fp8    A, B E4M3 with per-tensor fp32 scales (device floats = 1); D bf16; fp32 compute.
+//          Split accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM off), as in backward passes.
+//   nvfp4  A, B E2M1 with one UE4M3 scale per 16 elements (VEC16_UE4M3); D bf16; fp32 compute.
+//          Compute capability 10.0+. Not yet run on hardware: written from cublasLt.h.
+// Operands are random, non-zero, uploaded from the host; workspace 32 MiB; the heuristic's
+// first algorithm; `warmup` untimed calls, then `iters` calls each bracketed by CUDA events on
+// one stream. The CUDA runtime is not used: memory, streams and events come from the driver.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "probe/cublaslt_api.h"
+#include "probe/cuda_api.h"
+
+namespace parallax {
+
+struct GemmRequest {
+  int device = 0;  // CUDA ordinal
+  std::string precision;
+  int64_t m = 0, n = 0, k = 0;
+  int warmup = 10;
+  int iters = 50;
+};
+
+struct GemmResult {
+  std::string precision;
+  int64_t m = 0, n = 0, k = 0;
+  int warmup = 0, iters = 0;
+  double flops = 0;     // 2·m·n·k, one call
+  std::string error;    // empty when the GEMM ran; else the failing check or call, by name
+  std::optional<double> median_ms, min_ms, max_ms;
+  std::optional<double> tflops;  // flops / median time
+  int algo_count = 0;            // algorithms the heuristic offered (the first one ran)
+  std::optional<int64_t> cublaslt_version;
+  std::string library;           // the cuBLASLt file that loaded
+};
+
+// The precisions measure_gemm knows: bf16, fp8, nvfp4.
+const std::vector<std::string>& gemm_precisions();
+
+// Never throws for GPU trouble: a missing library, an unsuitable GPU or a failing call ends
+// the measurement and is reported in `error`.
+GemmResult measure_gemm(const LoadedApi<cuda::Api>& driver, const LoadedApi<cublaslt::Api>& cublaslt,
+                        const GemmRequest& request);
+GemmResult measure_gemm(const GemmRequest& request);
+
+// Median (mean of the middle two for an even count), min and max; `times` must be non-empty.
+struct TimeSummary {
+  double median = 0, min = 0, max = 0;
+};
+TimeSummary summarize_times(std::vector<double> times);
+
+}  // namespace parallax
