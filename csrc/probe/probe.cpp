@@ -103,13 +103,15 @@ void fill(std::optional<T>& field, const std::optional<T>& other) {
   if (!field) field = other;
 }
 
-// The CUDA device keeps what the driver said; NVML adds what only it knows.
+// The CUDA device keeps what the driver said; NVML adds what only it knows. Memory comes from
+// NVML whole: its total (what nvidia-smi shows) exceeds cuDeviceTotalMem by the driver's
+// reservation, so an idle GPU's NVML free could exceed the driver's total.
 void merge_nvml(DeviceInfo& cuda_dev, const DeviceInfo& n) {
   fill(cuda_dev.name, n.name);
   fill(cuda_dev.uuid, n.uuid);
   fill(cuda_dev.cc_major, n.cc_major);
   fill(cuda_dev.cc_minor, n.cc_minor);
-  fill(cuda_dev.memory_total_bytes, n.memory_total_bytes);
+  if (n.memory_total_bytes) cuda_dev.memory_total_bytes = n.memory_total_bytes;
   cuda_dev.clock_sm_mhz = n.clock_sm_mhz;
   cuda_dev.clock_sm_max_mhz = n.clock_sm_max_mhz;
   cuda_dev.clock_mem_mhz = n.clock_mem_mhz;

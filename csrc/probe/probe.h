@@ -34,7 +34,7 @@ struct DeviceInfo {
   std::optional<std::string> name, uuid, pci_bus_id;
   std::optional<int> cc_major, cc_minor, sm_count;
   std::optional<unsigned> clock_sm_mhz, clock_sm_max_mhz, clock_mem_mhz, clock_mem_max_mhz;
-  std::optional<uint64_t> memory_total_bytes, memory_free_bytes;
+  std::optional<uint64_t> memory_total_bytes, memory_free_bytes;  // NVML's when it answers, else the driver's total
   std::optional<double> power_limit_w;
 };
 
