@@ -81,6 +81,33 @@ def get_preset(name: str) -> ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    """How token data is prepared: `parallax data prepare`, and `train --data` on a raw corpus."""
+
+    vocab_size: int = PRESETS["llama-100m"].vocab_size
+    text_field: str = "text"
+    valid: tuple[str, ...] = ()  # validation files; none: hold out every round(1/valid_fraction)-th document
+    valid_fraction: float = 0.01  # TinyStories' own validation split is ~1% of its train split
+    tokenizer: str | None = None  # a given tokenizer.json; none: train a byte-level BPE
+    tokenizer_sample_mb: float = 256.0  # the tokenizer trains on at most this much leading train text
+    hf: bool = False
+    hf_dataset: str = "roneneldan/TinyStories"
+    hf_train_split: str = "train"
+    hf_valid_split: str = "validation"
+
+    def validate(self) -> "DataConfig":
+        if not 2 <= self.vocab_size <= 65536:
+            raise ParallaxError(f"--vocab-size must be in [2, 65536] (uint16 tokens), got {self.vocab_size}")
+        if not 0 < self.valid_fraction <= 0.5:
+            raise ParallaxError(f"--valid-fraction must be in (0, 0.5], got {self.valid_fraction}")
+        if self.tokenizer_sample_mb <= 0:
+            raise ParallaxError(f"--tokenizer-sample-mb must be positive, got {self.tokenizer_sample_mb}")
+        if self.hf and self.valid:
+            raise ParallaxError("--valid names local files; with --hf the dataset's validation split is used")
+        return self
+
+
+@dataclass(frozen=True)
 class OptimConfig:
     """AdamW with linear warmup then cosine decay; identical in every engine."""
 
@@ -110,6 +137,7 @@ class RunConfig:
     data: str | None = None
     eval_every: int = 0
     eval_batches: int = 8
+    epochs: float | None = None  # passes over the training tokens allowed; None: at most one
     compile: bool = True
     device: str = "auto"
     output_dir: str = "runs/latest"
@@ -164,6 +192,8 @@ class RunConfig:
             )
         if self.seq_len % 2:
             raise ParallaxError(f"--seq-len must be even for RoPE, got {self.seq_len}")
+        if self.epochs is not None and self.epochs <= 0:
+            raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
         return self

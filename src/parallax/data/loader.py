@@ -1,0 +1,190 @@
+"""Real-token batches for training: a prepared directory read by the native loader.
+
+``TokenBatches`` is the BatchSource (engines/base.py) of runs with ``--data`` or ``--hf``.
+Iterating it yields [batch_size, seq_len + 1] int32 NumPy arrays made by the C++ loader
+(csrc/loader) on a background thread, straight from its ring of host buffers (pinned where
+the CUDA driver is present): no copy and no per-step Python conversion. Batch k depends only
+on (train.bin, seed, batch_size, seq_len), so the torch and JAX engines train on the same
+tokens. docs/data.md states the sampling algorithm.
+
+Lifetime: a yielded array stays valid while it is referenced, and its buffer is not refilled
+until two more batches have been drawn, so a non-blocking host-to-device copy of batch k may
+still be running while batch k + 1 is drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from parallax.config import DataConfig, RunConfig
+from parallax.data.prepare import META_FILE, PreparedData, prepare
+from parallax.data.tokenfile import open_token_file
+from parallax.errors import ParallaxError
+
+
+class TokenBatches:
+    """Training batches from ``data``'s train.bin and fixed evaluation batches from its
+    validation.bin. ``steps`` (with ``epochs``) is checked against the tokens available."""
+
+    def __init__(self, data: PreparedData, *, batch_size: int, seq_len: int, seed: int, vocab_size: int,
+                 eval_batches: int = 0, steps: int | None = None, epochs: float | None = None,
+                 start_step: int = 0, slots: int = 4, pin: bool = True):
+        from parallax import _native
+
+        if data.vocab_size != vocab_size:
+            raise ParallaxError(
+                f"{data.directory} was tokenized with a {data.vocab_size:,}-token vocabulary but the model has "
+                f"{vocab_size:,}; prepare it again with a {vocab_size:,}-token tokenizer (--vocab-size)"
+            )
+        self.data, self.batch_size, self.seq_len, self.seed = data, batch_size, seq_len, seed
+        train = open_token_file(data.path("train"))
+        self.n_windows = train.num_windows(seq_len)
+        if steps is not None:
+            check_enough_tokens(str(data.path("train")), train.n_tokens, self.n_windows, batch_size, seq_len,
+                                start_step + steps, epochs)
+        self._eval = self._eval_batches(eval_batches)
+        try:
+            self._loader = _native.BatchLoader(str(data.path("train")), batch_size, seq_len, seed,
+                                               start_batch=start_step, slots=slots, pin=pin)
+        except _native.LoaderError as exc:
+            raise ParallaxError(str(exc)) from None
+        self.description = (f"tokens({data.directory}, {train.n_tokens:,} train tokens, "
+                            f"tokenizer {data.meta['tokenizer']['sha256'][:12]}, seed={seed})")
+
+    @classmethod
+    def from_run(cls, run: RunConfig, log=None) -> "TokenBatches":
+        """The BatchSource of a ``--data PATH`` or ``--hf`` run."""
+        return cls(
+            resolve_data(run, log), batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
+            vocab_size=run.model_config.vocab_size, eval_batches=run.eval_batches if run.eval_every > 0 else 0,
+            steps=run.steps, epochs=run.epochs,
+        )
+
+    def _eval_batches(self, count: int) -> list[np.ndarray]:
+        """``count`` batches of windows spread evenly over validation.bin, independent of the
+        seed: every run is evaluated on the same tokens."""
+        if count <= 0:
+            return []
+        path = self.data.path("validation")
+        valid = open_token_file(path)
+        available = valid.num_windows(self.seq_len)
+        needed = count * self.batch_size
+        if available < needed:
+            raise ParallaxError(
+                f"{path} holds {valid.n_tokens:,} validation tokens, {available:,} sequences of "
+                f"{self.seq_len + 1} tokens; {count} eval batches x batch {self.batch_size} need {needed:,} "
+                f"sequences ({needed * self.seq_len + 1:,} tokens); lower --eval-batches or give more validation text (--valid)"
+            )
+        windows = (np.arange(needed, dtype=np.int64) * available) // needed
+        tokens = valid.gather(windows, self.seq_len)
+        return [tokens[i * self.batch_size:(i + 1) * self.batch_size] for i in range(count)]
+
+    def __iter__(self):
+        return iter(self._loader)
+
+    def __next__(self) -> np.ndarray:
+        return self._loader.next()
+
+    def eval_batches(self) -> list[np.ndarray]:
+        return self._eval
+
+    def info(self) -> dict:
+        """The loader and data facts a result may record (pinning, ring, token counts, hashes)."""
+        meta = self.data.meta
+        return {
+            "directory": str(self.data.directory),
+            "train_tokens": meta["splits"]["train"]["tokens"],
+            "validation_tokens": meta["splits"]["validation"]["tokens"],
+            "train_sha256": meta["splits"]["train"]["sha256"],
+            "tokenizer_sha256": meta["tokenizer"]["sha256"],
+            "windows": self.n_windows,
+            "loader": self._loader.info(),
+        }
+
+    def close(self) -> None:
+        self._loader.close()
+
+    def __enter__(self) -> "TokenBatches":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def check_enough_tokens(path: str, n_tokens: int, n_windows: int, batch_size: int, seq_len: int, steps: int,
+                        epochs: float | None) -> None:
+    """ParallaxError unless ``steps`` batches fit in the data, repeated at most ``epochs`` times
+    (None: no token is used twice)."""
+    needed = steps * batch_size
+    allowed = n_windows if epochs is None else math.floor(n_windows * epochs)
+    if needed <= allowed:
+        return
+    tokens_needed = needed * seq_len + 1
+    have = (f"{path} holds {n_tokens:,} training tokens, {n_windows:,} sequences of {seq_len + 1} tokens; "
+            f"{steps:,} steps x batch {batch_size} need {needed:,} sequences ({tokens_needed:,} tokens)")
+    if n_windows == 0:
+        raise ParallaxError(f"{have}: give a larger corpus or a smaller --seq-len")
+    epochs_needed = math.ceil(needed / n_windows * 100) / 100
+    within = "" if epochs is None else f" within --epochs {epochs:g}"
+    raise ParallaxError(
+        f"{have}{within}: give a larger corpus, fewer --steps or a smaller --batch-size, "
+        f"or allow repeated tokens with --epochs {epochs_needed:g}"
+    )
+
+
+# ----------------------------------------------------------------------------- --data resolution
+
+
+def cache_root() -> Path:
+    """Where raw corpora given to ``train --data`` are prepared: $PARALLAX_CACHE_DIR, else
+    $XDG_CACHE_HOME/parallax, else ~/.cache/parallax."""
+    if os.environ.get("PARALLAX_CACHE_DIR"):
+        return Path(os.environ["PARALLAX_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "parallax"
+
+
+def cache_dir(inputs: list[str], options: DataConfig) -> Path:
+    """One cache directory per (inputs as given, preparation settings); the content check of
+    ``prepare`` catches an input that changed in place."""
+    key = {"inputs": [str(Path(p).resolve()) if Path(p).exists() else p for p in inputs],
+           "options": {k: v for k, v in vars(options).items()}}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:16]
+    return cache_root() / "data" / digest
+
+
+def _stderr(message: str) -> None:
+    print(f"parallax: {message}", file=sys.stderr)
+
+
+def resolve_data(run: RunConfig, log=None) -> PreparedData:
+    """The prepared data behind ``--data PATH`` (a prepared directory, or a raw corpus that is
+    prepared once into the cache) or ``--hf`` (``run.data`` None: TinyStories streamed)."""
+    log = log or _stderr
+    vocab = run.model_config.vocab_size
+    if run.data is None:
+        options = DataConfig(vocab_size=vocab, hf=True)
+        return _prepare_cached([options.hf_dataset], options, log)
+    path = Path(run.data)
+    if not path.exists():
+        raise ParallaxError(f"--data {path}: no such file or directory")
+    if path.is_dir() and (path / META_FILE).exists():
+        return PreparedData.load(path)
+    return _prepare_cached([str(path)], DataConfig(vocab_size=vocab), log)
+
+
+def _prepare_cached(inputs: list[str], options: DataConfig, log) -> PreparedData:
+    out = cache_dir(inputs, options)
+    if not (out / META_FILE).exists():
+        log(f"preparing {', '.join(inputs)} into {out} (once; later runs reuse it)")
+    result = prepare(inputs, out, options, rebuild_stale=True, show_progress=sys.stderr.isatty(), log=log)
+    for warning in result.warnings:
+        log(f"warning: {warning}")
+    return result.data

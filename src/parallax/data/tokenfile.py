@@ -1,0 +1,93 @@
+"""Token files on disk: the layout csrc/loader/token_file.h reads, written and verified here.
+
+A token file is a 64-byte little-endian header (magic ``PLXTOKNS``, format version 1, 2 bytes
+per token, token count, vocabulary size, ``<|endoftext|>`` id, 32 reserved zero bytes)
+followed by the tokens as uint16. Its checksum is the SHA-256 of the whole file
+(``sha256sum train.bin`` agrees).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from parallax.errors import ParallaxError
+
+MAGIC = b"PLXTOKNS"
+VERSION = 1
+HEADER = struct.Struct("<8sIIQII32x")
+assert HEADER.size == 64
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class TokenWriter:
+    """Appends uint16 tokens to ``path``; ``finish()`` writes the header with the final count."""
+
+    def __init__(self, path: Path, vocab_size: int, eos_id: int):
+        if vocab_size > 65536:
+            raise ParallaxError(f"a vocabulary of {vocab_size:,} tokens does not fit uint16 token files")
+        self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
+        self.n_tokens = 0
+        self.documents = 0
+        self._file = open(self.path, "wb")
+        self._file.write(self._header())  # rewritten by finish()
+
+    def _header(self) -> bytes:
+        return HEADER.pack(MAGIC, VERSION, 2, self.n_tokens, self.vocab_size, self.eos_id)
+
+    def write(self, tokens: np.ndarray) -> None:
+        tokens = np.ascontiguousarray(tokens, dtype="<u2")
+        self._file.write(tokens.tobytes())
+        self.n_tokens += int(tokens.size)
+
+    def finish(self) -> int:
+        self._file.seek(0)
+        self._file.write(self._header())
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        return self.n_tokens
+
+    def abort(self) -> None:
+        self._file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def open_token_file(path: Path):
+    """The native memory-mapped TokenFile; its header and size are checked (ParallaxError)."""
+    from parallax import _native
+
+    if not Path(path).is_file():
+        raise ParallaxError(f"token file {path}: missing; re-run `parallax data prepare` (with --force)")
+    try:
+        return _native.TokenFile(str(path))
+    except _native.LoaderError as exc:
+        raise ParallaxError(str(exc)) from None
+
+
+def verify_token_file(path: Path, expected: dict, vocab_size: int, eos_id: int, checksum: bool = True) -> str | None:
+    """None when ``path`` is the file ``expected`` (a split entry of meta.json) describes, else
+    a sentence naming the file and what is wrong with it."""
+    try:
+        native = open_token_file(path)
+    except ParallaxError as exc:
+        return str(exc).split("; re-run")[0]
+    if native.n_tokens != expected["tokens"]:
+        return f"token file {path}: holds {native.n_tokens:,} tokens, meta.json says {expected['tokens']:,}"
+    if (native.vocab_size, native.eos_id) != (vocab_size, eos_id):
+        return (f"token file {path}: written for vocabulary {native.vocab_size:,} (eos {native.eos_id}), "
+                f"meta.json says {vocab_size:,} (eos {eos_id})")
+    if checksum and file_sha256(path) != expected["sha256"]:
+        return f"token file {path}: corrupt (its SHA-256 differs from meta.json's)"
+    return None

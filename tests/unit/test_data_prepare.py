@@ -1,0 +1,207 @@
+"""`prepare`: token files, EOS placement, metadata, determinism, no-op re-runs, damaged or
+mismatched files named, and every bad input as a clear error."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tokenizers")
+
+from parallax.config import DataConfig  # noqa: E402
+from parallax.data.prepare import PreparedData, prepare  # noqa: E402
+from parallax.data.tokenfile import file_sha256  # noqa: E402
+from parallax.data.tokenizer import EOT  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
+V2 = SAMPLES / "tinystories_v2_train_head.txt"
+SUBSET = SAMPLES / "tinystories_subset_3000.txt"
+V1_VALID = SAMPLES / "tinystories_v1_valid_head.txt"
+
+
+def stories(path: Path) -> list[str]:
+    return [s.strip() for s in path.read_text().split(EOT) if s.strip()]
+
+
+def tokens_of(data: PreparedData, split: str) -> np.ndarray:
+    return np.fromfile(data.path(split), dtype="<u2", offset=64)
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> PreparedData:
+    if not SAMPLES.is_dir():
+        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
+    out = tmp_path_factory.mktemp("prepared")
+    result = prepare([str(V2), str(SUBSET)], out)
+    assert not result.up_to_date and result.warnings == []
+    return result.data
+
+
+@pytest.fixture
+def copy_of(prepared, tmp_path) -> PreparedData:
+    out = tmp_path / "copy"
+    shutil.copytree(prepared.directory, out)
+    return PreparedData(out, json.loads((out / "meta.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def given(prepared) -> DataConfig:
+    """Options that reuse the trained tokenizer, so tests need not train another."""
+    return DataConfig(tokenizer=str(prepared.tokenizer_path))
+
+
+def test_documents_are_split_every_100th_to_validation_each_followed_by_eos(prepared):
+    from tokenizers import Tokenizer
+
+    meta = prepared.meta
+    train, valid = meta["splits"]["train"], meta["splits"]["validation"]
+    assert train["documents"] + valid["documents"] == 1727 + 3000
+    assert valid["documents"] == 4727 // 100
+    train_tokens, valid_tokens = tokens_of(prepared, "train"), tokens_of(prepared, "validation")
+    assert train_tokens.size == train["tokens"] and valid_tokens.size == valid["tokens"]
+    assert int((train_tokens == 0).sum()) == train["documents"]  # one <|endoftext|> per story
+    assert int((valid_tokens == 0).sum()) == valid["documents"]
+    assert train_tokens[-1] == 0 and valid_tokens[-1] == 0
+    tokenizer = Tokenizer.from_file(str(prepared.tokenizer_path))
+    docs = stories(V2) + stories(SUBSET)
+    first_end = int(np.argmax(train_tokens == 0))
+    assert tokenizer.decode(train_tokens[:first_end].tolist()) == docs[0]
+    valid_end = int(np.argmax(valid_tokens == 0))
+    assert tokenizer.decode(valid_tokens[:valid_end].tolist()) == docs[99]  # document 100 is held out
+    assert tokenizer.decode(valid_tokens[valid_end + 1:-1].tolist()).startswith(docs[199][:50])
+
+
+def test_header_and_metadata_describe_the_files(prepared):
+    raw = prepared.path("train").read_bytes()
+    magic, version, width, count, vocab, eos = struct.unpack("<8sIIQII", raw[:32])
+    assert (magic, version, width, vocab, eos) == (b"PLXTOKNS", 1, 2, 10_000, 0)
+    assert count == prepared.tokens("train") and len(raw) == 64 + 2 * count
+    meta = prepared.meta
+    assert meta["splits"]["train"]["sha256"] == file_sha256(prepared.path("train"))
+    assert meta["tokenizer"]["sha256"] == file_sha256(prepared.tokenizer_path)
+    assert meta["tokenizer"]["vocab_size"] == 10_000 and meta["tokenizer"]["origin"] == "trained"
+    assert [f["sha256"] for f in meta["source"]["files"]] == [file_sha256(V2), file_sha256(SUBSET)]
+    assert meta["tokenization"]["input_bytes"] == V2.stat().st_size + SUBSET.stat().st_size
+    assert meta["tokenization"]["mb_per_s"] > 0
+
+
+def test_rerun_is_a_no_op(prepared):
+    before = {p.name: p.stat().st_mtime_ns for p in prepared.directory.iterdir()}
+    result = prepare([str(V2), str(SUBSET)], prepared.directory)
+    assert result.up_to_date
+    assert {p.name: p.stat().st_mtime_ns for p in prepared.directory.iterdir()} == before
+
+
+def test_a_fresh_preparation_gives_identical_files(prepared, tmp_path):
+    again = prepare([str(V2), str(SUBSET)], tmp_path / "again").data
+    for key in ("train", "validation"):
+        assert again.meta["splits"][key]["sha256"] == prepared.meta["splits"][key]["sha256"]
+    assert again.meta["tokenizer"]["sha256"] == prepared.meta["tokenizer"]["sha256"]
+    assert again.meta["fingerprint"] == prepared.meta["fingerprint"]
+
+
+def test_a_given_tokenizer_is_used_as_is(prepared, given, tmp_path):
+    data = prepare([str(V2), str(SUBSET)], tmp_path / "given", given).data
+    assert data.meta["tokenizer"]["sha256"] == prepared.meta["tokenizer"]["sha256"]
+    assert data.meta["splits"]["train"]["sha256"] == prepared.meta["splits"]["train"]["sha256"]
+    with pytest.raises(ParallaxError, match=r"has 10,000 tokens but the model's vocabulary is 12,000"):
+        prepare([str(V2)], tmp_path / "wrong", replace(given, vocab_size=12_000))
+
+
+def test_a_corrupt_byte_is_named(copy_of):
+    path = copy_of.path("train")
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 1]))
+    with pytest.raises(ParallaxError, match=rf"token file {path}: corrupt .*re-run with --force"):
+        prepare([str(V2), str(SUBSET)], copy_of.directory)
+    with pytest.raises(ParallaxError, match=rf"token file {path}: corrupt"):
+        PreparedData.load(copy_of.directory)
+
+
+def test_a_truncated_file_is_named(copy_of):
+    path = copy_of.path("validation")
+    os.truncate(path, path.stat().st_size - 2)
+    with pytest.raises(ParallaxError, match=rf"token file {path}: truncated: the header promises"):
+        PreparedData.load(copy_of.directory)
+    path.unlink()
+    with pytest.raises(ParallaxError, match=rf"token file {path}: missing"):
+        PreparedData.load(copy_of.directory)
+
+
+def test_a_swapped_tokenizer_or_broken_meta_is_named(copy_of):
+    tokenizer = copy_of.tokenizer_path
+    tokenizer.write_text(tokenizer.read_text().replace('"Once"', '"Twice"', 1))
+    with pytest.raises(ParallaxError, match=rf"{tokenizer} does not match meta.json"):
+        prepare([str(V2), str(SUBSET)], copy_of.directory)
+    (copy_of.directory / "meta.json").write_text("{ truncated")
+    with pytest.raises(ParallaxError, match=r"meta.json: corrupt JSON"):
+        PreparedData.load(copy_of.directory)
+
+
+def test_other_inputs_into_a_prepared_directory_are_refused_unless_forced(copy_of, given):
+    with pytest.raises(ParallaxError, match=r"holds tokens prepared from other inputs or settings \(corpus.train"):
+        prepare([str(SUBSET), str(V2)], copy_of.directory)
+    forced = prepare([str(SUBSET), str(V2)], copy_of.directory, given, force=True)
+    assert not forced.up_to_date
+    assert forced.data.meta["splits"]["train"]["documents"] + forced.data.meta["splits"]["validation"]["documents"] == 4727
+
+
+def test_a_validation_file_without_separators_is_one_document(given, tmp_path):
+    data_result = prepare([str(V2)], tmp_path / "out", replace(given, valid=(str(V1_VALID),)))
+    meta = data_result.data.meta
+    assert meta["splits"]["train"]["documents"] == 1727  # nothing held out
+    assert meta["splits"]["validation"]["documents"] == 1
+    assert len(data_result.warnings) == 1 and "tinystories_v1_valid_head.txt has no <|endoftext|>" in data_result.warnings[0]
+
+
+def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path):
+    blank = tmp_path / "blank.txt"
+    blank.write_text(f"  \n{EOT}\n\n")
+    with pytest.raises(ParallaxError, match=r"no text found \(empty corpus\)"):
+        prepare([str(blank)], tmp_path / "a", given)
+    with pytest.raises(ParallaxError, match=r"no text found \(empty corpus\)"):
+        prepare([str(blank)], tmp_path / "b")  # while training a tokenizer
+    with pytest.raises(ParallaxError, match=r"no such file or directory"):
+        prepare([str(tmp_path / "nope.txt")], tmp_path / "c", given)
+    one = tmp_path / "one.txt"
+    one.write_text("Only one story here.")
+    with pytest.raises(ParallaxError, match=r"no validation text: holding out every 100-th of 1 documents left none; pass --valid"):
+        prepare([str(one)], tmp_path / "d", given)
+    (tmp_path / "e").mkdir()
+    (tmp_path / "e" / "notes.md").write_text("mine")
+    with pytest.raises(ParallaxError, match=r"holds other files \(notes.md\); choose an empty directory"):
+        prepare([str(V2)], tmp_path / "e", given)
+    with pytest.raises(ParallaxError, match=r"--valid-fraction must be in \(0, 0.5\]"):
+        prepare([str(V2)], tmp_path / "f", replace(given, valid_fraction=0.9))
+
+
+def test_hf_streaming_of_a_local_dataset_equals_the_same_files(given, tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    docs = stories(V2)
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+    for name, rows in (("train", docs[:400]), ("validation", docs[400:450])):
+        with open(dataset / f"{name}.jsonl", "w") as f:
+            f.writelines(json.dumps({"text": d, "id": i}) + "\n" for i, d in enumerate(rows))
+    streamed = prepare([str(dataset)], tmp_path / "hf", replace(given, hf=True)).data
+    local = prepare([str(dataset / "train.jsonl")], tmp_path / "local",
+                    replace(given, valid=(str(dataset / "validation.jsonl"),))).data
+    assert streamed.meta["source"]["kind"] == "hf"
+    for split, documents in (("train", 400), ("validation", 50)):
+        assert streamed.meta["splits"][split]["documents"] == documents
+        assert streamed.meta["splits"][split]["sha256"] == local.meta["splits"][split]["sha256"]
+    assert prepare([str(dataset)], tmp_path / "hf", replace(given, hf=True)).up_to_date
+    with pytest.raises(ParallaxError, match=r"Hugging Face dataset .*dataset: .*test"):
+        prepare([str(dataset)], tmp_path / "hf2", replace(given, hf=True, hf_valid_split="test"))

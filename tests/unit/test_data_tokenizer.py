@@ -1,0 +1,99 @@
+"""The byte-level BPE: exactly 10,000 tokens, deterministic, lossless; given tokenizers checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("tokenizers")
+
+from parallax.data.tokenizer import EOT, load_tokenizer, train_tokenizer  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
+
+
+def stories(name: str) -> list[str]:
+    text = (SAMPLES / name).read_text(encoding="utf-8")
+    return [s.strip() for s in text.split(EOT) if s.strip()]
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[str]:
+    if not SAMPLES.is_dir():
+        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
+    return stories("tinystories_v2_train_head.txt") + stories("tinystories_subset_3000.txt")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return train_tokenizer(corpus, 10_000)
+
+
+def test_trained_tokenizer_has_exactly_10000_tokens_with_eot_first(tokenizer):
+    assert tokenizer.get_vocab_size(with_added_tokens=True) == 10_000
+    assert tokenizer.token_to_id(EOT) == 0
+    ids = sorted(tokenizer.get_vocab(with_added_tokens=True).values())
+    assert ids == list(range(10_000))
+
+
+def test_training_is_deterministic_across_processes(corpus, tokenizer, tmp_path):
+    assert train_tokenizer(corpus, 10_000).to_str() == tokenizer.to_str()
+    # Another process has other hash-map seeds and thread timings: still the same merges.
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    script = (
+        "import json, sys; from parallax.data.tokenizer import train_tokenizer; "
+        f"print(train_tokenizer(json.load(open({str(tmp_path / 'corpus.json')!r})), 10_000).to_str())"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == tokenizer.to_str()
+
+
+def test_round_trip_is_lossless(tokenizer, corpus):
+    texts = [
+        corpus[0],
+        corpus[-1],
+        "  leading spaces,\ttabs\nand\n\n\nnewlines  ",
+        "Ünïcödé — “quotes”, emoji 🐉🦄, CJK 小さな物語, and a \x00 byte",
+    ]
+    for text in texts:
+        ids = tokenizer.encode(text, add_special_tokens=False).ids
+        assert tokenizer.decode(ids, skip_special_tokens=False) == text
+    # The separator is one token, not spelled out in bytes.
+    assert tokenizer.encode(f"The end.{EOT}Once", add_special_tokens=False).ids.count(0) == 1
+
+
+def test_a_too_small_corpus_cannot_make_10000_tokens(corpus):
+    with pytest.raises(ParallaxError, match=r"yields only [\d,]+ distinct BPE tokens, not 10,000"):
+        train_tokenizer(corpus[:200], 10_000)
+
+
+def test_given_tokenizer_must_match_the_model_vocabulary(tokenizer, tmp_path):
+    path = tmp_path / "tokenizer.json"
+    tokenizer.save(str(path))
+    assert load_tokenizer(path, 10_000).to_str() == tokenizer.to_str()
+    with pytest.raises(ParallaxError, match=r"has 10,000 tokens but the model's vocabulary is 32,000"):
+        load_tokenizer(path, 32_000)
+    with pytest.raises(ParallaxError, match="no such file"):
+        load_tokenizer(tmp_path / "missing.json", 10_000)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ParallaxError, match="not a Hugging Face tokenizer.json"):
+        load_tokenizer(tmp_path / "bad.json", 10_000)
+
+
+def test_given_tokenizer_without_eot_is_refused(corpus, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    plain = Tokenizer(models.BPE())
+    plain.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    plain.train_from_iterator(corpus[:300], trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    path = tmp_path / "plain.json"
+    plain.save(str(path))
+    size = json.loads(path.read_text())["model"]["vocab"].__len__()
+    with pytest.raises(ParallaxError, match=r"has no <\|endoftext\|> token"):
+        load_tokenizer(path, size)
