@@ -327,6 +327,7 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
+        "compute_capability": "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None,
         "attention_backend": ATTENTION_NAMES[trainer.attention],
         "attention_selection": "first of " + ", ".join(ATTENTION_NAMES[n] for n in ATTENTION_ORDER)
         + " to run causal SDPA fwd+bwd at this shape and dtype",

@@ -1,0 +1,255 @@
+"""The training driver every engine shares: RunConfig in, ``run.json`` + ``steps.jsonl`` out.
+
+Order of work: validate the run, check the output directory is writable, ask the engine
+whether it can run (``Engine.check``: dependency, device, precision), open the batch source —
+all before any GPU work, so bad input costs nothing and writes nothing (ParallaxError, exit 2).
+Then the engine trains and this module turns its raw measurements into the result: step-time
+statistics over the measured steps (index ≥ warmup), throughput, FLOPs and MFU under every
+accounting and denominator, memory, loss and evaluation.
+
+A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
+``failed`` with the error and the traceback's tail (exit code 1).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from parallax import flops, hardware
+from parallax.config import RunConfig
+from parallax.data.source import make_batch_source
+from parallax.engines import get_engine
+from parallax.engines.base import EngineOutput, NullProgress, Progress
+from parallax.errors import ParallaxError
+from parallax.precision import PrecisionInfo
+from parallax.results import write_run
+from parallax.stats import percentile_summary, smoothed_final
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
+EXIT_CODES = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM}
+TRACEBACK_LINES = 30
+
+
+def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
+    """Train ``run`` and write its result into ``run.output_dir``; return the run.json dict.
+
+    Raises ParallaxError (nothing written) when the run cannot start."""
+    run = run.validate()
+    run_dir = writable_output_dir(run.output_dir)
+    engine = get_engine(run.framework)
+    precision = engine.check(run)
+    batches = make_batch_source(run)
+    environment = capture_environment()
+    started = utc_now()
+    try:
+        out = engine.train(run, batches, progress or NullProgress())
+        result, steps = summarize(run, out, environment, batches.description, started), step_rows(run, out)
+    except ParallaxError:
+        raise
+    except Exception as exc:  # the run started: record how it ended instead of losing it
+        traceback.print_exc()
+        result, steps = failure_result(run, precision, environment, started, exc), []
+    finally:
+        batches.close()
+    write_run(run_dir, result, steps)
+    return result
+
+
+def exit_code(result: dict) -> int:
+    return EXIT_CODES.get(result["status"], EXIT_FAILED)
+
+
+def writable_output_dir(path: str) -> Path:
+    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it."""
+    run_dir = Path(path)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ParallaxError(
+            f"output directory '{path}' is not writable ({reason}); pass --output-dir with a writable path"
+        ) from None
+    return run_dir
+
+
+def capture_environment() -> dict:
+    from parallax import envinfo
+
+    return envinfo.environment()
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or an allocator's out-of-memory message (XLA: RESOURCE_EXHAUSTED)."""
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
+        or "RESOURCE_EXHAUSTED" in text
+
+
+def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,
+                   exc: BaseException) -> dict:
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(tail).rstrip().splitlines()[-TRACEBACK_LINES:]
+    oom = is_out_of_memory(exc)
+    return {
+        "status": "oom" if oom else "failed",
+        "error": f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {first}",
+        "traceback": "\n".join(tail),
+        "config": run.to_dict(),
+        "model": model_record(run),
+        "precision": precision.to_dict(),
+        "environment": environment,
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+
+
+def model_record(run: RunConfig) -> dict:
+    m = run.model_config
+    return {
+        "name": m.name, "parameters": m.param_count(), "n_layers": m.n_layers, "d_model": m.d_model,
+        "n_heads": m.n_heads, "head_dim": m.head_dim, "d_ff": m.d_ff, "vocab_size": m.vocab_size,
+        "max_seq_len": m.max_seq_len, "rope_theta": m.rope_theta, "norm_eps": m.norm_eps,
+    }
+
+
+def measured_steps(run: RunConfig, out: EngineOutput) -> list:
+    return [s for s in out.steps if s.step >= run.warmup]
+
+
+def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: str, started: str) -> dict:
+    """The run.json of a run that finished (see ``parallax.results``)."""
+    measured = measured_steps(run, out)
+    if not measured:
+        raise RuntimeError(f"the engine returned {len(out.steps)} steps, none after the {run.warmup} warmup steps")
+    step_ms = percentile_summary(s.step_ms for s in measured)
+    tokens = run.tokens_per_step
+    tokens_per_s = tokens * 1e3 / step_ms["median"]
+    denominators, warnings = mfu_denominators(run, out, environment)
+    losses = [s.loss for s in out.steps]
+    return {
+        "status": "ok",
+        "error": None,
+        "config": run.to_dict(),
+        "model": model_record(run),
+        "precision": out.precision.to_dict(),
+        "framework": out.framework,
+        "environment": environment,
+        "data": {"source": data, "synthetic": run.synthetic},
+        "timing": {
+            "method": out.timing_method,
+            "warmup_steps": run.warmup,
+            "measured_steps": len(measured),
+            "compile_s": out.compile_s,
+            "warmup_ms_total": sum(s.step_ms for s in out.steps if s.step < run.warmup),
+            "step_ms": step_ms,
+        },
+        "throughput": {
+            "tokens_per_step": tokens,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_mean": tokens * 1e3 / step_ms["mean"],
+            # tokens/s percentiles are the step-time percentiles mirrored: p10 of tokens/s
+            # is the p90 step time.
+            "tokens_per_s_p10": tokens * 1e3 / step_ms["p90"],
+            "tokens_per_s_p90": tokens * 1e3 / step_ms["p10"],
+        },
+        "flops": {
+            "primary_accounting": flops.PRIMARY_ACCOUNTING,
+            "denominators_tflops": {
+                "precision_peak": denominators.precision_peak,
+                "bf16_peak": denominators.bf16_peak,
+                "measured_ceiling": denominators.measured_ceiling,
+            },
+            "warnings": warnings,
+            "accountings": flops.mfu_table(tokens_per_s, run.model_config, run.seq_len, denominators),
+        },
+        "memory": {
+            "peak_allocated_bytes": out.peak_allocated_bytes,
+            "peak_reserved_bytes": out.peak_reserved_bytes,
+        },
+        "loss": {
+            "first": losses[0],
+            "final": losses[-1],
+            "final_smoothed": smoothed_final(losses),
+        },
+        "eval": [
+            {"step": e.step, "loss": e.loss, "perplexity": _perplexity(e.loss)} for e in out.evals
+        ],
+        "per_step": {
+            "step_ms": [s.step_ms for s in out.steps],
+            "loss": [s.loss for s in out.steps],
+        },
+        "engine_extra": out.extra,
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+
+
+def _perplexity(loss: float) -> float | None:
+    return math.exp(loss) if math.isfinite(loss) and loss < 700 else None
+
+
+def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
+    """The lines of ``steps.jsonl``."""
+    return [
+        {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
+         "grad_norm": s.grad_norm, "measured": s.step >= run.warmup}
+        for s in out.steps
+    ]
+
+
+def mfu_denominators(run: RunConfig, out: EngineOutput, environment: dict):
+    """(Denominators, warnings) for the GPU the engine ran on: the datasheet peaks from
+    ``parallax.hardware`` and the cuBLASLt ceiling that ``check-env --measure`` stored for it."""
+    device = run_gpu(out.framework, environment.get("gpus") or [])
+    ceiling = measured_ceiling(device, run.precision)
+    return hardware.denominators(device, run.precision, run.peak_tflops, ceiling)
+
+
+def run_gpu(framework: dict, gpus: list[dict]) -> dict | None:
+    """The probe entry of the GPU the engine used: by UUID where the engine reports one, else
+    the only GPU, else the first of the reported name; None for CPU runs. Without a probe
+    entry (no native probe in this build), the name and capability the engine reports."""
+    uuid = _uuid(framework.get("device_uuid"))
+    if uuid:
+        for gpu in gpus:
+            if _uuid(gpu.get("uuid")) == uuid:
+                return gpu
+    on_cpu = str(framework.get("device", "")).startswith("cpu") or framework.get("platform") == "cpu"
+    if on_cpu:
+        return None
+    if not gpus:
+        if framework.get("device_name") and framework.get("compute_capability"):
+            return {"name": framework["device_name"], "compute_capability": framework["compute_capability"]}
+        return None
+    if len(gpus) == 1:
+        return gpus[0]
+    name = framework.get("device_name")
+    return next((g for g in gpus if g.get("name") == name), gpus[0])
+
+
+def _uuid(value) -> str:
+    """NVML writes 'GPU-<hex>', torch '<hex>'; compare the hex."""
+    return str(value or "").lower().removeprefix("gpu-")
+
+
+def measured_ceiling(device: dict | None, precision: str) -> float | None:
+    if device is None:
+        return None
+    try:
+        from parallax import gpu
+    except ImportError:  # a build without the native GPU module
+        return None
+    lookup = getattr(gpu, "measured_ceiling_tflops", None)
+    return lookup(device.get("uuid"), precision) if lookup else None
