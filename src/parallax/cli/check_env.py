@@ -25,7 +25,8 @@ _DEFAULTS = RunConfig()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
 @click.option("--measure", is_flag=True, help="Also measure achieved GEMM TFLOP/s per precision (slow).")
 @click.option("--device", default=0, show_default=True, help="GPU index to check and measure.")
-@click.option("--model", default=_DEFAULTS.model, show_default=True, help="Model preset whose GEMM shapes --measure times.")
+@click.option("--model", default=_DEFAULTS.model, show_default=True,
+              help="Model preset whose GEMM shapes --measure times.")
 @click.option("--batch-size", default=_DEFAULTS.batch_size, show_default=True, help="Batch size for --measure shapes.")
 @click.option("--seq-len", default=_DEFAULTS.seq_len, show_default=True, help="Sequence length for --measure shapes.")
 def command(as_json, measure, device, model, batch_size, seq_len):
@@ -83,7 +84,11 @@ def measure_ceilings(probe: dict, device: int, run: RunConfig) -> dict:
         return spec.peak(prec) if spec and prec in PRECISIONS else None
 
     result["percent_of_dense_peak"] = {
-        prec: _percent(summary.get("square_tflops"), peak(prec)) for prec, summary in result.get("summary", {}).items()
+        prec: {
+            "square": _percent(summary.get("square_tflops"), peak(prec)),
+            "model_shapes": _percent(summary.get("model_shapes_tflops"), peak(prec)),
+        }
+        for prec, summary in result.get("summary", {}).items()
     }
     for row in result.get("model_shapes", []):
         row["percent_of_dense_peak"] = _percent(row.get("tflops"), peak(row.get("precision")))
@@ -200,11 +205,14 @@ def _render_ceilings(report: dict, console: Console) -> None:
         table.add_column(col)
     percent = ceilings.get("percent_of_dense_peak", {})
     for prec, row in ceilings.get("square", {}).items():
-        table.add_row(prec, _shape(row), *_timings(row), _num(percent.get(prec), "{:.1f} %"),
+        table.add_row(prec, _shape(row), *_timings(row), _num(percent.get(prec, {}).get("square"), "{:.1f} %"),
                       escape(row.get("error") or ""))
     for row in ceilings.get("model_shapes", []):
         table.add_row(row.get("precision", "?"), _shape(row), *_timings(row),
                       _num(row.get("percent_of_dense_peak"), "{:.1f} %"), escape(row.get("error") or ""))
+    for prec, summary in ceilings.get("summary", {}).items():
+        table.add_row(prec, "all model GEMMs (count-weighted)", "", _num(summary.get("model_shapes_tflops"), "{:.1f}"),
+                      _num(percent.get(prec, {}).get("model_shapes"), "{:.1f} %"), "")
     console.print(table)
 
 
