@@ -47,7 +47,7 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     started = utc_now()
     try:
         out = engine.train(run, batches, progress or NullProgress())
-        result, steps = summarize(run, out, environment, batches.description, started), step_rows(run, out)
+        result, steps = summarize(run, out, environment, data_record(run, batches), started), step_rows(run, out)
     except ParallaxError:
         raise
     except Exception as exc:  # the run started: record how it ended instead of losing it
@@ -128,7 +128,13 @@ def measured_steps(run: RunConfig, out: EngineOutput) -> list:
     return [s for s in out.steps if s.step >= run.warmup]
 
 
-def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: str, started: str) -> dict:
+def data_record(run: RunConfig, batches) -> dict:
+    """Where the tokens came from; a real-data source adds its facts (files, hashes, ring)."""
+    info = batches.info() if hasattr(batches, "info") else {}
+    return {"source": batches.description, "synthetic": run.synthetic, **info}
+
+
+def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, started: str) -> dict:
     """The run.json of a run that finished (see ``parallax.results``)."""
     measured = measured_steps(run, out)
     if not measured:
@@ -146,7 +152,7 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: str, s
         "precision": out.precision.to_dict(),
         "framework": out.framework,
         "environment": environment,
-        "data": {"source": data, "synthetic": run.synthetic},
+        "data": data,
         "timing": {
             "method": out.timing_method,
             "warmup_steps": run.warmup,

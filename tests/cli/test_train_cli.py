@@ -34,6 +34,7 @@ def one_error_line(capsys) -> str:
     (["--precision", "nvfp4"], "precision nvfp4 is not implemented in the torch engine yet"),
     (["--synthetic", "--data", "somewhere"], "choose one of --synthetic, --data PATH and --hf"),
     (["--device", "tpu"], "unknown --device 'tpu'"),
+    (["--epochs", "0"], "--epochs must be positive, got 0"),
     (["--batch-size", "two"], "Invalid value for '--batch-size'"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message):
@@ -118,6 +119,7 @@ def test_data_options_map_onto_the_run_config():
     assert (run.synthetic, run.data) == (False, "corpus/")
     run = train_cli.build_run({**base, "hf": True})
     assert (run.synthetic, run.data) == (False, None)
+    assert train_cli.build_run({**base, "epochs": 2.5}).epochs == 2.5
 
 
 @pytest.mark.slow

@@ -71,6 +71,7 @@ def build_run(options: dict) -> RunConfig:
 @click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
 @click.option("--data", metavar="PATH", help="Train on a prepared token directory or a raw corpus.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub.")
+@click.option("--epochs", type=float, help="Passes over the training tokens allowed (--data/--hf; default: at most one).")
 @click.option("--eval-every", type=int, help="Validation loss every N steps and at the end (0: never).")
 @click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation.")
 @click.option("--no-compile", is_flag=True, help="Run eagerly (torch): no torch.compile.")

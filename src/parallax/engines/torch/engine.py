@@ -145,14 +145,18 @@ class Trainer:
         self.forward = torch.compile(self.model) if compile else self.model
 
     def upload(self, batch: np.ndarray):
-        """A [B, S+1] host batch on the device. Pinning copies it at once, so the source's
-        buffer is free again before this returns; the device copy is asynchronous."""
+        """A [B, S+1] host batch on the device, copied asynchronously. A batch already in
+        pinned memory (the native loader's ring) is copied from where it is: the loop has
+        waited for this step's end before the source may reuse the buffer (two draws later).
+        Pageable batches are first copied to pinned memory, which frees them at once."""
         if batch.dtype not in (np.int32, np.int64):
             batch = batch.astype(np.int32)
         tensor = self.torch.from_numpy(batch)
-        if self.device.type == "cuda":
-            return tensor.pin_memory().to(self.device, non_blocking=True)
-        return tensor
+        if self.device.type != "cuda":
+            return tensor
+        if not tensor.is_pinned():
+            tensor = tensor.pin_memory()
+        return tensor.to(self.device, non_blocking=True)
 
     def loss(self, batch):
         from parallax.engines.torch.model import batch_loss
