@@ -7,10 +7,16 @@ from the initial weights, which is far more sensitive than the parameters themse
 
 Error measures, torch taken as the reference b and JAX as a:
   max abs  = max |a − b| over the elements of a tensor;
-  max rel  = max |a − b| / max |b|, per tensor (for a scalar: |a − b| / |b|).
+  max rel  = max |a − b| / max |b|, per tensor (for a scalar: |a − b| / |b|);
+  L2 rel   = ‖a − b‖₂ / ‖b‖₂, per tensor: used for the parameter updates (p_N − p_0) only.
 For a family of tensors (gradients, parameters) the row shows the worst tensor and names it.
 A per-tensor max-normalised error does not blow up on elements that happen to be near zero,
-which an element-wise relative error would.
+which an element-wise relative error would. The updates need the L2 norm: Adam divides each
+gradient element by its own magnitude plus eps (1e-8), so an element whose gradient is near
+eps turns a harmless 1e-10 gradient difference into a visible difference in that element's
+update (observed up to 5e-3 of Σlr in float32). The L2 norm weighs those few elements by
+their size, while a real optimizer difference (schedule index, weight-decay mask, clipping,
+bias correction) still moves it by 1e-1 or more.
 
 Tolerances are per compute dtype. float32 rows gate the result (the CLI exits 1 on a
 failure); bfloat16 rows are report-only: the two frameworks round in different places
@@ -30,6 +36,7 @@ from parallax.errors import ParallaxError
 from parallax.weights import init_weights
 
 DTYPES = ("float32", "bfloat16")
+RELATIVE_ERROR = "max|jax - torch| / max|torch| per tensor; updates: ||jax - torch||2 / ||torch||2"
 DEVICES = ("cpu", "gpu")
 
 
@@ -47,16 +54,21 @@ class Tolerances:
 
 
 TOLERANCES = {
-    # float32: both frameworks do the same float32 arithmetic in a different order; observed
-    # errors on the CPU (tiny, B2 S32, 3 steps) are 10-1000x below these bounds.
-    # loss 1e-5 and grads 1e-4 are the project's acceptance thresholds.
-    "float32": Tolerances(logits=1e-5, loss=1e-5, grads=1e-4, step_losses=1e-5, params=1e-6,
+    # float32: the same arithmetic in a different order. loss 1e-5 and gradients 1e-4 are the
+    # project's acceptance thresholds. Observed on the CPU (tiny, seeds 0-3, B2 S32 and B4 S64,
+    # 3 steps): logits ≤ 4.8e-7, loss ≤ 2.1e-7, gradients ≤ 1.5e-6, params ≤ 9.5e-6, updates
+    # (L2) ≤ 1.6e-4 (the norm gains, whose float32 spacing at 1.0 is 1.2e-7 against updates of
+    # ~1e-4). A weight-decay mask that includes the norm gains alone gives ~1e-1 on updates.
+    "float32": Tolerances(logits=1e-5, loss=1e-5, grads=1e-4, step_losses=1e-5, params=1e-4,
                           updates=1e-3, gate=True),
-    # bfloat16 (unit roundoff u = 2^-8 ≈ 3.9e-3): report-only bounds of a few u for the
-    # quantities that average over many terms (loss), larger for single elements (logits) and
-    # for gradients, which go through every rounding of the forward and backward pass.
-    "bfloat16": Tolerances(logits=5e-2, loss=1e-2, grads=1e-1, step_losses=1e-2, params=1e-2,
-                           updates=2.0, gate=False),
+    # bfloat16 (unit roundoff u = 2^-8 ≈ 3.9e-3), report-only: the frameworks round in
+    # different places, so single elements differ by a few u (logits 2e-2 ≈ 5u), the mean
+    # loss far less (1e-3), gradients by more as errors pass through the backward pass (1e-1),
+    # and Adam turns gradient elements of the other sign into opposite updates (updates L2
+    # 0.25). Observed on the CPU: logits ≤ 6.4e-3, loss ≤ 1.5e-5, gradients ≤ 2.9e-2,
+    # params ≤ 2.5e-3, updates (L2) ≤ 0.11.
+    "bfloat16": Tolerances(logits=2e-2, loss=1e-3, grads=1e-1, step_losses=1e-3, params=1e-2,
+                           updates=0.25, gate=False),
 }
 
 
@@ -103,13 +115,23 @@ def errors(a, b) -> tuple[float, float]:
     return diff, diff / scale
 
 
-def tensor_row(quantity: str, a: dict, b: dict, tolerance: float) -> Row:
-    """The worst tensor of two canonical dicts with the same names."""
+def l2_errors(a, b) -> tuple[float, float]:
+    """(max |a − b|, ‖a − b‖₂ / ‖b‖₂) of two arrays (b is the reference)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    max_abs, _ = errors(a, b)
+    norm = float(np.linalg.norm(b))
+    if norm == 0.0:
+        return max_abs, 0.0 if max_abs == 0.0 else float("inf")
+    return max_abs, float(np.linalg.norm(a - b)) / norm
+
+
+def tensor_row(quantity: str, a: dict, b: dict, tolerance: float, measure=errors) -> Row:
+    """The worst tensor of two canonical dicts with the same names, by ``measure``."""
     if set(a) != set(b):
         raise ValueError(f"{quantity}: tensor names differ: {sorted(set(a) ^ set(b))[:3]}")
     worst = Row(quantity, 0.0, 0.0, tolerance)
     for name in sorted(a):
-        max_abs, max_rel = errors(a[name], b[name])
+        max_abs, max_rel = measure(a[name], b[name])
         worst.max_abs = max(worst.max_abs, max_abs)
         if not max_rel <= worst.max_rel:  # also takes NaN
             worst.max_rel, worst.worst = max_rel, name
@@ -139,28 +161,36 @@ def run_parity(model: str = "tiny", batch_size: int = 2, seq_len: int = 32, step
     jax_ref = get_engine("jax").reference_trainer(run.replace(framework="jax"), weights, dtype, device)
     rows = compare(jax_ref, torch_ref, weights, batches, TOLERANCES[dtype])
     settings = {"model": model, "batch_size": batch_size, "seq_len": seq_len, "steps": steps, "seed": seed,
-                "dtype": dtype, "device": device, "relative_error": "max|jax - torch| / max|torch| per tensor"}
-    backends = {"jax_attention": getattr(jax_ref, "attention_backend", None),
-                "torch_attention": getattr(torch_ref, "attention_backend", None)}
+                "dtype": dtype, "device": device, "relative_error": RELATIVE_ERROR}
+    backends = {"jax": _attention(jax_ref), "torch": _attention(torch_ref)}
     return ParityReport(settings, rows, TOLERANCES[dtype].gate, backends)
 
 
+def _attention(trainer) -> str | None:
+    """The attention implementation a reference trainer ran, where it says."""
+    name = getattr(trainer, "attention_backend", None)
+    inner = getattr(trainer, "trainer", None)  # the torch reference trainer keeps it inside
+    return name or getattr(inner, "attention", None)
+
+
 def compare(a, b, initial: dict, batches: list[np.ndarray], tol: Tolerances) -> list[Row]:
-    """Rows for trainer ``a`` against reference trainer ``b`` (both start from ``initial``)."""
-    logits = Row("logits (batch 0)", *errors(a.logits(batches[0]), b.logits(batches[0])), tol.logits)
+    """Rows for trainer ``a`` against reference trainer ``b`` (both start from ``initial``):
+    logits, loss and gradients of batch 0, the losses of one optimizer step per batch, then
+    the parameters and their updates (p_N − p_0) after those steps."""
+    logits = Row("logits", *errors(a.logits(batches[0]), b.logits(batches[0])), tol.logits)
     loss_a, grads_a = a.loss_and_grads(batches[0])
     loss_b, grads_b = b.loss_and_grads(batches[0])
-    loss = Row("loss (batch 0)", *errors(loss_a, loss_b), tol.loss)
-    grads = tensor_row("gradients (batch 0)", grads_a, grads_b, tol.grads)
+    loss = Row("loss", *errors(loss_a, loss_b), tol.loss)
+    grads = tensor_row("gradients", grads_a, grads_b, tol.grads)
     losses_a = [a.step(batch) for batch in batches]
     losses_b = [b.step(batch) for batch in batches]
     n = len(batches)
-    step_losses = Row(f"losses of {n} optimizer steps", *_worst_scalar(losses_a, losses_b), tol.step_losses)
+    step_losses = Row(f"losses, {n} steps", *_worst_scalar(losses_a, losses_b), tol.step_losses)
     params_a, params_b = a.params(), b.params()
-    params = tensor_row(f"params after {n} steps", params_a, params_b, tol.params)
-    updates = tensor_row(f"param updates over {n} steps",
+    params = tensor_row(f"params, {n} steps", params_a, params_b, tol.params)
+    updates = tensor_row(f"updates, {n} steps (L2)",
                          {k: params_a[k] - initial[k] for k in initial},
-                         {k: params_b[k] - initial[k] for k in initial}, tol.updates)
+                         {k: params_b[k] - initial[k] for k in initial}, tol.updates, l2_errors)
     return [logits, loss, grads, step_losses, params, updates]
 
 

@@ -42,13 +42,18 @@ def print_report(report: ParityReport) -> None:
     s = report.settings
     title = (f"parity torch vs jax: {s['model']} B{s['batch_size']} S{s['seq_len']} {s['steps']} steps, "
              f"seed {s['seed']}, {s['dtype']} on {s['device']}")
-    table = Table(title=title, caption=f"max rel = {s['relative_error']}")
-    for name in ("quantity", "max abs err", "max rel err", "tolerance", "status", "worst tensor"):
-        table.add_column(name, justify="right" if "err" in name or name == "tolerance" else "left")
+    table = Table(title=title, caption=f"rel err = {s['relative_error']}")
+    table.add_column("quantity")
+    for name in ("max abs err", "max rel err", "tolerance"):
+        table.add_column(name, justify="right")
+    table.add_column("status")
+    table.add_column("worst tensor", overflow="fold")
     for row in report.rows:
-        table.add_row(row.quantity, f"{row.max_abs:.3e}", f"{row.max_rel:.3e}", f"{row.tolerance:.0e}",
+        table.add_row(row.quantity, f"{row.max_abs:.2e}", f"{row.max_rel:.2e}", f"{row.tolerance:.2g}",
                       _status(row.within, report.gate), row.worst)
     console = Console()
+    if not console.is_terminal:  # logs and captured output: wide enough for one line a row
+        console = Console(width=120)
     console.print(table)
     backends = ", ".join(f"{k} {v}" for k, v in report.backends.items() if v)
     if backends:
