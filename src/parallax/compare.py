@@ -42,6 +42,7 @@ SMOOTH_WINDOW = 10
 BASELINE_FRAMEWORK = "torch"
 BASELINE_PRECISION = "bf16"
 DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
+PER_CELL = CELL_FIELDS + ("compile",)
 
 STATS_METHOD = (
     "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "
@@ -130,18 +131,28 @@ def _read_json(path: Path, problems: list[str]) -> dict | None:
 
 
 def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
-    """The configuration common to every run; ParallaxError when runs disagree."""
-    configs = {}
+    """The configuration common to every run; ParallaxError when runs disagree.
+
+    ``compile`` may differ between frameworks (JAX always compiles; --no-compile is torch's)
+    but not within one: ``compiled`` maps each framework to its setting."""
+    configs, compiled = {}, {}
     for r in runs:
-        key = json.dumps({k: v for k, v in r.config.items() if k not in CELL_FIELDS}, sort_keys=True)
+        key = json.dumps({k: v for k, v in r.config.items() if k not in PER_CELL}, sort_keys=True)
         configs.setdefault(key, r.run_dir)
+        compiled.setdefault(r.config["framework"], set()).add(r.config.get("compile"))
+    mixed = [fw for fw, values in compiled.items() if len(values) > 1]
+    if mixed:
+        raise ParallaxError(f"{results_dir} mixes compiled and eager runs of {mixed[0]}; "
+                            "compare them from separate directories")
     if len(configs) > 1:
         (a, dir_a), (b, dir_b) = list(configs.items())[:2]
         diff = [k for k in json.loads(a) if json.loads(a)[k] != json.loads(b).get(k)]
         raise ParallaxError(
             f"{results_dir} mixes runs of different configurations ({dir_a} and {dir_b} differ in "
             f"{', '.join(diff)}); compare them from separate directories")
-    return json.loads(next(iter(configs))) if configs else {}
+    if not configs:
+        return {}
+    return {**json.loads(next(iter(configs))), "compiled": {fw: v.pop() for fw, v in compiled.items()}}
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -190,8 +201,10 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         "flops": _cell_flops(first, tps, tps_ci),
         "memory": _cell_memory(ok),
         "compile_s": _median_or_none([r.run.get("timing", {}).get("compile_s") for r in ok]),
+        "notes": sorted({w for r in ok for w in (r.run.get("flops") or {}).get("warnings") or []}),
         "precision_info": first.get("precision"),
         "framework_info": first.get("framework"),
+        "timing_method": (first.get("timing") or {}).get("method"),
         "loss_curve": _loss_curve(ok),
         "eval_curve": _eval_curve(ok),
     })
@@ -215,7 +228,9 @@ def _cell_header(cell: CellData) -> dict:
         "n_ok": counts.get("ok", 0), "n_runs": len(cell.runs) + pending,
         "tokens_per_s": None, "step_ms": None, "flops": None, "memory": None,
         "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
-        "precision_info": None, "framework_info": None, "loss_curve": None, "eval_curve": None,
+        "precision_info": None, "framework_info": None, "timing_method": None,
+        "loss_curve": None, "eval_curve": None,
+        "notes": [],
     }
 
 
@@ -255,10 +270,12 @@ def _cell_flops(run: dict, tps: float, tps_ci: tuple[float, float]) -> dict:
 def _flops_table(run: dict) -> dict:
     """Per accounting: FLOPs/token and the peaks (TFLOP/s) behind the run's MFU values.
 
-    run.json stores TFLOP/s and MFU; the peak is TFLOP/s ÷ MFU. Where the run has no flops
-    table, FLOPs/token comes from ``parallax.flops`` and every MFU is None."""
-    stored = run.get("flops") or {}
-    stored = stored.get("accountings", stored) if isinstance(stored, dict) else {}
+    The peaks are run.json's ``flops.denominators_tflops``; a run without them gives the peak
+    as its TFLOP/s ÷ MFU. Where the run has no flops table, FLOPs/token comes from
+    ``parallax.flops`` and every MFU is None."""
+    flops = run.get("flops") if isinstance(run.get("flops"), dict) else {}
+    stored = flops.get("accountings", flops)
+    denominators = flops.get("denominators_tflops")
     cfg = RunConfig.from_dict(run["config"])
     computed = flops_per_token(cfg.model_config, cfg.seq_len)
     table = {}
@@ -267,7 +284,10 @@ def _flops_table(run: dict) -> dict:
         peaks = {}
         for den in DENOMINATORS:
             mfu, tflops = row.get(f"mfu_{den}"), row.get("tflops")
-            peaks[den] = tflops / mfu if mfu and tflops else None
+            if isinstance(denominators, dict):
+                peaks[den] = denominators.get(den)
+            else:
+                peaks[den] = tflops / mfu if mfu and tflops else None
         table[name] = {"flops_per_token": row.get("flops_per_token", computed[name]), "peaks": peaks}
     return table
 
@@ -537,8 +557,15 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
         row["loss_difference"] = loss_difference(cell, other, n_boot, level)
         rows.append(row)
     return {"results_dir": str(base.results_dir), "rows": rows,
-            "config_differences": differences(base.config, current.config),
+            "config_differences": differences(*_comparable(base.config, current.config)),
             "environment_differences": environment_differences(base.environment, current.environment)}
+
+
+def _comparable(a: dict, b: dict) -> tuple[dict, dict]:
+    """The two configurations with ``compiled`` limited to the frameworks both ran."""
+    both = set(a.get("compiled") or {}) & set(b.get("compiled") or {})
+    return tuple({**c, "compiled": {fw: on for fw, on in (c.get("compiled") or {}).items() if fw in both}}
+                 for c in (a, b))
 
 
 def _safe_ratio(a, b):

@@ -28,22 +28,33 @@ class ProgressFile:
         self.path = Path(path)
         self.min_interval_s = min_interval_s
         self._last = -math.inf
+        self._pending: dict | None = None  # the newest step held back by the rate limit
         self._file = open(self.path, "a", buffering=1)  # line-buffered: one write per record
 
     def _write(self, record: dict) -> None:
         self._file.write(json.dumps(record) + "\n")
 
     def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
+        record = {"step": int(step), "loss": _finite(loss), "step_ms": _finite(step_ms)}
         now = time.monotonic()
         if now - self._last < self.min_interval_s:
+            self._pending = record
             return
-        self._last = now
-        self._write({"step": int(step), "loss": _finite(loss), "step_ms": _finite(step_ms)})
+        self._last, self._pending = now, None
+        self._write(record)
 
     def phase(self, text: str) -> None:
+        self.flush()
         self._write({"phase": str(text)})
 
+    def flush(self) -> None:
+        """Write the step held back by the rate limit (at a phase change or the end)."""
+        if self._pending is not None:
+            self._write(self._pending)
+            self._pending = None
+
     def close(self) -> None:
+        self.flush()
         self._file.close()
 
 
@@ -60,6 +71,11 @@ class Tee:
     def phase(self, text: str) -> None:
         for r in self.receivers:
             r.phase(text)
+
+    def close(self) -> None:
+        for r in self.receivers:
+            if hasattr(r, "close"):
+                r.close()
 
 
 def from_env() -> ProgressFile | None:

@@ -39,7 +39,7 @@ from typing import Callable, Protocol
 from parallax import __version__, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
-from parallax.results import RUN_FILE, atomic_write_text, load_run, write_run
+from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_text, load_run, load_steps, write_run
 
 MATRIX_SCHEMA = "parallax.matrix/1"
 INDEX_SCHEMA = "parallax.index/1"
@@ -54,6 +54,9 @@ LOG_TAIL_LINES = 40
 EXIT_BAD_INPUT, EXIT_OOM = 2, 3
 # RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
 CELL_FIELDS = ("framework", "precision", "seed", "output_dir")
+# Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
+# --no-compile), so the benchmark's --no-compile applies to these only.
+EAGER_FRAMEWORKS = ("torch",)
 
 
 @dataclass(frozen=True)
@@ -95,9 +98,8 @@ class Matrix:
             raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
         if self.repeats < 1:
             raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
-        for fw in self.frameworks:
-            for p in self.precisions:
-                self.base.replace(framework=fw, precision=p).validate()
+        for cell in self.cells()[: len(self.frameworks) * len(self.precisions)]:
+            self.run_config(cell, Path(".")).validate()
         return self
 
     def cells(self) -> list[Cell]:
@@ -106,8 +108,9 @@ class Matrix:
                 for fw in self.frameworks for p in self.precisions]
 
     def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
+        compile_ = self.base.compile or cell.framework not in EAGER_FRAMEWORKS
         return self.base.replace(framework=cell.framework, precision=cell.precision,
-                                 seed=cell.seed, output_dir=str(run_dir))
+                                 seed=cell.seed, output_dir=str(run_dir), compile=compile_)
 
     def to_dict(self) -> dict:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
@@ -300,12 +303,21 @@ def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]
         if (run_dir / RUN_FILE).exists():
             try:
                 run = load_run(run_dir)
+                if run["status"] == "ok":
+                    _require_steps(run_dir)
                 result = CellResult(cell, run["status"], run_dir, run.get("error"),
                                     run.get("elapsed_s"), reused=True)
             except ParallaxError as exc:
                 display.warning(f"{exc} (the cell will run again)")
         results.append(result)
     return results
+
+
+def _require_steps(run_dir: Path) -> None:
+    """An ok result is complete only with its steps."""
+    if not (run_dir / STEPS_FILE).exists():
+        raise ParallaxError(f"{run_dir / STEPS_FILE}: missing beside an ok run.json")
+    load_steps(run_dir)
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -318,9 +330,15 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     progress_path = run_dir / PROGRESS_FILE
     started, t0 = now_iso(), time.monotonic()
     with open(run_dir / LOG_FILE, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=child_env(progress_path),
-                                start_new_session=True, preexec_fn=_die_with_parent)
+        try:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=child_env(progress_path),
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        except OSError as exc:  # e.g. the interpreter vanished: this cell fails, the matrix goes on
+            info = {"started_at": started, "finished_at": now_iso(), "elapsed_s": 0.0, "exit_code": None}
+            status, error = _write_outcome(run_dir, run, "failed", f"could not start {command[0]}: {exc}",
+                                           info, with_tail=False)
+            return CellResult(cell, status, run_dir, error, 0.0)
         try:
             timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s)
         except BaseException:
@@ -331,7 +349,7 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     info = {"started_at": started, "finished_at": now_iso(), "elapsed_s": round(elapsed, 3),
             "exit_code": proc.returncode}
     if timed_out:
-        where = f" at step {last_step}/{run.steps}" if last_step is not None else ""
+        where = f" after step {last_step + 1} of {run.steps}" if last_step is not None else ""
         status, error = "timeout", f"exceeded --timeout-per-run of {timeout_s:g} s{where}"
         _write_outcome(run_dir, run, status, error, info, with_tail=True)
     else:

@@ -63,7 +63,8 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
               help="Runs per seed (timing repeats), spread over the session.")
 @click.option("--eval-every", type=int, default=DEFAULTS.eval_every, show_default=True)
 @click.option("--eval-batches", type=int, default=DEFAULTS.eval_batches, show_default=True)
-@click.option("--no-compile", is_flag=True, help="Run eagerly (no torch.compile / jit of the step).")
+@click.option("--no-compile", is_flag=True,
+              help="Run torch eagerly (no torch.compile); JAX always compiles its step with XLA.")
 @click.option("--device", default=DEFAULTS.device, show_default=True)
 @click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s for MFU on an unknown GPU.")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
@@ -137,7 +138,7 @@ class LiveDisplay:
         if "phase" in record:
             self.progress.update(self.cell_task, description=f"{cell.label} · {record['phase']}")
             return
-        step = min(int(record.get("step", 0)), self.steps)
+        step = min(int(record.get("step", 0)) + 1, self.steps)  # "step" is the 0-based index
         loss, ms = record.get("loss"), record.get("step_ms")
         text = cell.label + (f" · loss {loss:.3f}" if loss is not None else "") + (f" · {ms:.1f} ms" if ms else "")
         self.progress.update(self.cell_task, completed=step, description=text)

@@ -18,6 +18,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _environment(record),
         _configuration(record),
         _conclusions(record),
+        _stacks(record),
         _throughput(record),
         _speedups(record),
         _loss(record),
@@ -65,7 +66,7 @@ def _configuration(record: dict) -> str:
         f"- Model: `{cfg['model']}`; batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
         f"{tokens:,} tokens per step",
         f"- Steps: {cfg['steps']}, of which the first {cfg['warmup']} are warm-up and not measured",
-        f"- Data: {data}; compiled: {'yes' if cfg.get('compile') else 'no'}; device: {cfg.get('device')}",
+        f"- Data: {data}; compiled: {_compiled(cfg)}; device: {cfg.get('device')}",
     ]
     if matrix:
         lines.append(f"- Matrix: frameworks {', '.join(matrix['frameworks'])}; precisions "
@@ -74,9 +75,14 @@ def _configuration(record: dict) -> str:
     return "## Configuration\n\n" + "\n".join(lines)
 
 
+def _compiled(cfg: dict) -> str:
+    compiled = cfg.get("compiled") or {}
+    return ", ".join(f"{fw} {'yes' if on else 'no'}" for fw, on in compiled.items()) or f.NA
+
+
 def _conclusions(record: dict) -> str:
     c = record["conclusions"]
-    lines = []
+    lines = [] if c["fastest"] else ["- No cell finished with a result."]
     for e in c["fastest"]:
         label = e["precision"] + (" (emulated)" if e["native"] is False else "")
         if e["runner_up"] is None:
@@ -97,9 +103,27 @@ def _conclusions(record: dict) -> str:
                      "its loss shows the format's numerics, its speed is not the format's speed")
     for e in c["not_ok"]:
         lines.append(f"- {e['framework']} {e['precision']}: **{e['status']}** (see below)")
-    if not lines:
-        lines.append("- No cell finished with a result.")
+    for note in sorted({n for cell in record["cells"] for n in cell.get("notes") or []}):
+        lines.append(f"- Note: {note}")
     return "## Conclusions\n\n" + "\n".join(lines)
+
+
+def _stacks(record: dict) -> str:
+    """What each cell ran: versions, device, attention, compilation, recipe, timing method."""
+    rows = []
+    for c in record["cells"]:
+        fw, p = c.get("framework_info"), c.get("precision_info")
+        if not fw:
+            continue
+        native = "native" if p.get("native") else "emulated"
+        rows.append([c["framework"], f.precision_label(c), fw.get("version") or f.NA,
+                     fw.get("device_name") or fw.get("device") or f.NA, fw.get("attention_backend") or f.NA,
+                     "yes" if fw.get("compiled") else "no",
+                     f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
+    if not rows:
+        return ""
+    return "## Stacks\n\n" + table(["Framework", "Precision", "Version", "Device", "Attention", "Compiled",
+                                     "Recipe", "Step timing"], rows)
 
 
 def _throughput(record: dict) -> str:

@@ -16,7 +16,7 @@ def render(record: dict, console: Console | None = None) -> None:
     if record["speedups"]:
         console.print(_speedups(record))
     for line in _notes(record):
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _cells(record: dict) -> Table:

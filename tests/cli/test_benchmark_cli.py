@@ -1,0 +1,222 @@
+"""``parallax benchmark`` and ``parallax compare`` through the real command line."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures.matrix import fake_command
+
+from parallax import runner
+from parallax.cli import main
+
+TINY = ["--model", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "12", "--warmup", "2",
+        "--no-compile", "--device", "cpu"]
+
+
+@pytest.fixture
+def fake_trainer(monkeypatch):
+    """Cells run the fake trainer instead of ``parallax train``; the plan sets their outcomes."""
+    monkeypatch.setattr(runner, "train_command", fake_command)
+    monkeypatch.setattr(runner, "collect_environment", lambda: {"python": "3.x", "gpus": []})
+
+    def plan(**modes):
+        monkeypatch.setenv("FAKE_TRAIN_PLAN", json.dumps({k.replace("_", "-"): v for k, v in modes.items()}))
+
+    plan()
+    return plan
+
+
+def error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--frameworks", "torch,maxtext"], "unknown framework 'maxtext'; choose one of: torch, jax"),
+    (["--precisions", "bf16,int8"], "unknown precision 'int8'; choose one of: bf16, fp8, nvfp4"),
+    (["--precisions", ","], "--precisions is empty"),
+    (["--seeds", "0,x"], "--seeds must be comma-separated integers, got '0,x'"),
+    (["--synthetic", "--hf"], "choose one of --synthetic, --hf and --data PATH"),
+    (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+    (["--timeout-per-run", "0"], "--timeout-per-run must be positive"),
+    (["--steps", "2", "--warmup", "2"], "--steps (2) must be greater than --warmup (2)"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
+    argv = ["benchmark", *TINY, "--output-dir", str(tmp_path / "out"), *args]
+    assert main(argv) == 2
+    line = error_line(capsys)
+    assert line.startswith("parallax: error: ") and message in line
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_benchmark_with_report(tmp_path, capsys, fake_trainer):
+    fake_trainer(jax_fp8="skip")
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--frameworks", "torch,jax", "--precisions", "bf16,fp8",
+                 "--output-dir", str(out), "--report"]) == 0
+    captured = capsys.readouterr()
+    assert "Benchmark" in captured.out and "torch: fp8 over bf16" in captured.out
+    assert "skipped jax fp8 seed 0 rep 0" in captured.err
+    assert "cells: 3 ok, 1 skipped" in captured.err
+    for name in ("report.md", "report.csv", "report.json", "plots/loss.png", "plots/throughput.png",
+                 "plots/memory.png", "plots/mfu.png", "index.json", "matrix.json", "environment.json"):
+        assert (out / name).exists(), name
+    report = (out / "report.md").read_text()
+    assert "| jax | fp8 | skipped |" in report and "![Throughput (95% CI)](plots/throughput.png)" in report
+
+
+def test_a_crashed_cell_makes_exit_1_and_the_rest_still_runs(tmp_path, capsys, fake_trainer):
+    fake_trainer(torch_bf16="crash")
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "failed torch bf16 seed 0 rep 0" in err and "exit code 1: RuntimeError: boom" in err
+    assert json.loads((out / "index.json").read_text())["counts"]["ok"] == 1
+
+
+def test_rerun_needs_resume_and_resume_runs_nothing_twice(tmp_path, capsys, fake_trainer, monkeypatch):
+    out = tmp_path / "out"
+    argv = ["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(out)]
+    assert main(argv) == 0
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "already holds results of this benchmark; add --resume" in error_line(capsys)
+    assert main([*argv[:-2], "--output-dir", str(out), "--steps", "10"]) == 2
+    assert "different benchmark configuration (differs in: run.steps 12 → 10)" in error_line(capsys)
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    assert main([*argv, "--resume"]) == 0
+    assert "resuming: 2 of 2 cells already have a result" in capsys.readouterr().err
+    assert not calls.exists()
+
+
+def test_compare_writes_report_and_ratios_to_a_baseline(tmp_path, capsys, fake_trainer):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for d in (a, b):
+        assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(d)]) == 0
+    (a / "runs" / "extra").mkdir()
+    (a / "runs" / "extra" / "run.json").write_text("{not json")
+    capsys.readouterr()
+    report = tmp_path / "cmp" / "report.md"
+    assert main(["compare", "--results-dir", str(a), "--baseline", str(b), "--output-report", str(report),
+                 "--bootstraps", "200"]) == 0
+    out = capsys.readouterr().out
+    assert "left out:" in out and "extra/run.json" in out
+    text = report.read_text()
+    assert "## Against the baseline" in text and "1.000× (1.000×–1.000×)" in text  # same fake numbers
+    assert "## Files left out" in text
+    assert (tmp_path / "cmp" / "plots" / "loss.png").exists() and (tmp_path / "cmp" / "report.csv").exists()
+
+
+def test_compare_of_a_missing_directory(tmp_path, capsys):
+    assert main(["compare", "--results-dir", str(tmp_path / "nope")]) == 2
+    assert "no such results directory" in error_line(capsys)
+
+
+def _engines_importable() -> bool:
+    try:
+        importlib.import_module("parallax.cli.train")
+        for fw in ("torch", "jax"):
+            importlib.import_module(f"parallax.engines.{fw}.engine")
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _engines_importable(), reason="parallax train or an engine cannot be imported")
+def test_tiny_matrix_end_to_end_with_real_engines(tmp_path):
+    """torch and JAX on the CPU through real `parallax train` processes, then the report."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "parallax", "benchmark", "--frameworks", "torch,jax", "--precisions", "bf16",
+           "--model", "tiny", "--batch-size", "2", "--seq-len", "32", "--steps", "6", "--warmup", "2",
+           "--no-compile", "--device", "cpu", "--output-dir", str(out), "--report", "--timeout-per-run", "300"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    index = json.loads((out / "index.json").read_text())
+    assert [c["status"] for c in index["cells"]] == ["ok", "ok"], index
+    saved = json.loads((out / "report.json").read_text())
+    assert [(c["framework"], c["status"]) for c in saved["cells"]] == [("torch", "ok"), ("jax", "ok")]
+    for c in saved["cells"]:
+        steps = [json.loads(ln) for ln in (out / "runs" / f"{c['framework']}-bf16-seed0-rep0" / "steps.jsonl")
+                 .read_text().splitlines()]
+        assert len(steps) == 6 and c["step_ms"]["count"] == 4
+        assert c["tokens_per_s"]["value"] > 0 and c["final_loss"]["value"] > 0
+    assert saved["config"]["compiled"] == {"torch": False, "jax": True}
+    assert [s["label"] for s in saved["speedups"]] == ["bf16: jax over torch"]
+    assert (out / "plots" / "loss.png").stat().st_size > 5000
+    assert "| torch | bf16 | ok |" in (out / "report.md").read_text()
+
+
+# ----------------------------------------------------------------------------- scripts
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("script", ["run_benchmarks.sh", "setup_remote_gpu.sh"])
+def test_scripts_parse(script):
+    proc = subprocess.run(["bash", "-n", str(SCRIPTS / script)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_run_benchmarks_script_runs_resumes_and_reports(tmp_path):
+    env = dict(os.environ, PARALLAX=f"{sys.executable} {FIXTURES / 'fake_parallax.py'}", MEASURE="0",
+               FRAMEWORKS="torch,jax", PRECISIONS="bf16", REPEATS="2", MODEL="tiny", SEQ_LEN="32",
+               EXTRA_ARGS="--no-compile --device cpu", FAKE_TRAIN_PLAN='{"jax-bf16-seed0": "crash"}')
+    out = tmp_path / "results"
+    cmd = ["bash", str(SCRIPTS / "run_benchmarks.sh"), str(out), "4", "12", "2"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 1, first.stderr[-2000:]  # a crashed cell: recorded, exit 1
+    assert f"run_benchmarks: report {out}/report.md (exit 1)" in first.stdout
+    assert "capability" in json.loads((out / "check-env.json").read_text())
+    index = json.loads((out / "index.json").read_text())
+    assert index["counts"]["ok"] == 2 and index["counts"]["failed"] == 2
+    assert (out / "report.md").exists() and (out / "plots" / "throughput.png").exists()
+    for cell in ("jax-bf16-seed0-rep0", "jax-bf16-seed0-rep1"):
+        (out / "runs" / cell / "run.json").unlink()
+    again = subprocess.run(cmd, capture_output=True, text=True, env={**env, "FAKE_TRAIN_PLAN": "{}"}, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming it" in again.stderr and "resuming: 2 of 4 cells already have a result" in again.stderr
+    assert json.loads((out / "index.json").read_text())["counts"]["ok"] == 4
+
+
+def test_run_benchmarks_script_stops_on_bad_input(tmp_path):
+    env = dict(os.environ, PARALLAX=f"{sys.executable} {FIXTURES / 'fake_parallax.py'}", MEASURE="0",
+               PRECISIONS="bf16,fp5")
+    proc = subprocess.run(["bash", str(SCRIPTS / "run_benchmarks.sh"), str(tmp_path / "r")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "unknown precision 'fp5'" in proc.stderr and "refused to start (exit 2)" in proc.stderr
+
+
+def test_setup_script_picks_builds_for_the_drivers_cuda(tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    smi = fake_bin / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$1" in --query-gpu*) echo "NVIDIA H200, 9.0, 143771 MiB, 580.65.06";;\n'
+                   '*) echo "| NVIDIA-SMI 580.65.06   Driver Version: 580.65.06   CUDA Version: 12.8 |";; esac\n')
+    smi.chmod(0o755)
+    env = dict(os.environ, PATH=f"{fake_bin}:{os.environ['PATH']}", DRY_RUN="1", VENV=str(tmp_path / "venv"))
+    proc = subprocess.run(["bash", str(SCRIPTS / "setup_remote_gpu.sh")], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"python3 -m venv {tmp_path / 'venv'}"
+    assert f"{tmp_path}/venv/bin/python -m pip install torch --index-url https://download.pytorch.org/whl/cu126" in lines
+    assert f"{tmp_path}/venv/bin/python -m pip install jax[cuda12] flax optax" in lines
+    assert lines[-1] == f"{tmp_path}/venv/bin/parallax check-env"
+    assert "setup: GPU: NVIDIA H200, 9.0" in proc.stderr and "TransformerEngine is not installed" in proc.stderr
+    proc = subprocess.run(["bash", str(SCRIPTS / "setup_remote_gpu.sh")], capture_output=True, text=True,
+                          env={**env, "CUDA_MAJOR": "11"})
+    assert proc.returncode == 2 and "needs 12 or 13" in proc.stderr
+    proc = subprocess.run(["bash", str(SCRIPTS / "setup_remote_gpu.sh")], capture_output=True, text=True,
+                          env={**env, "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "nvidia-smi not found" in proc.stderr

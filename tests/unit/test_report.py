@@ -1,0 +1,303 @@
+"""The comparison record and its renderers against run files with hand-computed numbers."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from fixtures.fake_runs import generated_steps, steps_from, tiny_config, write_ok_run
+
+from parallax.compare import build_comparison
+from parallax.errors import ParallaxError
+from parallax.report import export, markdown, terminal, write_report
+from parallax.results import write_run
+from parallax.runner import Matrix
+
+TOKENS = 4 * 32  # tiny_config: batch 4 × seq 32
+WARMUP_MS = [500.0, 300.0]
+
+
+def losses(tail: list[float]) -> list[float]:
+    return [9.0, 8.0] + tail
+
+
+def write(root, framework, precision, seed, measured_ms, tail_losses, **kw):
+    run = tiny_config(framework=framework, precision=precision, seed=seed)
+    steps = steps_from(WARMUP_MS + measured_ms, losses(tail_losses), run.warmup)
+    return write_ok_run(root / "runs" / f"{framework}-{precision}-seed{seed}-rep0", run, steps, **kw)
+
+
+@pytest.fixture
+def hand(tmp_path):
+    """torch bf16 100 ms, torch fp8 80 ms (+0.1 loss), jax bf16 90/110 ms, jax fp8 skipped."""
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, peaks=(0.1, 0.1, 0.05),
+          memory=(2**30, 2**31), evals=[{"step": 11, "loss": 3.2, "perplexity": math.exp(3.2)}])
+    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.1] * 10, peaks=(0.2, 0.1, None), compile_s=2.25)
+    write(tmp_path, "jax", "bf16", 0, [90.0, 110.0] * 5, [2.95, 3.05] * 5)
+    skipped = tiny_config(framework="jax", precision="fp8")
+    write_run(tmp_path / "runs" / "jax-fp8-seed0-rep0",
+              {"status": "skipped", "error": "fp8 needs compute capability 8.9", "config": skipped.to_dict()})
+    return tmp_path
+
+
+def cell(record, framework, precision):
+    return next(c for c in record["cells"] if (c["framework"], c["precision"]) == (framework, precision))
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The body rows of the first table under ``## heading``."""
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ")][2:]
+    return [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+
+
+# ----------------------------------------------------------------------------- the record
+
+def test_cell_statistics_match_hand_computed_values(hand):
+    r = build_comparison(hand, n_boot=500)
+    tb = cell(r, "torch", "bf16")
+    assert tb["step_ms"]["median"] == 100.0 and tb["step_ms"]["count"] == 10
+    assert tb["tokens_per_s"] == {"value": TOKENS * 10.0, "ci": [1280.0, 1280.0]}
+    assert tb["final_loss"]["value"] == pytest.approx(3.0) and tb["final_loss"]["ci"] is None  # one run
+    assert tb["eval_loss"] == 3.2 and tb["perplexity"] == pytest.approx(math.exp(3.2))
+    assert tb["memory"] == {"peak_allocated_bytes": 2**30, "peak_reserved_bytes": 2**31}
+    spec = tb["flops"]["spec"]
+    assert spec["flops_per_token"] == 8_222_592
+    assert spec["tflops"] == pytest.approx(1280 * 8_222_592 / 1e12)
+    assert spec["mfu_precision_peak"] == pytest.approx(1280 * 8_222_592 / 1e12 / 0.1)
+    assert spec["mfu_measured_ceiling"] == pytest.approx(1280 * 8_222_592 / 1e12 / 0.05)
+    assert cell(r, "torch", "fp8")["flops"]["spec"]["mfu_measured_ceiling"] is None
+    assert cell(r, "torch", "fp8")["compile_s"] == 2.25
+
+    jb = cell(r, "jax", "bf16")
+    assert jb["step_ms"]["median"] == 100.0 and jb["step_ms"]["p10"] == 90.0 and jb["step_ms"]["p90"] == 110.0
+    assert jb["tokens_per_s"]["value"] == 1280.0
+    assert jb["memory"]["peak_reserved_bytes"] == 2_000_000
+
+    jf = cell(r, "jax", "fp8")
+    assert jf["status"] == "skipped" and jf["tokens_per_s"] is None
+    assert jf["runs"] == [{"dir": "runs/jax-fp8-seed0-rep0", "seed": 0, "status": "skipped",
+                           "error": "fp8 needs compute capability 8.9"}]
+
+
+def test_speedups_and_loss_deltas(hand):
+    r = build_comparison(hand, n_boot=500)
+    by_label = {s["label"]: s for s in r["speedups"]}
+    fp8 = by_label["torch: fp8 over bf16"]
+    assert fp8["ratio"] == pytest.approx(1.25) and fp8["ci"] == pytest.approx([1.25, 1.25])
+    assert fp8["distinguishable"]
+    jax = by_label["bf16: jax over torch"]
+    assert jax["ratio"] == 1.0 and jax["ci"][0] < 1.0 < jax["ci"][1] and not jax["distinguishable"]
+    assert set(by_label) == {"torch: fp8 over bf16", "bf16: jax over torch"}  # jax fp8 has no result
+
+    (delta,) = r["loss_deltas"]
+    assert (delta["framework"], delta["precision"]) == ("torch", "fp8")
+    assert delta["delta"] == pytest.approx(0.1) and delta["ci"] == pytest.approx([0.1, 0.1])
+    assert delta["paired_seeds"] == [0] and delta["includes_zero"] is False
+
+    fastest = {e["precision"]: e for e in r["conclusions"]["fastest"]}
+    assert fastest["fp8"]["framework"] == "torch" and fastest["fp8"]["runner_up"] is None
+    assert not fastest["bf16"]["distinguishable"]
+    assert r["conclusions"]["not_ok"] == [{"framework": "jax", "precision": "fp8", "status": "skipped"}]
+
+
+def test_a_loss_delta_whose_interval_includes_zero_says_so(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [2.98, 3.03] * 5)
+    r = build_comparison(tmp_path, n_boot=500)
+    (delta,) = r["loss_deltas"]
+    assert delta["delta"] == pytest.approx(0.005)
+    assert delta["ci"][0] < 0 < delta["ci"][1] and delta["includes_zero"]
+    text = markdown.render(r)
+    assert "not distinguishable from zero (CI includes 0)" in text
+    assert table_rows(text, "Loss")[1][3].endswith("(includes 0)")
+
+
+def test_repeats_and_seeds_pool_and_pair(tmp_path):
+    for seed, shift in ((0, 0.0), (1, 0.2)):
+        write(tmp_path, "torch", "bf16", seed, [100.0 + shift] * 10, [3.0 + shift] * 10)
+        write(tmp_path, "torch", "fp8", seed, [80.0] * 10, [3.05 + shift] * 10)
+    r = build_comparison(tmp_path, n_boot=500)
+    tb = cell(r, "torch", "bf16")
+    assert tb["n_ok"] == 2 and tb["step_ms"]["count"] == 20
+    assert tb["step_ms"]["median"] == pytest.approx(100.1)
+    assert tb["tokens_per_s_runs"] == pytest.approx([1280.0, TOKENS * 1000 / 100.2])
+    assert tb["final_loss"]["value"] == pytest.approx(3.1)
+    assert tb["final_loss"]["ci"] == pytest.approx([3.0, 3.2])  # resampling two runs
+    (delta,) = r["loss_deltas"]
+    # paired by seed the difference is 0.05 in both, so the interval has no width
+    assert delta["paired_seeds"] == [0, 1] and delta["ci"] == pytest.approx([0.05, 0.05])
+
+
+def test_unpaired_single_runs_give_no_interval(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    write(tmp_path, "torch", "fp8", 1, [80.0] * 10, [3.1] * 10)
+    (delta,) = build_comparison(tmp_path, n_boot=200)["loss_deltas"]
+    assert delta["delta"] == pytest.approx(0.1) and delta["ci"] is None and delta["paired_seeds"] == []
+
+
+def test_a_diverged_run_has_no_final_loss(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 9 + [None])
+    r = build_comparison(tmp_path, n_boot=200)
+    assert cell(r, "torch", "bf16")["final_loss"]["diverged"]
+    assert table_rows(markdown.render(r), "Loss")[0][2] == "diverged (NaN)"
+
+
+def test_emulated_precision_is_labelled(tmp_path):
+    write(tmp_path, "jax", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    write(tmp_path, "jax", "fp8", 0, [90.0] * 10, [3.0] * 10, native=False)
+    r = build_comparison(tmp_path, n_boot=200)
+    assert r["conclusions"]["emulated"] == [{"framework": "jax", "precision": "fp8"}]
+    text = markdown.render(r)
+    assert table_rows(text, "Throughput")[1][1] == "fp8 (emulated)"
+    assert "fp8 on jax ran **emulated**" in text and "Fastest at fp8 (emulated):** jax" in text
+
+
+# ----------------------------------------------------------------------------- bad input
+
+def test_corrupt_and_truncated_run_files_are_named_and_left_out(hand):
+    write(hand, "torch", "bf16", 1, [50.0] * 10, [1.0] * 10)
+    corrupt = hand / "runs" / "torch-bf16-seed1-rep0" / "run.json"
+    corrupt.write_text(corrupt.read_text()[:200])  # truncated mid-object
+    garbage = hand / "runs" / "torch-fp8-seed2-rep0" / "run.json"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"\x00\xff not json")
+    no_steps = write(hand, "jax", "bf16", 3, [50.0] * 10, [1.0] * 10).parent / "steps.jsonl"
+    no_steps.unlink()
+    r = build_comparison(hand, n_boot=200)
+    assert len(r["problems"]) == 3
+    assert any(str(corrupt) in p and "corrupt or truncated" in p for p in r["problems"])
+    assert any(str(garbage) in p for p in r["problems"])
+    assert any(str(no_steps) in p and "left out" in p for p in r["problems"])
+    # never averaged in: the cells read as if those files were absent
+    assert cell(r, "torch", "bf16")["n_ok"] == 1 and cell(r, "torch", "bf16")["step_ms"]["median"] == 100.0
+    assert cell(r, "jax", "bf16")["step_ms"]["median"] == 100.0
+    text = markdown.render(r)
+    assert "## Files left out" in text and f"`{corrupt}: corrupt or truncated JSON" in text
+
+
+def test_runs_of_different_configurations_are_refused(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    other = tiny_config(framework="jax", batch_size=8)
+    write_ok_run(tmp_path / "runs" / "jax", other, steps_from(WARMUP_MS + [1.0] * 10, losses([3.0] * 10), 2))
+    with pytest.raises(ParallaxError, match="mixes runs of different configurations .* batch_size"):
+        build_comparison(tmp_path)
+
+
+def test_an_empty_or_missing_directory_is_an_error(tmp_path):
+    with pytest.raises(ParallaxError, match="no such results directory"):
+        build_comparison(tmp_path / "nope")
+    with pytest.raises(ParallaxError, match="holds no readable run.json"):
+        build_comparison(tmp_path)
+
+
+def test_matrix_cells_without_runs_are_pending(hand):
+    m = Matrix(("torch", "jax"), ("bf16", "fp8", "nvfp4"), (0,), 1, tiny_config())
+    (hand / "matrix.json").write_text(json.dumps(m.to_dict()))
+    r = build_comparison(hand, n_boot=200)
+    assert [(c["framework"], c["precision"]) for c in r["cells"]][:3] == [
+        ("torch", "bf16"), ("torch", "fp8"), ("torch", "nvfp4")]
+    assert cell(r, "jax", "nvfp4")["status"] == "pending"
+    rows = table_rows(markdown.render(r), "Runs without a result")
+    assert ["–", "torch", "nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
+
+
+# ----------------------------------------------------------------------------- renderers
+
+def test_markdown_tables_show_the_record(hand):
+    r = build_comparison(hand, n_boot=500)
+    text = markdown.render(r, {"loss": "plots/loss.png"})
+    rows = table_rows(text, "Throughput")
+    assert rows[0] == ["torch", "bf16", "ok", "100.0 (100.0–100.0)", "1,280 (1,280–1,280)", "0.011", "10.5%",
+                       "1.00 GiB / 2.00 GiB", "1.5 s"]
+    assert rows[1][:5] == ["torch", "fp8", "ok", "80.00 (80.00–80.00)", "1,600 (1,600–1,600)"]
+    assert rows[2][3] == "100.0 (90.00–110.0)"
+    assert rows[3] == ["jax", "fp8", "skipped", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
+    speed = table_rows(text, "Speedups")
+    assert speed[0] == ["torch: fp8 over bf16", "1.250× (1.250×–1.250×)", "faster"]
+    assert speed[1][2] == "no clear difference (CI includes 1)"
+    loss = table_rows(text, "Loss")
+    assert loss[0] == ["torch", "bf16", "3.0000", "–", "3.2000", "24.53"]
+    assert loss[1][3] == "+0.1000 (+0.1000–+0.1000)"
+    assert "**Fastest at fp8:** torch, 1,600 tokens/s (the only stack with a result)" in text
+    assert "**Cost of fp8 in loss (torch):** ΔLoss = +0.1000 vs bf16" in text and "higher loss" in text
+    assert "![Loss curves](plots/loss.png)" in text and "moving-block bootstrap" in text
+    skipped = table_rows(text, "Runs without a result")
+    assert skipped == [["runs/jax-fp8-seed0-rep0", "jax", "fp8", "0", "skipped", "fp8 needs compute capability 8.9"]]
+
+
+def test_tables_agree_with_the_run_files(tmp_path):
+    """Numbers recomputed here straight from steps.jsonl equal the CSV and the Markdown."""
+    for fw in ("torch", "jax"):
+        for p in ("bf16", "fp8"):
+            run = tiny_config(framework=fw, precision=p, steps=40, warmup=5)
+            write_ok_run(tmp_path / fw / p, run, generated_steps(run))
+    r = build_comparison(tmp_path, n_boot=300)
+    rows = {(row["framework"], row["precision"]): row for row in csv.DictReader(io.StringIO(export.to_csv(r)))}
+    md = {(row[0], row[1]): row for row in table_rows(markdown.render(r), "Throughput")}
+    for fw in ("torch", "jax"):
+        for p in ("bf16", "fp8"):
+            steps = [json.loads(ln) for ln in (tmp_path / fw / p / "steps.jsonl").read_text().splitlines()]
+            ms = np.median([s["step_ms"] for s in steps[5:]])
+            final = np.mean([s["loss"] for s in steps[-10:]])
+            row = rows[(fw, p)]
+            assert float(row["step_ms_median"]) == pytest.approx(ms)
+            assert float(row["tokens_per_s"]) == pytest.approx(TOKENS * 1000 / ms)
+            assert float(row["tokens_per_s_ci_low"]) <= float(row["tokens_per_s"]) <= float(row["tokens_per_s_ci_high"])
+            assert float(row["final_loss"]) == pytest.approx(final)
+            assert md[(fw, p)][4].startswith(f"{TOKENS * 1000 / ms:,.0f} (")
+        fp8 = rows[(fw, "fp8")]
+        assert float(fp8["delta_loss_vs_bf16"]) == pytest.approx(float(fp8["final_loss"]) - float(rows[(fw, "bf16")]["final_loss"]))
+
+
+def test_write_report_writes_markdown_plots_csv_and_json(hand):
+    r = build_comparison(hand, n_boot=200)
+    written = write_report(r, hand / "out" / "report.md")
+    assert written["report"].read_text().count("![") == 4
+    for name in ("loss", "throughput", "memory", "mfu"):
+        png = written[f"plot_{name}"]
+        assert png == hand / "out" / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    header = written["csv"].read_text().splitlines()[0].split(",")
+    assert tuple(header) == export.COLUMNS
+    assert len(written["csv"].read_text().splitlines()) == 1 + 4
+    saved = json.loads(written["json"].read_text())
+    assert saved["schema"] == "parallax.comparison/1" and len(saved["cells"]) == 4
+    assert saved["speedups"][0]["ratio"] == pytest.approx(1.25)
+
+
+def test_plots_of_a_matrix_without_results_still_render(tmp_path):
+    skipped = tiny_config(framework="torch", precision="fp8")
+    write_run(tmp_path / "a", {"status": "skipped", "error": "no", "config": skipped.to_dict()})
+    written = write_report(build_comparison(tmp_path, n_boot=200), tmp_path / "report.md")
+    assert all(written[f"plot_{n}"].exists() for n in ("loss", "throughput", "memory", "mfu"))
+    assert "No cell finished with a result." in written["report"].read_text()
+
+
+def test_baseline_ratios(hand, tmp_path_factory):
+    base = tmp_path_factory.mktemp("baseline")
+    write(base, "torch", "bf16", 0, [200.0] * 10, [3.0] * 10)
+    write(base, "torch", "fp8", 0, [160.0] * 10, [3.0] * 10)
+    r = build_comparison(hand, base, n_boot=300)
+    rows = {(b["framework"], b["precision"]): b for b in r["baseline"]["rows"]}
+    assert set(rows) == {("torch", "bf16"), ("torch", "fp8")}  # jax has no baseline cell
+    assert rows[("torch", "bf16")]["tokens_per_s"]["ratio"] == pytest.approx(2.0)
+    assert rows[("torch", "bf16")]["step_ms_ratio"] == pytest.approx(0.5)
+    assert rows[("torch", "fp8")]["loss_difference"]["delta"] == pytest.approx(0.1)
+    assert r["baseline"]["config_differences"] == []
+    text = markdown.render(r)
+    assert table_rows(text, "Against the baseline")[0][2] == "2.000× (2.000×–2.000×)"
+
+
+def test_terminal_shows_the_table(hand):
+    console = Console(record=True, width=200)
+    terminal.render(build_comparison(hand, n_boot=200), console)
+    out = console.export_text()
+    assert "1,280 (1,280–1,280)" in out and "1.250×" in out
+    assert "skipped: jax fp8 seed 0 — fp8 needs compute capability 8.9" in out

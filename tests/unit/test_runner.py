@@ -1,0 +1,383 @@
+"""The benchmark runner with a fake trainer: outcomes, output directory, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fixtures.fake_runs import tiny_config
+from fixtures.fake_train import SKIP_REASON
+from fixtures.matrix import FAKE_TRAIN, fake_command, small_matrix
+
+from parallax import runner
+from parallax.errors import ParallaxError
+from parallax.results import load_run, load_steps
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+class Recorder:
+    """A Display that keeps every event."""
+
+    def __init__(self):
+        self.events = []
+
+    def matrix_started(self, matrix, results):
+        self.events.append(("matrix_started", [r.status for r in results]))
+
+    def cell_started(self, cell):
+        self.events.append(("started", cell.id))
+
+    def cell_progress(self, cell, record):
+        self.events.append(("progress", cell.id, record))
+
+    def cell_finished(self, result):
+        self.events.append(("finished", result.cell.id, result.status))
+
+    def warning(self, text):
+        self.events.append(("warning", text))
+
+    def matrix_finished(self, results):
+        self.events.append(("matrix_finished", len(results)))
+
+
+def run(out, matrix=None, plan=None, monkeypatch=None, **kw):
+    if monkeypatch is not None:
+        monkeypatch.setenv("FAKE_TRAIN_PLAN", json.dumps(plan or {}))
+    kw.setdefault("environment", lambda: {"fake": True})
+    return runner.run_matrix(matrix or small_matrix(), out, command_for=fake_command, poll_s=0.05, **kw)
+
+
+def by_id(results):
+    return {r.cell.id: r for r in results}
+
+
+# ----------------------------------------------------------------------------- the matrix
+
+def test_cells_run_repeat_then_seed_then_framework_then_precision():
+    m = small_matrix(seeds=(0, 1), repeats=2)
+    ids = [c.id for c in m.cells()]
+    assert len(ids) == 16
+    assert ids[:5] == ["torch-bf16-seed0-rep0", "torch-fp8-seed0-rep0", "jax-bf16-seed0-rep0",
+                       "jax-fp8-seed0-rep0", "torch-bf16-seed1-rep0"]
+    assert ids[8] == "torch-bf16-seed0-rep1"
+
+
+def test_matrix_file_holds_the_benchmark_not_the_cells():
+    d = small_matrix().to_dict()
+    assert d["frameworks"] == ["torch", "jax"] and d["seeds"] == [0] and d["repeats"] == 1
+    assert not set(runner.CELL_FIELDS) & set(d["run"])
+    assert d["run"]["model"] == "tiny" and d["run"]["steps"] == 12
+    assert runner.Matrix.from_dict(d).to_dict() == d
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"frameworks": ("torch", "maxtextx")}, "unknown framework 'maxtextx'; choose one of: torch, jax"),
+    ({"precisions": ("bf16", "fp4")}, "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
+    ({"precisions": ("bf16", "bf16")}, "--precisions lists 'bf16' twice"),
+    ({"frameworks": ()}, "--frameworks is empty"),
+    ({"seeds": ()}, "--seeds is empty"),
+    ({"seeds": (-1,)}, "--seeds must not be negative"),
+    ({"repeats": 0}, "--repeats must be at least 1"),
+    ({"base": tiny_config(steps=2, warmup=2)}, "--steps (2) must be greater than --warmup (2)"),
+])
+def test_bad_matrix_is_one_line_naming_the_fix(changes, message):
+    with pytest.raises(ParallaxError) as err:
+        small_matrix(**changes).validate()
+    assert message in str(err.value)
+
+
+def test_train_command_carries_every_setting(tmp_path):
+    run = tiny_config(framework="jax", precision="fp8", seed=3, peak_tflops=989.0, eval_every=5)
+    cmd = runner.train_command(run, tmp_path)
+    assert cmd[:4] == [sys.executable, "-m", "parallax", "train"]
+    flags = dict(zip(cmd[4::2], cmd[5::2]))
+    assert flags["--framework"] == "jax" and flags["--precision"] == "fp8" and flags["--seed"] == "3"
+    assert flags["--model"] == "tiny" and flags["--batch-size"] == "4" and flags["--seq-len"] == "32"
+    assert flags["--steps"] == "12" and flags["--warmup"] == "2" and flags["--eval-every"] == "5"
+    assert flags["--output-dir"] == str(tmp_path) and flags["--device"] == "cpu"
+    assert "--synthetic" in cmd and "--no-compile" in cmd and cmd[cmd.index("--peak-tflops") + 1] == "989.0"
+    hf = runner.train_command(tiny_config(synthetic=False, compile=True), tmp_path)
+    assert "--hf" in hf and "--synthetic" not in hf and "--no-compile" not in hf
+    data = runner.train_command(tiny_config(synthetic=False, data="/d/tokens.bin"), tmp_path)
+    assert data[data.index("--data") + 1] == "/d/tokens.bin" and "--hf" not in data
+
+
+def test_no_compile_applies_to_the_frameworks_that_run_eagerly(tmp_path):
+    m = small_matrix()  # tiny_config has compile=False
+    configs = {c.framework: m.run_config(c, tmp_path) for c in m.cells()}
+    assert configs["torch"].compile is False and configs["jax"].compile is True
+    assert "--no-compile" not in runner.train_command(configs["jax"], tmp_path)
+
+
+def test_children_never_let_jax_preallocate(tmp_path):
+    env = runner.child_env(tmp_path / "p.jsonl")
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["PARALLAX_PROGRESS_JSONL"] == str(tmp_path / "p.jsonl")
+
+
+# ----------------------------------------------------------------------------- a whole matrix
+
+def test_matrix_of_ok_cells_writes_runs_index_and_environment(tmp_path, monkeypatch):
+    rec = Recorder()
+    results = run(tmp_path, plan={}, monkeypatch=monkeypatch, display=rec)
+    assert [r.status for r in results] == ["ok"] * 4
+    for r in results:
+        files = sorted(p.name for p in r.run_dir.iterdir())
+        assert files == ["run.json", "run.log", "steps.jsonl"]  # the progress file is removed
+        saved = load_run(r.run_dir)
+        assert saved["config"]["framework"] == r.cell.framework and saved["config"]["seed"] == 0
+        assert len(load_steps(r.run_dir)) == 12
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["counts"]["ok"] == 4 and index["counts"]["pending"] == 0
+    assert [c["dir"] for c in index["cells"]][0] == "runs/torch-bf16-seed0-rep0"
+    assert json.loads((tmp_path / "environment.json").read_text()) == {"fake": True}
+    assert json.loads((tmp_path / "matrix.json").read_text()) == small_matrix().to_dict()
+    kinds = [e[0] for e in rec.events]
+    assert kinds[0] == "matrix_started" and kinds[-1] == "matrix_finished"
+    assert kinds.count("started") == kinds.count("finished") == 4
+    # the fake trainer reports through PARALLAX_PROGRESS_JSONL; the runner relays it
+    progress = [e[2] for e in rec.events if e[0] == "progress"]
+    assert {"phase": "compiling"} in progress and any(p.get("step") == 0 for p in progress)
+
+
+def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch):
+    m = small_matrix(frameworks=("torch", "jax"), precisions=("bf16", "fp8", "nvfp4"), seeds=(0, 1))
+    plan = {"torch-fp8-seed0": "oom", "torch-fp8-seed1": "oom_silent", "torch-nvfp4-seed0": "crash",
+            "torch-nvfp4-seed1": "failed_json", "jax-fp8": "skip", "jax-nvfp4-seed0": "hang",
+            "jax-nvfp4-seed1": "signal", "jax-bf16-seed1": "zero_no_json"}
+    results = by_id(run(tmp_path, m, plan, monkeypatch, timeout_s=3))
+    status = {k: r.status for k, r in results.items()}
+    assert status == {
+        "torch-bf16-seed0-rep0": "ok", "torch-fp8-seed0-rep0": "oom", "torch-nvfp4-seed0-rep0": "failed",
+        "jax-bf16-seed0-rep0": "ok", "jax-fp8-seed0-rep0": "skipped", "jax-nvfp4-seed0-rep0": "timeout",
+        "torch-bf16-seed1-rep0": "ok", "torch-fp8-seed1-rep0": "oom", "torch-nvfp4-seed1-rep0": "failed",
+        "jax-bf16-seed1-rep0": "failed", "jax-fp8-seed1-rep0": "skipped", "jax-nvfp4-seed1-rep0": "failed",
+    }
+
+    def saved(cell_id):
+        return load_run(results[cell_id].run_dir)
+
+    assert saved("torch-fp8-seed0-rep0")["error"] == "CUDA out of memory at step 3"  # the trainer's own
+    silent = saved("torch-fp8-seed1-rep0")
+    assert silent["error"].startswith("out of memory (exit code 3)")
+    assert "Tried to allocate 2.00 GiB" in silent["error"] and silent["exit_code"] == 3
+    crash = saved("torch-nvfp4-seed0-rep0")
+    assert crash["error"].splitlines()[0] == "exit code 1: RuntimeError: boom"
+    assert "Traceback (most recent call last):" in crash["error"]  # the log tail
+    assert saved("torch-nvfp4-seed1-rep0")["error"] == "loss became NaN at step 4"
+    skipped = saved("jax-fp8-seed0-rep0")
+    assert skipped["error"] == SKIP_REASON and skipped["config"]["precision"] == "fp8"
+    timeout = saved("jax-nvfp4-seed0-rep0")
+    assert timeout["error"].splitlines()[0] == "exceeded --timeout-per-run of 3 s after step 12 of 12"
+    assert saved("jax-nvfp4-seed1-rep0")["error"].startswith("killed by SIGKILL")
+    assert saved("jax-bf16-seed1-rep0")["error"].startswith("exited 0 without writing an ok run.json")
+    hung_pid = int((results["jax-nvfp4-seed0-rep0"].run_dir / "fake.pid").read_text())
+    assert not _alive(hung_pid)
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "pending": 0}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+# ----------------------------------------------------------------------------- output directory
+
+def test_an_output_dir_of_another_configuration_is_refused(tmp_path, monkeypatch):
+    run(tmp_path, small_matrix(precisions=("bf16",), frameworks=("torch",)), {}, monkeypatch)
+    other = small_matrix(precisions=("bf16",), frameworks=("torch",), base=tiny_config(steps=8))
+    for resume in (False, True):
+        with pytest.raises(ParallaxError) as err:
+            run(tmp_path, other, {}, monkeypatch, resume=resume)
+        assert "holds results of a different benchmark configuration" in str(err.value)
+        assert "run.steps 12 → 8" in str(err.value) and "--resume" in str(err.value)
+
+
+def test_the_same_configuration_needs_resume(tmp_path, monkeypatch):
+    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    run(tmp_path, m, {}, monkeypatch)
+    with pytest.raises(ParallaxError, match="add --resume to run only the missing cells"):
+        run(tmp_path, m, {}, monkeypatch)
+
+
+def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
+    with runner.locked(tmp_path):
+        with pytest.raises(ParallaxError, match="in use by another 'parallax benchmark'"):
+            run(tmp_path, small_matrix(), {}, monkeypatch)
+
+
+def test_a_corrupt_run_file_is_named_and_its_cell_runs_again(tmp_path, monkeypatch):
+    m = small_matrix(precisions=("bf16",))
+    calls = tmp_path / "calls.txt"
+    run(tmp_path / "out", m, {}, monkeypatch)
+    bad = tmp_path / "out" / "runs" / "jax-bf16-seed0-rep0" / "run.json"
+    bad.write_text('{"schema": "parallax.run/1", "status": "ok", "con')  # truncated
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    rec = Recorder()
+    results = run(tmp_path / "out", m, {}, monkeypatch, resume=True, display=rec)
+    assert [r.status for r in results] == ["ok", "ok"]
+    assert calls.read_text() == "jax bf16 0\n"
+    warnings = [e[1] for e in rec.events if e[0] == "warning"]
+    assert len(warnings) == 1 and str(bad) in warnings[0] and "corrupt or truncated" in warnings[0]
+
+
+def test_an_ok_run_without_its_steps_runs_again(tmp_path, monkeypatch):
+    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    run(tmp_path, m, {}, monkeypatch)
+    (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "steps.jsonl").unlink()
+    rec = Recorder()
+    results = run(tmp_path, m, {}, monkeypatch, resume=True, display=rec)
+    assert results[0].status == "ok" and not results[0].reused
+    assert "steps.jsonl: missing beside an ok run.json (the cell will run again)" in rec.events[0][1]
+
+
+def test_a_command_that_cannot_start_fails_its_cell_only(tmp_path, monkeypatch):
+    def command_for(run_config, run_dir):
+        if run_config.framework == "torch":
+            return [str(tmp_path / "no-such-interpreter")]
+        return fake_command(run_config, run_dir)
+
+    monkeypatch.setenv("FAKE_TRAIN_PLAN", "{}")
+    results = runner.run_matrix(small_matrix(precisions=("bf16",)), tmp_path / "out", command_for=command_for,
+                                environment=dict, poll_s=0.05)
+    assert [r.status for r in results] == ["failed", "ok"]
+    assert results[0].error.startswith(f"could not start {tmp_path / 'no-such-interpreter'}")
+
+
+def test_resume_after_sigkill_runs_only_the_missing_cells(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    env = dict(os.environ, FAKE_TRAIN_PLAN=json.dumps({"jax-bf16": "hang"}))
+    proc = subprocess.Popen([sys.executable, str(FIXTURES / "run_fake_matrix.py"), str(out)], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pid_file = out / "runs" / "jax-bf16-seed0-rep0" / "fake.pid"
+    deadline = time.monotonic() + 60
+    while not pid_file.exists():
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "the fake matrix never reached its hanging cell"
+        time.sleep(0.05)
+    finished = {c: (out / "runs" / c / "run.json").read_bytes()
+                for c in ("torch-bf16-seed0-rep0", "torch-fp8-seed0-rep0")}
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    # the cell's process dies with its runner (PR_SET_PDEATHSIG), so a resume never races it
+    hung = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(hung)
+
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    results = run(out, small_matrix(), {}, monkeypatch, resume=True)
+    assert calls.read_text().splitlines() == ["jax bf16 0", "jax fp8 0"]
+    assert [r.status for r in results] == ["ok"] * 4
+    assert [r.reused for r in results] == [True, True, False, False]
+    for cell, content in finished.items():
+        assert (out / "runs" / cell / "run.json").read_bytes() == content  # nothing finished was lost
+    assert not (out / "runs" / "jax-bf16-seed0-rep0" / "fake.pid").exists()  # the leftovers were cleared
+    assert json.loads((out / "index.json").read_text())["counts"]["ok"] == 4
+
+
+def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
+    class Interrupt(Recorder):
+        def cell_progress(self, cell, record):
+            if cell.id == "torch-fp8-seed0-rep0" and "step" in record:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, small_matrix(), {"torch-fp8": "hang"}, monkeypatch, display=Interrupt())
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert [c["status"] for c in index["cells"]] == ["ok", "pending", "pending", "pending"]
+    pid = int((tmp_path / "runs" / "torch-fp8-seed0-rep0" / "fake.pid").read_text()) \
+        if (tmp_path / "runs" / "torch-fp8-seed0-rep0" / "fake.pid").exists() else None
+    assert pid is None or not _alive(pid)
+
+
+def test_environment_is_collected_once(tmp_path, monkeypatch):
+    calls = []
+
+    def environment():
+        calls.append(1)
+        return {"n": len(calls)}
+
+    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    run(tmp_path, m, {"torch-bf16": "crash"}, monkeypatch, environment=environment)
+    (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json").unlink()
+    run(tmp_path, m, {}, monkeypatch, environment=environment, resume=True)
+    assert calls == [1] and json.loads((tmp_path / "environment.json").read_text()) == {"n": 1}
+
+
+def test_collect_environment_runs_in_a_child_and_never_fails(monkeypatch):
+    env = runner.collect_environment(timeout_s=120)
+    assert env["parallax_version"] and env["python"]
+    assert "gpus" in env or env["error"].startswith("parallax.envinfo")
+
+
+def test_fake_trainer_is_the_contract(tmp_path):
+    # the fake accepts exactly the command line the runner builds for parallax train
+    assert FAKE_TRAIN.exists()
+    cmd = fake_command(tiny_config(), tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FAKE_TRAIN_PLAN="{}"))
+    assert proc.returncode == 0, proc.stderr
+    assert load_run(tmp_path)["status"] == "ok"
+
+
+# ----------------------------------------------------------------------------- the progress file
+
+def test_progress_file_rate_limits_and_flushes_the_last_step(tmp_path, monkeypatch):
+    from parallax import progress_file
+
+    path = tmp_path / "p.jsonl"
+    monkeypatch.setenv(progress_file.ENV_VAR, str(path))
+    class Live:
+        def __init__(self):
+            self.steps = []
+
+        def step(self, step, loss, step_ms):
+            self.steps.append(step)
+
+        def phase(self, text):
+            pass
+
+    live = Live()
+    progress = progress_file.attach(live)
+    for step in range(5):
+        progress.step(step, 9.0 - step, float("nan") if step == 1 else 10.0)
+    progress.phase("evaluating")
+    progress.close()
+    records, offset = progress_file.read_new(path, 0)
+    # the first step goes out at once, steps 1-3 are held back, step 4 is flushed at the phase
+    assert records == [{"step": 0, "loss": 9.0, "step_ms": 10.0}, {"step": 4, "loss": 5.0, "step_ms": 10.0},
+                       {"phase": "evaluating"}]
+    assert offset == path.stat().st_size
+    assert live.steps == [0, 1, 2, 3, 4]  # the terminal bar still sees every step
+    monkeypatch.delenv(progress_file.ENV_VAR)
+    assert progress_file.attach(live) is live
+
+
+def test_progress_reader_waits_for_whole_lines(tmp_path):
+    from parallax import progress_file
+
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "lo')
+    records, offset = progress_file.read_new(path, 0)
+    assert records == [{"step": 1}] and offset == len('{"step": 1}\n')
+    with open(path, "a") as f:
+        f.write('ss": 3.0}\nnot json\n')
+    records, offset = progress_file.read_new(path, offset)
+    assert records == [{"step": 2, "loss": 3.0}] and offset == path.stat().st_size
+    assert progress_file.read_new(tmp_path / "missing", 7) == ([], 7)
