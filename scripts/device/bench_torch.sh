@@ -6,9 +6,13 @@
 #       llama-100m, bf16, batch 32, seq 1024, 200 steps (20 warmup), synthetic; copies run.json
 #       and steps.jsonl to $OUT and prints the figures against the issue's targets last.
 #   scripts/device/bench_torch.sh profile
-#       torch.profiler over 5 compiled steps after 10 warmup steps: the kernel table sorted by
-#       GPU time ($OUT/profile_torch.txt) and a gzipped Chrome trace ($OUT/trace_torch.json.gz).
-#       ATTENTION=flash|efficient|cudnn forces a backend; COMPILE=0 profiles eager mode.
+#       torch.profiler over 5 steps after 30 unprofiled ones: the kernel table sorted by GPU
+#       time ($OUT/profile_torch.txt) and a gzipped Chrome trace ($OUT/trace_torch.json.gz).
+#       ATTENTION=cudnn|flash|efficient forces a backend; COMPILE_MODE=eager profiles eager mode.
+#   scripts/device/bench_torch.sh variants
+#       ms/step of the training step under several settings in one process (20 steps each
+#       after 10 warmup), to choose defaults: VARIANTS="cudnn:default flash:default cudnn:eager"
+#       (attention:compile-mode; modes are torch.compile's, e.g. max-autotune-no-cudagraphs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PYTHON=${PYTHON:-python3}
@@ -22,52 +26,75 @@ MODE=${1:-train}
 
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv || true
 
-if [[ $MODE == profile ]]; then
-    OUT="$OUT" "$PYTHON" - <<'EOF'
-import gzip, os, shutil, time
+if [[ $MODE == profile || $MODE == variants ]]; then
+    OUT="$OUT" MODE="$MODE" "$PYTHON" - <<'EOF'
+import gc, gzip, json, os, shutil, time
 import torch
-from torch.profiler import ProfilerActivity, profile
 from parallax.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches
 from parallax.engines.torch.engine import ATTENTION_NAMES, Trainer, probe_attention, resolve_device
 from parallax.precision import torch as torch_precision
 from parallax.weights import init_weights
 
-out = os.environ["OUT"]
+out, mode = os.environ["OUT"], os.environ["MODE"]
 run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20)
 device = resolve_device(torch, "cuda")
 precision = torch_precision.for_run("bf16", device)
+weights = init_weights(run.model_config, 0)
 by_name = {v: k for k, v in ATTENTION_NAMES.items()}
-attention = by_name.get(os.environ.get("ATTENTION", ""), None) or probe_attention(
-    torch, device, precision.compute_dtype, run.model_config, run.seq_len)
-trainer = Trainer(run, init_weights(run.model_config, 0), precision, device, attention,
-                  compile=os.environ.get("COMPILE", "1") != "0")
-batches = iter(SyntheticBatches(0, run.batch_size, run.seq_len, run.model_config.vocab_size))
 
-def steps(first, n):
+def build(attention_name, compile_mode):
+    attention = by_name.get(attention_name) or probe_attention(
+        torch, device, precision.compute_dtype, run.model_config, run.seq_len)
+    compiled = compile_mode != "eager"
+    return Trainer(run, weights, precision, device, attention, compiled, compile_mode if compiled else "default")
+
+def steps(trainer, batches, first, n):
     for k in range(first, first + n):
         trainer.train_step(trainer.upload(next(batches)), trainer.lr(k))
 
-t0 = time.perf_counter(); steps(0, 10); torch.cuda.synchronize()
-print(f"attention {ATTENTION_NAMES[attention]}; 10 warmup steps (compile included) {time.perf_counter() - t0:.1f} s")
-start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-start.record(); steps(10, 20); end.record(); end.synchronize()
-ms = start.elapsed_time(end) / 20
-print(f"unprofiled: {ms:.2f} ms/step = {run.tokens_per_step / ms * 1e3:,.0f} tokens/s")
-with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-    steps(30, 5)
-    torch.cuda.synchronize()
-table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=50)
-with open(os.path.join(out, "profile_torch.txt"), "w") as f:
-    f.write(f"attention {ATTENTION_NAMES[attention]}; {ms:.2f} ms/step unprofiled; 5 profiled steps\n{table}\n")
-trace = os.path.join(out, "trace_torch.json")
-prof.export_chrome_trace(trace)
-with open(trace, "rb") as src, gzip.open(trace + ".gz", "wb") as dst:
-    shutil.copyfileobj(src, dst)
-os.remove(trace)
-print(table)
-print(f"peak allocated {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB; "
-      f"attention {ATTENTION_NAMES[attention]}; {ms:.2f} ms/step; {run.tokens_per_step / ms * 1e3:,.0f} tokens/s")
+def measure(trainer, warmup=10, n=20):
+    batches = iter(SyntheticBatches(0, run.batch_size, run.seq_len, run.model_config.vocab_size))
+    t0 = time.perf_counter(); steps(trainer, batches, 0, warmup); torch.cuda.synchronize()
+    warm_s = time.perf_counter() - t0
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(); steps(trainer, batches, warmup, n); end.record(); end.synchronize()
+    ms = start.elapsed_time(end) / n
+    return batches, {"attention": ATTENTION_NAMES[trainer.attention], "compile_mode": trainer.compile_mode or "eager",
+                     "warmup_s": round(warm_s, 1), "ms_per_step": round(ms, 3),
+                     "tokens_per_s": round(run.tokens_per_step / ms * 1e3),
+                     "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+
+if mode == "variants":
+    rows = []
+    for variant in os.environ.get("VARIANTS", "cudnn:default flash:default cudnn:eager").split():
+        attention_name, compile_mode = variant.split(":")
+        torch.cuda.reset_peak_memory_stats()
+        torch._dynamo.reset()
+        trainer = build(attention_name, compile_mode)
+        _, row = measure(trainer)
+        rows.append(row); print(json.dumps(row), flush=True)
+        del trainer; gc.collect(); torch.cuda.empty_cache()
+    json.dump(rows, open(os.path.join(out, "variants_torch.json"), "w"), indent=2)
+    best = max(rows, key=lambda r: r["tokens_per_s"])
+    print("bench_torch variants: best", json.dumps(best))
+else:
+    from torch.profiler import ProfilerActivity, profile
+    trainer = build(os.environ.get("ATTENTION", ""), os.environ.get("COMPILE_MODE", "default"))
+    batches, row = measure(trainer, warmup=10, n=20)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        steps(trainer, batches, 30, 5)
+        torch.cuda.synchronize()
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=50)
+    with open(os.path.join(out, "profile_torch.txt"), "w") as f:
+        f.write(f"{json.dumps(row)}\n5 profiled steps\n{table}\n")
+    trace = os.path.join(out, "trace_torch.json")
+    prof.export_chrome_trace(trace)
+    with open(trace, "rb") as src, gzip.open(trace + ".gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    os.remove(trace)
+    print(table)
+    print("bench_torch profile:", json.dumps(row))
 EOF
     exit 0
 fi

@@ -133,7 +133,8 @@ def make_optimizer(torch, module, optim: OptimConfig, device):
 class Trainer:
     """One model, its optimizer and its step, shared by ``train`` and the reference trainer."""
 
-    def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool):
+    def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool,
+                 compile_mode: str = "default"):
         self.torch = torch = import_torch()
         self.run, self.precision, self.device, self.attention = run, precision, device, attention
         self.model = build_model(torch, run.model_config, weights, device, precision.compute_dtype)
@@ -142,7 +143,8 @@ class Trainer:
         # Compiling the module (forward, loss and, through AOTAutograd, backward) fuses the
         # norms, RoPE, SwiGLU and the float32 cross-entropy; the fused AdamW and the foreach
         # clipping are already a handful of kernels, so they stay eager.
-        self.forward = torch.compile(self.model) if compile else self.model
+        self.compile_mode = compile_mode if compile else None
+        self.forward = torch.compile(self.model, mode=compile_mode) if compile else self.model
 
     def upload(self, batch: np.ndarray):
         """A [B, S+1] host batch on the device, copied asynchronously. A batch already in
@@ -335,8 +337,8 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "attention_backend": ATTENTION_NAMES[trainer.attention],
         "attention_selection": "first of " + ", ".join(ATTENTION_NAMES[n] for n in ATTENTION_ORDER)
         + " to run causal SDPA fwd+bwd at this shape and dtype",
-        "compiled": trainer.forward is not trainer.model,
-        "compile_mode": "default" if trainer.forward is not trainer.model else None,
+        "compiled": trainer.compile_mode is not None,
+        "compile_mode": trainer.compile_mode,
         "optimizer": "AdamW (fused)" if cuda else "AdamW (foreach)",
         "fused_projections": ["wq+wk+wv", "w_gate+w_up"],
     }
