@@ -56,8 +56,8 @@ class JaxReferenceTrainer:
 
     def step(self, batch: np.ndarray) -> float:
         with self._precision():
-            self._params, self._opt_state, loss = self._step(self._params, self._opt_state, self._put(batch))
-        return float(loss)
+            self._params, self._opt_state, metrics = self._step(self._params, self._opt_state, self._put(batch))
+        return float(metrics[0])
 
     def params(self) -> dict[str, np.ndarray]:
         return from_flax(self._params)

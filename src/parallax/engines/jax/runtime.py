@@ -101,15 +101,19 @@ def make_optimizer(optim: OptimConfig, total_steps: int):
 
 
 def train_step(model, tx, params, opt_state, batch):
-    """One optimizer step on a [B, S+1] batch; returns (params, opt_state, loss before it)."""
+    """One optimizer step on a [B, S+1] batch; returns (params, opt_state, metrics) where
+    metrics = [loss before the step, gradient global norm before clipping] (float32), one
+    array so the host reads both with one copy."""
     import jax
+    import jax.numpy as jnp
     import optax
 
     from parallax.engines.jax.model import loss_fn
 
     loss, grads = jax.value_and_grad(partial(loss_fn, model))(params, batch)
     updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+    metrics = jnp.stack([loss, optax.tree.norm(grads)]).astype(jnp.float32)
+    return optax.apply_updates(params, updates), opt_state, metrics
 
 
 def jit_train_step(model, tx):

@@ -1,7 +1,7 @@
 """Step timing for JAX, which has no device event API (see docs/timing.md, "JAX engine").
 
 The step time of step k is t_ready(k) − t_ready(k−1): the host clock read when step k's
-loss becomes ready, with step k+1 already dispatched so the device never waits for the host.
+metrics (loss, gradient norm) become ready, with step k+1 already dispatched so the device never waits for the host.
 t_ready(−1) is the host clock just before the first dispatch. ``overhead`` measures what
 this method costs against the cheapest possible measurement: the same number of steps with
 a single block at the end.
@@ -39,23 +39,24 @@ def device_batches(host_batches, device) -> Iterator:
 
 
 def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
-                on_done: Callable[[int, float, float], None],
+                on_done: Callable[[int, np.ndarray, float], None],
                 pause_after: Callable[[int], bool] = lambda k: False,
                 on_pause: Callable[[tuple], None] = lambda state: None) -> tuple:
-    """Run ``steps`` with one step in flight; call on_done(k, loss, step_ms) as each completes.
+    """Run ``steps`` with one step in flight; call on_done(k, metrics, step_ms) as each
+    completes, metrics being step k's metrics array copied to the host.
 
     ``state`` is (params, opt_state); ``step_fn(params, opt_state, batch)`` returns
-    (params, opt_state, loss). When pause_after(k), the pipeline drains, on_pause(state)
+    (params, opt_state, metrics). When pause_after(k), the pipeline drains, on_pause(state)
     runs (an evaluation), and timing restarts, so the pause is in no step's time.
     """
     pending = None
     t_prev = time.perf_counter()
     for k in steps:
-        params, opt_state, loss = step_fn(*state, next(batches))
+        params, opt_state, metrics = step_fn(*state, next(batches))
         state = (params, opt_state)
         if pending is not None:
             t_prev = _complete(pending, t_prev, on_done)
-        pending = (k, loss)
+        pending = (k, metrics)
         if pause_after(k):
             _complete(pending, t_prev, on_done)
             pending = None
@@ -67,21 +68,21 @@ def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
 
 
 def _complete(pending, t_prev: float, on_done) -> float:
-    k, loss = pending
-    loss.block_until_ready()
+    k, metrics = pending
+    metrics.block_until_ready()
     t_ready = time.perf_counter()
-    on_done(k, float(loss), (t_ready - t_prev) * 1e3)
+    on_done(k, np.asarray(metrics), (t_ready - t_prev) * 1e3)
     return t_ready
 
 
 def untimed_steps(step_fn, state: tuple, batches: Iterator, n: int) -> tuple[tuple, float]:
     """Run n steps, blocking once at the end; (state, total seconds)."""
     t0 = time.perf_counter()
-    loss = None
+    metrics = None
     for _ in range(n):
-        params, opt_state, loss = step_fn(*state, next(batches))
+        params, opt_state, metrics = step_fn(*state, next(batches))
         state = (params, opt_state)
-    loss.block_until_ready()
+    metrics.block_until_ready()
     return state, time.perf_counter() - t0
 
 
@@ -92,7 +93,7 @@ def overhead(step_fn, state: tuple, batches: Iterator, n: int, rounds: int = 2) 
     per_step, single = [], []
     for _ in range(rounds):
         times: list[float] = []
-        state = timed_steps(step_fn, state, batches, range(n), lambda k, loss, ms: times.append(ms))
+        state = timed_steps(step_fn, state, batches, range(n), lambda k, metrics, ms: times.append(ms))
         per_step.append(sum(times) / n)
         state, total_s = untimed_steps(step_fn, state, batches, n)
         single.append(total_s * 1e3 / n)

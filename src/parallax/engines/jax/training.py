@@ -47,7 +47,7 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
     device_batches = timing.device_batches(host_batches, device)
 
     progress.phase("compiling")
-    step_fn, compile_s = _timed_compile(jit_train_step(model, tx), params, opt_state, first)
+    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx), params, opt_state, first)
     evaluate, eval_compile_s = _evaluator(model, batches.eval_batches(), device, params, run)
     peak_after_compile, _, _ = _memory_peaks(device)
 
@@ -55,8 +55,9 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
     records: list[StepRecord] = []
     evals: list[EvalRecord] = []
 
-    def on_done(k: int, loss: float, step_ms: float) -> None:
-        records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps))))
+    def on_done(k: int, metrics: np.ndarray, step_ms: float) -> None:
+        loss, grad_norm = float(metrics[0]), float(metrics[1])
+        records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps)), grad_norm))
         progress.step(k, loss, step_ms)
 
     def on_pause(state) -> None:
@@ -77,12 +78,15 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
         precision=precision.info,
         framework=_framework_info(device, attention, attention_reason),
         timing_method=TIMING_METHOD,
-        compile_s=compile_s,
+        # As in the torch engine: compilation plus the first step's execution (docs/timing.md).
+        compile_s=aot_compile_s + records[0].step_ms / 1e3,
         peak_allocated_bytes=peak,
         peak_reserved_bytes=reserved,
         evals=evals,
         extra={
             "timing_overhead": overhead,
+            "aot_compile_s": aot_compile_s,
+            "first_step_s": records[0].step_ms / 1e3,
             "eval_compile_s": eval_compile_s,
             "peak_bytes_in_use_after_compile": peak_after_compile,
             "memory_stats": stats,
@@ -157,7 +161,9 @@ def _framework_info(device, attention: str, attention_reason: str) -> dict:
         "jaxlib": jaxlib.__version__,
         "flax": flax.__version__,
         "optax": optax.__version__,
-        "device": device.device_kind,
+        "device": f"{device.platform}:{device.id}",
+        "device_name": device.device_kind,
+        "compute_capability": getattr(device, "compute_capability", None),
         "platform": device.platform,
         "attention_backend": attention,
         "attention_reason": attention_reason,
