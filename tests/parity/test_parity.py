@@ -75,3 +75,11 @@ def test_bfloat16_rows_are_report_only():
     failing = parity.ParityReport({}, [parity.Row("loss", 1.0, 1.0, 1e-3)], gate=False)
     assert failing.passed and not failing.rows[0].within
     assert not parity.ParityReport({}, failing.rows, gate=True).passed
+
+
+@pytest.mark.gpu
+def test_float32_gpu_parity_meets_the_cpu_thresholds():
+    report = parity.run_parity(model="tiny", batch_size=2, seq_len=32, steps=3, seed=0, dtype="float32",
+                               device="gpu")
+    failing = [(row.quantity, row.max_rel, row.tolerance) for row in report.rows if not row.within]
+    assert report.passed, failing

@@ -299,3 +299,24 @@ def test_cli_refuses_fp8_for_jax_in_one_line(tmp_path, capsys):
     assert code == 2
     assert err == "parallax: error: precision fp8 is not implemented in the JAX engine yet; this release runs bf16\n"
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+# --- on the GPU (scripts/device/bench_jax.sh runs these) ----------------------------------------
+
+@pytest.mark.gpu
+def test_gpu_bf16_attention_is_cudnn():
+    from parallax.engines.jax.runtime import choose_attention, resolve_device
+
+    attention, why = choose_attention(jnp.bfloat16, resolve_device("gpu"), (2, 128, 12, 64))
+    assert attention == "cudnn", why
+
+
+@pytest.mark.gpu
+def test_gpu_train_reports_memory_cudnn_and_the_device():
+    run = tiny_run(device="gpu", batch_size=4, seq_len=128, steps=6, warmup=2)
+    batches = SyntheticBatches(run.seed, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = get_engine("jax").train(run, batches, NullProgress())
+    assert out.framework["attention_backend"] == "cudnn" and out.framework["platform"] == "gpu"
+    assert out.framework["compute_capability"] and out.framework["preallocate"] == "false"
+    assert out.peak_allocated_bytes > 0
+    assert out.steps[0].loss == pytest.approx(np.log(TINY.vocab_size), abs=0.1)

@@ -25,7 +25,7 @@ class JaxReferenceTrainer:
             config, compute_dtype, self.device, run.batch_size, run.seq_len)
         self._params = jax.device_put(to_flax(weights, config), self.device)
         tx = make_optimizer(run.optim, run.steps)
-        self._opt_state = tx.init(self._params)
+        self._opt_state = jax.device_put(tx.init(self._params), self.device)
         model = self.model
         self._logits = jax.jit(lambda p, tokens: model.apply({"params": p}, tokens))
         self._loss_and_grads = jax.jit(jax.value_and_grad(lambda p, b: loss_fn(model, p, b)))

@@ -42,7 +42,7 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
         config, precision.compute_dtype, device, run.batch_size, run.seq_len)
     params = jax.device_put(to_flax(init_weights(config, run.seed), config), device)
     tx = make_optimizer(run.optim, run.steps)
-    opt_state = tx.init(params)
+    opt_state = jax.device_put(tx.init(params), device)  # committed where the params are
     first, host_batches = _with_private_first(batches)
     device_batches = timing.device_batches(host_batches, device)
 
