@@ -111,6 +111,20 @@ def test_rope_rotates_half_split_pairs_by_position_times_frequency():
     np.testing.assert_array_equal(out[0, 0], x[0, 0])  # position 0 is not rotated
 
 
+def test_embedding_gradient_accumulates_in_float32():
+    from parallax.engines.jax.model import Embedding
+
+    module = Embedding(10, 4, jnp.bfloat16)
+    table = jnp.zeros((10, 4), jnp.float32)
+    tokens = jnp.full((1, 4096), 3)
+    out, vjp = jax.vjp(lambda t: module.apply({"params": {"embedding": t}}, tokens), table)
+    assert out.dtype == jnp.bfloat16
+    (grad,) = vjp(jnp.ones_like(out))
+    # 4096 ones summed in bf16 would stop at 256 (256 + 1 rounds back to 256)
+    np.testing.assert_array_equal(np.asarray(grad[3]), 4096.0)
+    assert float(jnp.abs(grad).sum()) == 4 * 4096.0
+
+
 def test_attention_is_causal():
     model = Llama(TINY, dtype=jnp.float32)
     params = convert.to_flax(init_weights(TINY, seed=0), TINY)

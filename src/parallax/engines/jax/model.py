@@ -4,8 +4,8 @@ Pre-norm blocks: x + attention(RMSNorm(x)), then h + SwiGLU(RMSNorm(h)); a final
 and an untied lm_head. Parameters are float32; every matmul runs in ``dtype`` (bfloat16 for
 training, float32 for CPU parity). Where the numerics are fixed (identical in the torch engine):
 
-- the residual stream is carried in ``dtype`` (the embedding output is cast to it, as in
-  MaxText); only RMSNorm statistics, RoPE, the attention softmax and the loss are float32;
+- the residual stream is carried in ``dtype`` (the embedding rows are gathered in float32
+  and cast to it); only RMSNorm statistics, RoPE, the attention softmax and the loss are float32;
 - RMSNorm: y = x32 · rsqrt(mean(x32²) + eps), cast to ``dtype``, times the gain cast to ``dtype``;
 - RoPE, half-split: out = x32·cos + rotate_half(x32)·sin, cast back to the input dtype; the
   cos/sin tables are computed in float64 with NumPy and rounded once to float32, so they do not
@@ -62,6 +62,23 @@ def apply_rope(x, cos, sin):
     return out.astype(x.dtype)
 
 
+class Embedding(nn.Module):
+    """Rows of a float32 table, gathered in float32 and then cast to ``dtype``: the backward
+    pass then accumulates the table's gradient in float32 (a token seen many times in a batch
+    adds up without bf16 rounding), as torch's nn.Embedding followed by a cast does. (Flax's
+    nn.Embed casts the whole table first, which accumulates in ``dtype``.)"""
+
+    vocab_size: int
+    features: int
+    dtype: Any
+
+    @nn.compact
+    def __call__(self, tokens):
+        table = self.param("embedding", nn.initializers.normal(0.02), (self.vocab_size, self.features),
+                           jnp.float32)
+        return jnp.take(table, tokens, axis=0).astype(self.dtype)
+
+
 def _dense(features: int, dtype, name: str) -> nn.Dense:
     # Initial values come from parallax.weights through convert.py; this initializer only
     # gives model.init shapes.
@@ -104,9 +121,7 @@ class Llama(nn.Module):
     def __call__(self, tokens):
         cfg = self.config
         cos, sin = rope_tables(tokens.shape[1], cfg.head_dim, cfg.rope_theta)
-        x = nn.Embed(cfg.vocab_size, cfg.d_model, dtype=self.dtype, param_dtype=jnp.float32,
-                     name="tok_embeddings")(tokens)
-        x = x.astype(self.dtype)
+        x = Embedding(cfg.vocab_size, cfg.d_model, self.dtype, name="tok_embeddings")(tokens)
         for i in range(cfg.n_layers):
             x = Block(cfg, self.dtype, self.attention, name=f"layers_{i}")(x, cos, sin)
         x = RMSNorm(cfg.norm_eps, self.dtype, name="norm")(x)
