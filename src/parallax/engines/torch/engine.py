@@ -59,7 +59,8 @@ def resolve_device(torch, spec: str):
     """``--device``: auto (the first CUDA GPU, else the CPU), cpu, cuda, cuda:N (gpu = cuda)."""
     spec = "cuda" if spec == "gpu" else spec
     if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        # An explicit index: torch.cuda.set_device and friends refuse a bare "cuda".
+        return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     if spec == "cpu":
         return torch.device("cpu")
     if spec == "cuda" or spec.startswith("cuda:"):
