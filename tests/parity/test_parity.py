@@ -59,6 +59,21 @@ def test_an_optimizer_difference_fails_the_gate():
     assert not updates.within and updates.max_rel > 1e-2
 
 
+def test_weights_cross_both_layouts_bit_exactly():
+    """canonical -> torch state dict -> canonical -> Flax tree -> canonical gives the same bits."""
+    from parallax.config import get_preset
+    from parallax.engines.jax.convert import from_flax, to_flax
+    from parallax.engines.torch.convert import from_torch_state, to_torch_state
+
+    config = get_preset("tiny")
+    weights = init_weights(config, 7)
+    through_torch = from_torch_state(config, to_torch_state(config, weights))
+    back = from_flax(to_flax(through_torch, config))
+    assert set(back) == set(weights)
+    for name in weights:
+        np.testing.assert_array_equal(back[name], weights[name])
+
+
 def test_error_measures():
     assert parity.errors(np.array([1.0, 2.0]), np.array([1.0, 4.0])) == (2.0, 0.5)
     assert parity.errors(3.0, 3.0) == (0.0, 0.0)

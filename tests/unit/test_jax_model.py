@@ -281,6 +281,13 @@ def test_missing_jax_names_the_extra(monkeypatch):
     assert str(err.value) == "jax is not installed; install it with: pip install 'slm-parallax[jax]'"
 
 
+def test_gpu_device_without_a_gpu_is_refused_with_the_fix():
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ParallaxError, match="JAX sees no GPU; install the CUDA build"):
+        get_engine("jax").check(tiny_run(device="gpu"))
+
+
 def test_unknown_device_is_refused():
     with pytest.raises(ParallaxError, match="unknown device 'tpu'"):
         get_engine("jax").check(tiny_run(device="tpu"))
