@@ -24,7 +24,7 @@ from parallax.schedule import lr_at
 from parallax.weights import init_weights
 
 TIMING_METHOD = (
-    "host clock when step k's loss is ready minus the same for step k-1, "
+    "host clock when step k's metrics are ready minus the same for step k-1, "
     "with step k+1 already dispatched (one step in flight)"
 )
 # Steps per round of the timing-overhead measurement, run after training (2 rounds of each method).
@@ -48,7 +48,8 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
 
     progress.phase("compiling")
     step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx), params, opt_state, first)
-    evaluate, eval_compile_s = _evaluator(model, batches.eval_batches(), device, params, run)
+    eval_set = batches.eval_batches() if run.eval_every > 0 else []
+    evaluate, eval_compile_s = _evaluator(model, eval_set, device, params)
     peak_after_compile, _, _ = _memory_peaks(device)
 
     progress.phase("training")
@@ -64,7 +65,7 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
         evals.append(EvalRecord(records[-1].step, evaluate(state[0])))
 
     state = timing.timed_steps(step_fn, (params, opt_state), device_batches, range(run.steps),
-                               on_done, lambda k: _eval_due(run, k), on_pause)
+                               on_done, lambda k: evaluate is not None and _eval_due(run, k), on_pause)
 
     progress.phase("measuring the timing overhead")
     repeat = timing.device_batches(itertools.repeat(first), device)
@@ -115,13 +116,14 @@ def _timed_compile(step_fn, params, opt_state, first: np.ndarray):
     return compiled, time.perf_counter() - t0
 
 
-def _evaluator(model, eval_batches: list[np.ndarray], device, params, run: RunConfig):
-    """(params -> mean eval loss, compile seconds); compiled now so evals stay out of compile_s."""
+def _evaluator(model, eval_batches: list[np.ndarray], device, params):
+    """(params -> mean eval loss, compile seconds); compiled before training so that the first
+    evaluation's time is only evaluation. (None, 0.0) without eval batches."""
     import jax
 
     from parallax.engines.jax.model import loss_fn
 
-    if run.eval_every <= 0 or not eval_batches:
+    if not eval_batches:
         return None, 0.0
     on_device = [jax.device_put(np.asarray(b, dtype=np.int32), device) for b in eval_batches]
     t0 = time.perf_counter()
