@@ -86,7 +86,10 @@ def decay_mask(params):
 def make_optimizer(optim: OptimConfig, total_steps: int):
     """Clip by global norm, then AdamW with the shared schedule. Optax calls the schedule
     with the count of updates already applied, so the k-th update (k from 0) uses lr_at(k),
-    as the torch engine does."""
+    as the torch engine does. Two known differences from torch, both far below parity noise:
+    clipping scales by max_norm/norm where torch's clip_grad_norm_ uses max_norm/(norm + 1e-6),
+    and weight decay is added to the Adam direction (p − lr·(adam + wd·p)) where torch first
+    scales p by (1 − lr·wd): the same value, rounded in another order."""
     import jax.numpy as jnp
     import optax
 
