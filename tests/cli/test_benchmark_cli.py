@@ -220,3 +220,20 @@ def test_setup_script_picks_builds_for_the_drivers_cuda(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPTS / "setup_remote_gpu.sh")], capture_output=True, text=True,
                           env={**env, "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and "nvidia-smi not found" in proc.stderr
+
+
+@pytest.mark.gpu
+def test_tiny_matrix_on_the_gpu_records_memory_and_mfu(tmp_path):
+    """On the GPU: both frameworks run, each cell's memory is its own process's, MFU is known."""
+    out = tmp_path / "bench"
+    cmd = [sys.executable, "-m", "parallax", "benchmark", "--frameworks", "torch,jax", "--precisions", "bf16",
+           "--model", "tiny", "--batch-size", "8", "--seq-len", "128", "--steps", "30", "--warmup", "10",
+           "--output-dir", str(out), "--report", "--timeout-per-run", "600"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads((out / "report.json").read_text())
+    for c in saved["cells"]:
+        assert c["status"] == "ok"
+        assert c["memory"]["peak_reserved_bytes"] and c["memory"]["peak_reserved_bytes"] < 20 * 2**30
+        assert c["flops"]["spec"]["mfu_precision_peak"] is not None or c["notes"], c["notes"]
+    assert saved["config"]["compiled"] == {"torch": True, "jax": True}
