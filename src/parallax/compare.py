@@ -43,6 +43,7 @@ BASELINE_FRAMEWORK = "torch"
 BASELINE_PRECISION = "bf16"
 DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
 PER_CELL = CELL_FIELDS + ("compile",)
+CONFIG_KEYS = ("framework", "precision", "batch_size", "seq_len", "model")  # what grouping and rates need
 
 STATS_METHOD = (
     "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "
@@ -104,6 +105,10 @@ def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[str]]:
             run = load_run(path)
         except ParallaxError as exc:
             problems.append(f"{exc}; left out")
+            continue
+        missing = [k for k in CONFIG_KEYS if k not in (run["config"] if isinstance(run["config"], dict) else {})]
+        if missing:
+            problems.append(f"{path}: config lacks {missing}; left out")
             continue
         loaded = LoadedRun(path.parent, run)
         if run["status"] == "ok":

@@ -210,8 +210,9 @@ def test_setup_script_picks_builds_for_the_drivers_cuda(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == f"python3 -m venv {tmp_path / 'venv'}"
-    assert f"{tmp_path}/venv/bin/python -m pip install torch --index-url https://download.pytorch.org/whl/cu126" in lines
-    assert f"{tmp_path}/venv/bin/python -m pip install jax[cuda12] flax optax" in lines
+    pip = f"{tmp_path}/venv/bin/python -m pip install"
+    assert f"{pip} torch --index-url https://download.pytorch.org/whl/cu126" in lines
+    assert f"{pip} jax[cuda12] flax optax" in lines
     assert lines[-1] == f"{tmp_path}/venv/bin/parallax check-env"
     assert "setup: GPU: NVIDIA H200, 9.0" in proc.stderr and "TransformerEngine is not installed" in proc.stderr
     proc = subprocess.run(["bash", str(SCRIPTS / "setup_remote_gpu.sh")], capture_output=True, text=True,

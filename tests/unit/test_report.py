@@ -170,8 +170,11 @@ def test_corrupt_and_truncated_run_files_are_named_and_left_out(hand):
     garbage.write_bytes(b"\x00\xff not json")
     no_steps = write(hand, "jax", "bf16", 3, [50.0] * 10, [1.0] * 10).parent / "steps.jsonl"
     no_steps.unlink()
+    no_config = hand / "runs" / "odd" / "run.json"
+    write_run(no_config.parent, {"status": "failed", "error": "x", "config": {"seed": 0}})
     r = build_comparison(hand, n_boot=200)
-    assert len(r["problems"]) == 3
+    assert len(r["problems"]) == 4
+    assert any(str(no_config) in p and "config lacks ['framework', 'precision'" in p for p in r["problems"])
     assert any(str(corrupt) in p and "corrupt or truncated" in p for p in r["problems"])
     assert any(str(garbage) in p for p in r["problems"])
     assert any(str(no_steps) in p and "left out" in p for p in r["problems"])
@@ -253,7 +256,8 @@ def test_tables_agree_with_the_run_files(tmp_path):
             assert float(row["final_loss"]) == pytest.approx(final)
             assert md[(fw, p)][4].startswith(f"{TOKENS * 1000 / ms:,.0f} (")
         fp8 = rows[(fw, "fp8")]
-        assert float(fp8["delta_loss_vs_bf16"]) == pytest.approx(float(fp8["final_loss"]) - float(rows[(fw, "bf16")]["final_loss"]))
+        bf16 = rows[(fw, "bf16")]
+        assert float(fp8["delta_loss_vs_bf16"]) == pytest.approx(float(fp8["final_loss"]) - float(bf16["final_loss"]))
 
 
 def test_write_report_writes_markdown_plots_csv_and_json(hand):

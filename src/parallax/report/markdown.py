@@ -162,7 +162,8 @@ def _loss(record: dict) -> str:
     for c in record["cells"]:
         final = c["final_loss"] or {}
         d = deltas.get((c["framework"], c["precision"]))
-        final_text = "diverged (NaN)" if final.get("diverged") else f.value_ci(final.get("value"), final.get("ci"), f.loss)
+        final_text = ("diverged (NaN)" if final.get("diverged")
+                      else f.value_ci(final.get("value"), final.get("ci"), f.loss))
         rows.append([c["framework"], f.precision_label(c), final_text,
                      f"{f.value_ci(d['delta'], d['ci'], f.delta)}{' (includes 0)' if d['includes_zero'] else ''}"
                      if d else "–",
