@@ -500,6 +500,10 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
     environment = _read_json(results_dir / ENVIRONMENT_FILE, problems)
     if environment is None:
         environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
+    gpus = sorted({environment_summary(r.run["environment"])["gpu"] for r in runs if r.run.get("environment")})
+    if len(gpus) > 1:  # e.g. a matrix resumed on another machine
+        problems.append(f"the runs were made on different GPUs ({'; '.join(gpus)}); their numbers are not "
+                        "one benchmark")
     return Analysis(results_dir, cells, config, matrix, environment, problems)
 
 

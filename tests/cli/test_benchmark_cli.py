@@ -109,10 +109,10 @@ def test_compare_writes_report_and_ratios_to_a_baseline(tmp_path, capsys, fake_t
     assert main(["compare", "--results-dir", str(a), "--baseline", str(b), "--output-report", str(report),
                  "--bootstraps", "200"]) == 0
     out = capsys.readouterr().out
-    assert "left out:" in out and "extra/run.json" in out
+    assert "problem:" in out and "extra/run.json" in out
     text = report.read_text()
     assert "## Against the baseline" in text and "1.000× (1.000×–1.000×)" in text  # same fake numbers
-    assert "## Files left out" in text
+    assert "## Problems" in text
     assert (tmp_path / "cmp" / "plots" / "loss.png").exists() and (tmp_path / "cmp" / "report.csv").exists()
 
 

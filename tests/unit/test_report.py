@@ -182,7 +182,7 @@ def test_corrupt_and_truncated_run_files_are_named_and_left_out(hand):
     assert cell(r, "torch", "bf16")["n_ok"] == 1 and cell(r, "torch", "bf16")["step_ms"]["median"] == 100.0
     assert cell(r, "jax", "bf16")["step_ms"]["median"] == 100.0
     text = markdown.render(r)
-    assert "## Files left out" in text and f"`{corrupt}: corrupt or truncated JSON" in text
+    assert "## Problems" in text and f"`{corrupt}: corrupt or truncated JSON" in text
 
 
 def test_runs_of_different_configurations_are_refused(tmp_path):
@@ -198,6 +198,18 @@ def test_an_empty_or_missing_directory_is_an_error(tmp_path):
         build_comparison(tmp_path / "nope")
     with pytest.raises(ParallaxError, match="holds no readable run.json"):
         build_comparison(tmp_path)
+
+
+def test_runs_from_different_gpus_are_flagged(tmp_path):
+    h200 = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]}
+    b200 = {"gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}]}
+    for seed, env in ((0, h200), (1, b200)):
+        path = write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10)
+        run = json.loads(path.read_text())
+        run["environment"] = env
+        path.write_text(json.dumps(run))
+    (problem,) = build_comparison(tmp_path, n_boot=200)["problems"]
+    assert problem.startswith("the runs were made on different GPUs (NVIDIA B200 (cc 10.0); NVIDIA H200 (cc 9.0))")
 
 
 def test_matrix_cells_without_runs_are_pending(hand):

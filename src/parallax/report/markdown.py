@@ -225,7 +225,7 @@ def _baseline(record: dict) -> str:
 def _problems(record: dict) -> str:
     if not record["problems"]:
         return ""
-    return ("## Files left out\n\nThese files could not be read and are not part of any number above:\n\n"
+    return ("## Problems\n\nA file named here could not be read and is not part of any number above.\n\n"
             + "\n".join(f"- `{p}`" for p in record["problems"]))
 
 

@@ -49,7 +49,7 @@ def _speedups(record: dict) -> Table:
 
 
 def _notes(record: dict) -> list[str]:
-    lines = [f"[yellow]left out:[/] {p}" for p in record["problems"]]
+    lines = [f"[yellow]problem:[/] {p}" for p in record["problems"]]
     for c in record["cells"]:
         for run in c["runs"]:
             if run["status"] != "ok":
