@@ -197,11 +197,16 @@ LoaderInfo BatchLoader::info() const {
   info.n_tokens = ring_->file.n_tokens();
   info.n_windows = ring_->sampler.n_windows();
   info.slots = ring_->slots.size();
-  for (const auto& s : ring_->slots) info.pinned_slots += s->pinned ? 1 : 0;
+  for (const auto& s : ring_->slots) {
+    info.pinned_slots += s->pinned ? 1 : 0;
+    info.verified_slots += ring_->pinner.page_locked(s->data, ring_->slot_bytes) ? 1 : 0;
+  }
   info.slot_bytes = ring_->slot_bytes;
   info.batches_taken = ring_->next_take - options_.start_batch;
   info.pin_status = ring_->pinner.status();
   return info;
 }
+
+bool BatchLoader::page_locked(const void* ptr, size_t bytes) const { return ring_->pinner.page_locked(ptr, bytes); }
 
 }  // namespace parallax::loader

@@ -37,7 +37,8 @@ struct LoaderInfo {
   uint64_t n_tokens = 0;
   uint64_t n_windows = 0;
   size_t slots = 0;
-  size_t pinned_slots = 0;
+  size_t pinned_slots = 0;    // slots whose cuMemHostRegister succeeded
+  size_t verified_slots = 0;  // slots the driver reports page-locked now (HostPinner::page_locked)
   size_t slot_bytes = 0;
   uint64_t batches_taken = 0;
   std::string pin_status;
@@ -80,6 +81,8 @@ class BatchLoader {
   void close();
   bool closed() const;
   LoaderInfo info() const;
+  // Whether the driver reports [ptr, ptr + bytes) as page-locked (see HostPinner::page_locked).
+  bool page_locked(const void* ptr, size_t bytes) const;
   const LoaderOptions& options() const { return options_; }
 
  private:

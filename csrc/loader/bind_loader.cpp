@@ -115,6 +115,14 @@ void bind_loader(nb::module_& m) {
           "close", [](BatchLoader& loader) { loader.close(); }, nb::call_guard<nb::gil_scoped_release>(),
           "Stop the thread; arrays already handed out stay valid.")
       .def_prop_ro("closed", &BatchLoader::closed)
+      .def(
+          "page_locked",
+          [](const BatchLoader& loader, nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu> array) {
+            return loader.page_locked(array.data(), array.nbytes());
+          },
+          "array"_a.noconvert(),
+          "Whether the CUDA driver reports the array's memory (first and last byte) as page-locked host "
+          "memory; False without a driver. A batch's array answers True when its slot is pinned.")
       .def("info", [](const BatchLoader& loader) {
         const LoaderInfo i = loader.info();
         nb::dict d;
@@ -122,6 +130,9 @@ void bind_loader(nb::module_& m) {
         d["n_windows"] = i.n_windows;
         d["slots"] = i.slots;
         d["pinned_slots"] = i.pinned_slots;
+        d["verified_slots"] = i.verified_slots;
+        // The driver's own word, not torch's is_pinned() (False until torch initialises CUDA).
+        d["pinned_verified"] = i.slots > 0 && i.verified_slots == i.slots;
         d["slot_bytes"] = i.slot_bytes;
         d["batches_taken"] = i.batches_taken;
         d["pin_status"] = i.pin_status;

@@ -9,7 +9,10 @@ namespace {
 using CUresult = int;
 using CUdevice = int;
 using CUcontext = void*;
+using CUdeviceptr = unsigned long long;
 constexpr unsigned kRegisterPortable = 0x01;  // CU_MEMHOSTREGISTER_PORTABLE: every context
+constexpr int kAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr unsigned kMemoryTypeHost = 1;        // CU_MEMORYTYPE_HOST: page-locked host memory
 }  // namespace
 
 struct HostPinner::Driver {
@@ -23,6 +26,7 @@ struct HostPinner::Driver {
   CUresult (*cuCtxPopCurrent)(CUcontext*) = nullptr;
   CUresult (*cuMemHostRegister)(void*, size_t, unsigned) = nullptr;
   CUresult (*cuMemHostUnregister)(void*) = nullptr;
+  CUresult (*cuPointerGetAttribute)(void*, int, CUdeviceptr) = nullptr;
   CUdevice device = 0;
   CUcontext context = nullptr;
 
@@ -63,7 +67,8 @@ HostPinner::HostPinner(bool enabled) {
             d->load(d->cuCtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent") &&
             d->load(d->cuCtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent") &&
             d->load(d->cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister") &&
-            d->load(d->cuMemHostUnregister, "cuMemHostUnregister", "cuMemHostUnregister");
+            d->load(d->cuMemHostUnregister, "cuMemHostUnregister", "cuMemHostUnregister") &&
+            d->load(d->cuPointerGetAttribute, "cuPointerGetAttribute", "cuPointerGetAttribute");
   if (!ok) {
     status_ = "pageable (the CUDA driver lacks a needed entry point)";
     return;
@@ -106,6 +111,21 @@ void HostPinner::unpin(void* ptr) {
   if (!driver_) return;
   Driver& d = *driver_;
   d.in_context([&] { return d.cuMemHostUnregister(ptr); });
+}
+
+bool HostPinner::page_locked(const void* ptr, size_t bytes) const {
+  if (!driver_ || ptr == nullptr || bytes == 0) return false;
+  Driver& d = *driver_;
+  auto is_host = [&](const void* p) {
+    unsigned type = 0;
+    // Memory the driver does not know (pageable) answers CUDA_ERROR_INVALID_VALUE.
+    CUresult rc = d.in_context([&] {
+      return d.cuPointerGetAttribute(&type, kAttributeMemoryType, reinterpret_cast<CUdeviceptr>(p));
+    });
+    return rc == 0 && type == kMemoryTypeHost;
+  };
+  const char* first = static_cast<const char*>(ptr);
+  return is_host(first) && is_host(first + bytes - 1);
 }
 
 }  // namespace parallax::loader
