@@ -48,7 +48,7 @@ def measure(pin: bool, copy: bool) -> dict:
     loader.close()
     return {"pin": pin, "copy": copy, "tokens_per_s": N * B * S / seconds,
             "gb_per_s": N * B * (S + 1) * 4 / seconds / 1e9, "pin_status": info["pin_status"],
-            "pinned_slots": info["pinned_slots"], "slots": info["slots"]}
+            "pinned_slots": info["pinned_slots"], "pinned_verified": info["pinned_verified"], "slots": info["slots"]}
 
 
 rows = [measure(True, False), measure(True, True), measure(False, True)]

@@ -118,6 +118,17 @@ def test_arrays_are_zero_copy_and_stay_valid_while_held(prepared):
     assert next(iter(source), None) is None  # a closed loader ends iteration
 
 
+def test_pinned_is_the_drivers_word_on_every_slot(prepared):
+    with batches(prepared) as source, batches(prepared, pin=False) as unpinned:
+        info = source.info()["loader"]
+        assert source.pinned is info["pinned_verified"]
+        assert source.pinned == (info["verified_slots"] == info["slots"] == 4)
+        batch = next(iter(source))
+        assert source._loader.page_locked(batch) is source.pinned
+        assert not source._loader.page_locked(np.array(batch))  # a pageable copy, GPU or not
+        assert unpinned.pinned is False and unpinned.info()["loader"]["verified_slots"] == 0
+
+
 def test_eval_batches_are_fixed_evenly_spread_and_seed_independent(prepared):
     valid = np.fromfile(prepared.path("validation"), dtype="<u2", offset=64)
     n = (valid.size - 1) // S

@@ -7,6 +7,10 @@ the CUDA driver is present): no copy and no per-step Python conversion. Batch k 
 on (train.bin, seed, batch_size, seq_len), so the torch and JAX engines train on the same
 tokens. docs/data.md states the sampling algorithm.
 
+Pinning: ``pinned`` is True when the CUDA driver reports every ring slot page-locked
+(cuMemHostRegister, checked with cuPointerGetAttribute). torch's ``Tensor.is_pinned()`` is
+no such check: it answers False for every pointer until torch has initialised CUDA.
+
 Lifetime: a yielded array stays valid while it is referenced, and its buffer is not refilled
 until two more batches have been drawn, so a non-blocking host-to-device copy of batch k may
 still be running while batch k + 1 is drawn.
@@ -55,6 +59,11 @@ class TokenBatches:
                                                start_batch=start_step, slots=slots, pin=pin)
         except _native.LoaderError as exc:
             raise ParallaxError(str(exc)) from None
+        # Every slot page-locked, by the driver's own account: engines copy batches to the
+        # device straight from the ring (torch's is_pinned() cannot say so before torch has
+        # initialised CUDA). A slot added if the ring grows is pinned the same way; were that
+        # to fail, a non-blocking copy from it would still be correct, only staged by the driver.
+        self.pinned: bool = bool(self._loader.info()["pinned_verified"])
         self.description = (f"tokens({data.directory}, {train.n_tokens:,} train tokens, "
                             f"tokenizer {data.meta['tokenizer']['sha256'][:12]}, seed={seed})")
 

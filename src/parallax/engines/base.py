@@ -23,7 +23,11 @@ from parallax.precision import PrecisionInfo
 
 
 class BatchSource(Protocol):
-    """Training batches, [batch_size, seq_len + 1] integer arrays, and fixed eval batches."""
+    """Training batches, [batch_size, seq_len + 1] integer arrays, and fixed eval batches.
+
+    A source whose training batches lie in page-locked host memory may set ``pinned = True``
+    (TokenBatches does, on the driver's word); engines then copy them to the device directly.
+    Without the attribute an engine checks each batch itself."""
 
     description: str
 

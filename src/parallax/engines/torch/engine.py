@@ -147,17 +147,18 @@ class Trainer:
         self.compile_mode = compile_mode if compile else None
         self.forward = torch.compile(self.model, mode=compile_mode) if compile else self.model
 
-    def upload(self, batch: np.ndarray):
+    def upload(self, batch: np.ndarray, pinned: bool = False):
         """A [B, S+1] host batch on the device, copied asynchronously. A batch already in
-        pinned memory (the native loader's ring) is copied from where it is: the loop has
-        waited for this step's end before the source may reuse the buffer (two draws later).
-        Pageable batches are first copied to pinned memory, which frees them at once."""
+        pinned memory (the native loader's ring: ``pinned``, the source's word, or torch's
+        is_pinned) is copied from where it is: the loop has waited for this step's end before
+        the source may reuse the buffer (two draws later). Pageable batches are first copied
+        to pinned memory, which frees them at once."""
         if batch.dtype not in (np.int32, np.int64):
-            batch = batch.astype(np.int32)
+            batch, pinned = batch.astype(np.int32), False
         tensor = self.torch.from_numpy(batch)
         if self.device.type != "cuda":
             return tensor
-        if not tensor.is_pinned():
+        if not (pinned or tensor.is_pinned()):
             tensor = tensor.pin_memory()
         return tensor.to(self.device, non_blocking=True)
 
@@ -228,6 +229,8 @@ class TrainLoop:
     def __init__(self, trainer: Trainer, batches: BatchSource, progress: Progress):
         torch, run = trainer.torch, trainer.run
         self.trainer, self.batches, self.progress, self.run = trainer, batches, progress, run
+        # A source whose batches lie in page-locked memory says so (TokenBatches.pinned).
+        self.pinned = bool(getattr(batches, "pinned", False))
         cuda = trainer.device.type == "cuda"
         self.clock = CudaClock(torch) if cuda else HostClock()
         # Losses and gradient norms land here by an in-stream copy, readable once a step's
@@ -246,7 +249,7 @@ class TrainLoop:
         previous, pending = clock.mark(), None
         for step in range(run.steps):
             lr = trainer.lr(step)
-            loss, grad_norm = trainer.train_step(trainer.upload(next(batches)), lr)
+            loss, grad_norm = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
             self.host[step].copy_(trainer.torch.stack([loss.float(), grad_norm.float()]), non_blocking=True)
             end = clock.mark()
             if step == 0:
