@@ -91,11 +91,25 @@ nb::dict gemm_dict(const parallax::GemmResult& r) {
   out["flops"] = r.flops;
   out["warmup"] = r.warmup;
   out["iters"] = r.iters;
+  out["tune_warmup"] = r.tune_warmup;
+  out["tune_iters"] = r.tune_iters;
   out["median_ms"] = optional(r.median_ms);
   out["min_ms"] = optional(r.min_ms);
   out["max_ms"] = optional(r.max_ms);
   out["tflops"] = optional(r.tflops);
+  out["tflops_best"] = optional(r.tflops_best);
   out["algo_count"] = r.algo_count;
+  out["algo_index"] = optional(r.algo_index);
+  out["algos_tried"] = r.algos_tried;
+  nb::list trials;
+  for (const auto& t : r.algo_trials) {
+    nb::dict trial;
+    trial["index"] = t.index;
+    trial["median_ms"] = optional(t.median_ms);
+    trial["error"] = text_or_none(t.error);
+    trials.append(trial);
+  }
+  out["algo_trials"] = trials;
   out["layout"] = "TN";
   out["cublaslt_version"] = optional(r.cublaslt_version);
   out["library"] = text_or_none(r.library);
@@ -136,16 +150,19 @@ void bind_probe(nb::module_& m) {
 
   m.def(
       "measure_gemm",
-      [](int device, const std::string& precision, int64_t m, int64_t n, int64_t k, int warmup, int iters) {
+      [](int device, const std::string& precision, int64_t m, int64_t n, int64_t k, int warmup, int iters,
+         int tune_warmup, int tune_iters) {
         parallax::GemmResult result;
         {
           nb::gil_scoped_release release;
-          result = parallax::measure_gemm({device, precision, m, n, k, warmup, iters});
+          result = parallax::measure_gemm({device, precision, m, n, k, warmup, iters, tune_warmup, tune_iters});
         }
         return gemm_dict(result);
       },
-      "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "warmup"_a = 10, "iters"_a = 50,
-      "Time D[m,n] = X[m,k]·W[n,k]ᵀ with cuBLASLt; errors are reported in the result's 'error'.");
+      "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "warmup"_a = 10, "iters"_a = 50, "tune_warmup"_a = 3,
+      "tune_iters"_a = 5,
+      "Time D[m,n] = X[m,k]·W[n,k]ᵀ with cuBLASLt, after timing each algorithm the heuristic offers "
+      "(tune_iters=0: its first, untimed); errors are reported in the result's 'error'.");
 
   m.def(
       "model_shape_ceiling",

@@ -57,6 +57,8 @@ std::string check_request(const GemmRequest& r, const PrecisionSpec* spec) {
            " k=" + std::to_string(r.k);
   if (r.iters < 1) return "iters must be at least 1, got " + std::to_string(r.iters);
   if (r.warmup < 0) return "warmup must not be negative, got " + std::to_string(r.warmup);
+  if (r.tune_iters < 0) return "tune_iters must not be negative, got " + std::to_string(r.tune_iters);
+  if (r.tune_warmup < 0) return "tune_warmup must not be negative, got " + std::to_string(r.tune_warmup);
   return "";
 }
 
@@ -90,13 +92,15 @@ class GemmSession {
     for (auto it = cleanup_.rbegin(); it != cleanup_.rend(); ++it) (*it)();
   }
 
-  // Empty on success; then `algo_count` and `times_ms` are filled.
-  std::string run(int& algo_count, std::vector<double>& times_ms) {
+  // Empty on success; then `times_ms` holds the chosen algorithm's timed calls. The algorithm
+  // fields of `out` are filled as far as the run got.
+  std::string run(GemmResult& out, std::vector<double>& times_ms) {
     PX_TRY(enter_context());
     PX_TRY(prepare_operands());
     PX_TRY(describe_matmul());
-    PX_TRY(choose_algorithm(algo_count));
-    return time_iterations(times_ms);
+    PX_TRY(find_algorithms(out.algo_count));
+    PX_TRY(choose_algorithm(out));
+    return time_calls(algo_, req_.warmup, req_.iters, times_ms);
   }
 
  private:
@@ -198,7 +202,7 @@ class GemmSession {
     return "";
   }
 
-  std::string choose_algorithm(int& count) {
+  std::string find_algorithms(int& count) {
     lt::cublasLtMatmulPreference_t pref = nullptr;
     PX_TRY_LT("cublasLtMatmulPreferenceCreate", lt_.cublasLtMatmulPreferenceCreate(&pref));
     cleanup_.push_back([this, pref] { lt_.cublasLtMatmulPreferenceDestroy(pref); });
@@ -206,49 +210,105 @@ class GemmSession {
     PX_TRY_LT("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)",
               lt_.cublasLtMatmulPreferenceSetAttribute(pref, lt::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                        &workspace, sizeof workspace));
-    std::vector<lt::cublasLtMatmulHeuristicResult_t> results(kRequestedAlgos);
+    candidates_.assign(kRequestedAlgos, {});
     count = 0;
     PX_TRY_LT("cublasLtMatmulAlgoGetHeuristic",
               lt_.cublasLtMatmulAlgoGetHeuristic(handle_, desc_, a_layout_, b_layout_, d_layout_, d_layout_, pref,
-                                                 kRequestedAlgos, results.data(), &count));
+                                                 kRequestedAlgos, candidates_.data(), &count));
     if (count <= 0) return "cublasLtMatmulAlgoGetHeuristic offered no algorithm for this GEMM";
-    algo_ = results[0].algo;
+    candidates_.resize(std::min(count, kRequestedAlgos));
     return "";
   }
 
-  std::string matmul() {
+  // cuBLASLt fills a result's other fields only when its state is success.
+  std::string candidate_error(size_t i) const {
+    const lt::cublasStatus_t state = candidates_[i].state;
+    return state == lt::CUBLAS_STATUS_SUCCESS
+               ? ""
+               : lt::call_error(lt_, "cublasLtMatmulAlgoGetHeuristic (this algorithm)", state);
+  }
+
+  std::string choose_algorithm(GemmResult& out) {
+    if (req_.tune_iters == 0) {
+      PX_TRY(candidate_error(0));
+      algo_ = candidates_[0].algo;
+      out.algo_index = 0;
+      return "";
+    }
+    for (size_t i = 0; i < candidates_.size(); ++i) {
+      out.algo_trials.push_back({static_cast<int>(i), std::nullopt, ""});
+      out.algos_tried = static_cast<int>(out.algo_trials.size());
+      PX_TRY(time_candidate(i, out.algo_trials.back()));
+    }
+    const AlgoTrial* best = nullptr;
+    for (const AlgoTrial& t : out.algo_trials)
+      if (t.median_ms && (best == nullptr || *t.median_ms < *best->median_ms)) best = &t;
+    if (best == nullptr)
+      return "every algorithm the heuristic offered failed; algorithm 0: " + out.algo_trials[0].error;
+    algo_ = candidates_[best->index].algo;
+    out.algo_index = best->index;
+    return "";
+  }
+
+  // A failing cublasLtMatmul rules this algorithm out (recorded in `trial`); a failing CUDA
+  // call is returned and ends the measurement.
+  std::string time_candidate(size_t i, AlgoTrial& trial) {
+    trial.error = candidate_error(i);
+    if (!trial.error.empty()) return "";
+    // The first candidate that runs also takes the measurement's warm-up: no candidate is
+    // judged on a GPU still leaving idle clocks.
+    const int warmup = req_.tune_warmup + (gpu_warm_ ? 0 : req_.warmup);
+    std::vector<double> times;
+    const std::string error = time_calls(candidates_[i].algo, warmup, req_.tune_iters, times);
+    if (!error.empty() && !matmul_failed_) return error;
+    if (!error.empty()) {
+      trial.error = error;
+      return "";
+    }
+    trial.median_ms = summarize_times(times).median;
+    gpu_warm_ = true;
+    return "";
+  }
+
+  std::string matmul(const lt::cublasLtMatmulAlgo_t& algo) {
     const float alpha = 1.0f, beta = 0.0f;
-    PX_TRY_LT("cublasLtMatmul",
-              lt_.cublasLtMatmul(handle_, desc_, &alpha, as_pointer(a_), a_layout_, as_pointer(b_), b_layout_, &beta,
-                                 as_pointer(d_), d_layout_, as_pointer(d_), d_layout_, &algo_,
-                                 as_pointer(workspace_), kWorkspaceBytes, stream_));
-    return "";
+    const lt::cublasStatus_t rc =
+        lt_.cublasLtMatmul(handle_, desc_, &alpha, as_pointer(a_), a_layout_, as_pointer(b_), b_layout_, &beta,
+                           as_pointer(d_), d_layout_, as_pointer(d_), d_layout_, &algo, as_pointer(workspace_),
+                           kWorkspaceBytes, stream_);
+    matmul_failed_ = rc != lt::CUBLAS_STATUS_SUCCESS;
+    return matmul_failed_ ? lt::call_error(lt_, "cublasLtMatmul", rc) : "";
   }
 
-  std::string create_event(cuda::CUevent& event) {
-    PX_TRY_CU("cuEventCreate", cu_.cuEventCreate(&event, cuda::CU_EVENT_DEFAULT));
-    cleanup_.push_back([this, event] { cu_.cuEventDestroy(event); });
+  // Events are created once, as many pairs as the longest timed run needs, and reused.
+  std::string ensure_events(int pairs) {
+    while (static_cast<int>(start_.size()) < pairs) {
+      cuda::CUevent start = nullptr, stop = nullptr;
+      PX_TRY_CU("cuEventCreate", cu_.cuEventCreate(&start, cuda::CU_EVENT_DEFAULT));
+      cleanup_.push_back([this, start] { cu_.cuEventDestroy(start); });
+      start_.push_back(start);
+      PX_TRY_CU("cuEventCreate", cu_.cuEventCreate(&stop, cuda::CU_EVENT_DEFAULT));
+      cleanup_.push_back([this, stop] { cu_.cuEventDestroy(stop); });
+      stop_.push_back(stop);
+    }
     return "";
   }
 
   // All calls are queued back to back; each timed one sits between its own pair of events.
-  std::string time_iterations(std::vector<double>& times_ms) {
-    std::vector<cuda::CUevent> start(req_.iters), stop(req_.iters);
-    for (int i = 0; i < req_.iters; ++i) {
-      PX_TRY(create_event(start[i]));
-      PX_TRY(create_event(stop[i]));
+  std::string time_calls(const lt::cublasLtMatmulAlgo_t& algo, int warmup, int iters, std::vector<double>& times_ms) {
+    matmul_failed_ = false;
+    PX_TRY(ensure_events(iters));
+    for (int i = 0; i < warmup; ++i) PX_TRY(matmul(algo));
+    for (int i = 0; i < iters; ++i) {
+      PX_TRY_CU("cuEventRecord", cu_.cuEventRecord(start_[i], stream_));
+      PX_TRY(matmul(algo));
+      PX_TRY_CU("cuEventRecord", cu_.cuEventRecord(stop_[i], stream_));
     }
-    for (int i = 0; i < req_.warmup; ++i) PX_TRY(matmul());
-    for (int i = 0; i < req_.iters; ++i) {
-      PX_TRY_CU("cuEventRecord", cu_.cuEventRecord(start[i], stream_));
-      PX_TRY(matmul());
-      PX_TRY_CU("cuEventRecord", cu_.cuEventRecord(stop[i], stream_));
-    }
-    PX_TRY_CU("cuEventSynchronize", cu_.cuEventSynchronize(stop.back()));
+    PX_TRY_CU("cuEventSynchronize", cu_.cuEventSynchronize(stop_[iters - 1]));
     times_ms.clear();
-    for (int i = 0; i < req_.iters; ++i) {
+    for (int i = 0; i < iters; ++i) {
       float ms = 0;
-      PX_TRY_CU("cuEventElapsedTime", cu_.cuEventElapsedTime(&ms, start[i], stop[i]));
+      PX_TRY_CU("cuEventElapsedTime", cu_.cuEventElapsedTime(&ms, start_[i], stop_[i]));
       times_ms.push_back(ms);
     }
     return "";
@@ -265,7 +325,11 @@ class GemmSession {
   lt::cublasLtHandle_t handle_ = nullptr;
   lt::cublasLtMatmulDesc_t desc_ = nullptr;
   lt::cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, d_layout_ = nullptr;
+  std::vector<lt::cublasLtMatmulHeuristicResult_t> candidates_;
   lt::cublasLtMatmulAlgo_t algo_{};
+  std::vector<cuda::CUevent> start_, stop_;
+  bool matmul_failed_ = false;  // the last error came from cublasLtMatmul, not from CUDA
+  bool gpu_warm_ = false;       // a candidate has run its calls
 };
 
 // Empty when the device can run `spec`; otherwise why not (asks the driver only, no GPU work).
@@ -308,6 +372,7 @@ GemmResult measure_gemm(const LoadedApi<cuda::Api>& driver, const LoadedApi<cubl
   out.precision = req.precision;
   out.m = req.m, out.n = req.n, out.k = req.k;
   out.warmup = req.warmup, out.iters = req.iters;
+  out.tune_warmup = req.tune_warmup, out.tune_iters = req.tune_iters;
   out.flops = 2.0 * static_cast<double>(req.m) * static_cast<double>(req.n) * static_cast<double>(req.k);
   const PrecisionSpec* spec = find_spec(req.precision);
   out.error = check_request(req, spec);
@@ -328,7 +393,7 @@ GemmResult measure_gemm(const LoadedApi<cuda::Api>& driver, const LoadedApi<cubl
   std::vector<double> times;
   {
     GemmSession session(*driver.api, *cublaslt.api, *spec, req, device);
-    out.error = session.run(out.algo_count, times);
+    out.error = session.run(out, times);
   }
   if (!out.error.empty()) return out;
   const TimeSummary t = summarize_times(times);
@@ -338,6 +403,7 @@ GemmResult measure_gemm(const LoadedApi<cuda::Api>& driver, const LoadedApi<cubl
   }
   out.median_ms = t.median, out.min_ms = t.min, out.max_ms = t.max;
   out.tflops = out.flops / (t.median * 1e-3) / 1e12;
+  if (t.min > 0) out.tflops_best = out.flops / (t.min * 1e-3) / 1e12;
   return out;
 }
 

@@ -10,9 +10,21 @@
 //          Split accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM off), as in backward passes.
 //   nvfp4  A, B E2M1 with one UE4M3 scale per 16 elements (VEC16_UE4M3); D bf16; fp32 compute.
 //          Compute capability 10.0+. Not yet run on hardware: written from cublasLt.h.
-// Operands are random, non-zero, uploaded from the host; workspace 32 MiB; the heuristic's
-// first algorithm; `warmup` untimed calls, then `iters` calls each bracketed by CUDA events on
-// one stream. The CUDA runtime is not used: memory, streams and events come from the driver.
+// Operands are random, non-zero, uploaded from the host; workspace 32 MiB.
+//
+// Which algorithm: cuBLASLt's heuristic ranks up to 8 algorithms by a model, not by timing
+// them, so its first is not always the fastest on the GPU at hand. Each offered algorithm is
+// therefore timed briefly, `tune_warmup` untimed then `tune_iters` timed calls, and the smallest
+// median wins (ties go to the heuristic's earlier pick). The first candidate that runs also
+// takes the `warmup` calls, so that no candidate is judged on a GPU still leaving idle clocks.
+// An algorithm whose cublasLtMatmul call fails is recorded with its error and skipped; any
+// CUDA failure ends the measurement. `tune_iters` = 0 takes the heuristic's first, untimed.
+//
+// How it is timed: `warmup` untimed calls of the chosen algorithm, then `iters` calls queued
+// back to back on one stream, each between its own pair of CUDA events. The median is the
+// sustained rate, the nearer to what a long training run sees; the min is the best single
+// call. Both are reported.
+// The CUDA runtime is not used: memory, streams and events come from the driver.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,17 +41,31 @@ struct GemmRequest {
   int64_t m = 0, n = 0, k = 0;
   int warmup = 10;
   int iters = 50;
+  int tune_warmup = 3;  // per algorithm the heuristic offers; see above
+  int tune_iters = 5;   // 0: no tuning, the heuristic's first algorithm
+};
+
+// One algorithm the tuning timed: its place in the heuristic's list and its median, or why it
+// did not run.
+struct AlgoTrial {
+  int index = 0;
+  std::optional<double> median_ms;
+  std::string error;
 };
 
 struct GemmResult {
   std::string precision;
   int64_t m = 0, n = 0, k = 0;
-  int warmup = 0, iters = 0;
+  int warmup = 0, iters = 0, tune_warmup = 0, tune_iters = 0;
   double flops = 0;     // 2·m·n·k, one call
   std::string error;    // empty when the GEMM ran; else the failing check or call, by name
   std::optional<double> median_ms, min_ms, max_ms;
-  std::optional<double> tflops;  // flops / median time
-  int algo_count = 0;            // algorithms the heuristic offered (the first one ran)
+  std::optional<double> tflops;       // flops / median time: the sustained rate
+  std::optional<double> tflops_best;  // flops / min time: the best single call
+  int algo_count = 0;                 // algorithms the heuristic offered
+  std::optional<int> algo_index;      // the one measured, by its place in the heuristic's list
+  int algos_tried = 0;                // algorithms the tuning timed (= algo_trials.size())
+  std::vector<AlgoTrial> algo_trials;
   std::optional<int64_t> cublaslt_version;
   std::string library;           // the cuBLASLt file that loaded
 };

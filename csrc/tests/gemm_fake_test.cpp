@@ -1,5 +1,6 @@
 // measure_gemm against scripted libraries: capability gates, failing calls named, the layouts
-// and scales handed to cuBLASLt, the timing arithmetic, and that every resource is released.
+// and scales handed to cuBLASLt, the choice among the heuristic's algorithms, the timing
+// arithmetic, and that every resource is released.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -41,19 +42,28 @@ class GemmTest : public ::testing::Test {
   lt::Api lt_api_ = testing::fake_cublaslt_api();
 };
 
-TEST_F(GemmTest, Bf16TimesEachIterationAndReportsTheMedian) {
-  fake().event_times_ms = {3.0f, 1.0f, 2.0f, 5.0f, 4.0f};
-  GemmResult r = run({0, "bf16", 256, 128, 64, 2, 5});
+// Without tuning (tune_iters = 0): the heuristic's first algorithm, 2 warm-up calls at 9 ms,
+// then the 5 timed calls.
+TEST_F(GemmTest, Bf16TimesEachIterationAndReportsTheMedianAndTheBest) {
+  fake().algo_times_ms = {{9.0f, 9.0f, 3.0f, 1.0f, 2.0f, 5.0f, 4.0f}};
+  GemmResult r = run({0, "bf16", 256, 128, 64, 2, 5, 3, 0});
   EXPECT_EQ(r.error, "");
   EXPECT_EQ(r.median_ms, 3.0);
   EXPECT_EQ(r.min_ms, 1.0);
   EXPECT_EQ(r.max_ms, 5.0);
   EXPECT_DOUBLE_EQ(r.flops, 2.0 * 256 * 128 * 64);
   EXPECT_DOUBLE_EQ(*r.tflops, 2.0 * 256 * 128 * 64 / 3e-3 / 1e12);
+  EXPECT_DOUBLE_EQ(*r.tflops_best, 2.0 * 256 * 128 * 64 / 1e-3 / 1e12);
   EXPECT_EQ(r.algo_count, 3);
+  EXPECT_EQ(r.algo_index, 0);
+  EXPECT_EQ(r.algos_tried, 0);
+  EXPECT_TRUE(r.algo_trials.empty());
+  EXPECT_EQ(r.tune_warmup, 3);
+  EXPECT_EQ(r.tune_iters, 0);
   EXPECT_EQ(r.cublaslt_version, 131000);
   EXPECT_EQ(r.library, "/fake/libcublasLt.so.13");
   EXPECT_EQ(fake().matmul_calls, 7);  // 2 warmup + 5 timed
+  EXPECT_EQ(fake().matmul_algos, std::vector<int>(7, 0));
   EXPECT_EQ(fake().elapsed_calls, 5);
   EXPECT_EQ(fake().workspace_preference, kWorkspace);
   // W [n,k] and X [m,k] bf16, D [m,n] bf16, the workspace.
@@ -77,10 +87,107 @@ TEST_F(GemmTest, Bf16TimesEachIterationAndReportsTheMedian) {
 }
 
 TEST_F(GemmTest, EvenIterationCountTakesTheMeanOfTheMiddleTwo) {
-  fake().event_times_ms = {4.0f, 1.0f, 2.0f, 8.0f};
-  GemmResult r = run({0, "bf16", 64, 64, 64, 0, 4});
+  fake().algo_times_ms = {{4.0f, 1.0f, 2.0f, 8.0f}};
+  GemmResult r = run({0, "bf16", 64, 64, 64, 0, 4, 0, 0});
   EXPECT_EQ(r.median_ms, 3.0);
   EXPECT_EQ(fake().matmul_calls, 4);
+}
+
+// Three algorithms at 2, 1.25 and 1.75 ms: each is tuned (the first also carries the 2 warm-up
+// calls), the second wins, then it alone is warmed up and timed.
+TEST_F(GemmTest, TimesEveryOfferedAlgorithmAndMeasuresTheFastest) {
+  fake().algo_times_ms = {{2.0f}, {1.25f}, {1.75f}};
+  GemmResult r = run({0, "bf16", 256, 128, 64, 2, 4});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.algo_count, 3);
+  EXPECT_EQ(r.algo_index, 1);
+  EXPECT_EQ(r.algos_tried, 3);
+  ASSERT_EQ(r.algo_trials.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.algo_trials[i].index, i);
+    EXPECT_EQ(r.algo_trials[i].error, "");
+  }
+  EXPECT_EQ(r.algo_trials[0].median_ms, 2.0);
+  EXPECT_EQ(r.algo_trials[1].median_ms, 1.25);
+  EXPECT_EQ(r.algo_trials[2].median_ms, 1.75);
+  EXPECT_EQ(r.median_ms, 1.25);
+  EXPECT_EQ(r.min_ms, 1.25);
+  EXPECT_DOUBLE_EQ(*r.tflops, 2.0 * 256 * 128 * 64 / 1.25e-3 / 1e12);
+  EXPECT_EQ(r.tune_warmup, 3);
+  EXPECT_EQ(r.tune_iters, 5);
+  std::vector<int> expected(3 + 2 + 5, 0);           // algorithm 0: tune warm-up + warm-up + tune timed
+  expected.insert(expected.end(), 3 + 5, 1);          // algorithm 1: tune warm-up + tune timed
+  expected.insert(expected.end(), 3 + 5, 2);          // algorithm 2
+  expected.insert(expected.end(), 2 + 4, 1);          // the winner: warm-up + timed
+  EXPECT_EQ(fake().matmul_algos, expected);
+  EXPECT_EQ(fake().elapsed_calls, 3 * 5 + 4);
+  expect_released();
+}
+
+TEST_F(GemmTest, TuningSettingsAndTiesGoToTheHeuristicsEarlierPick) {
+  fake().heuristic_count = 4;
+  fake().algo_times_ms = {{3.0f}, {2.0f}, {3.0f}, {2.0f}};
+  GemmResult r = run({0, "bf16", 64, 64, 64, 0, 1, 1, 3});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.algo_index, 1);
+  EXPECT_EQ(r.algos_tried, 4);
+  EXPECT_EQ(fake().matmul_calls, 4 * (1 + 3) + 1);
+}
+
+// The tuning median, not the mean: one slow call does not rule an algorithm out.
+TEST_F(GemmTest, TuningComparesMedians) {
+  fake().algo_times_ms = {{1.0f, 1.0f, 1.0f, 1.0f, 9.0f}, {1.5f}};
+  fake().heuristic_count = 2;
+  GemmResult r = run({0, "bf16", 64, 64, 64, 0, 1, 0, 5});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.algo_trials[0].median_ms, 1.0);
+  EXPECT_EQ(r.algo_index, 0);
+}
+
+TEST_F(GemmTest, AlgorithmsThatCannotRunAreRecordedAndSkipped) {
+  fake().heuristic_count = 4;
+  fake().heuristic_states = {lt::CUBLAS_STATUS_NOT_SUPPORTED};
+  fake().algo_matmul_results[1] = lt::CUBLAS_STATUS_NOT_SUPPORTED;
+  fake().algo_times_ms = {{0.5f}, {0.5f}, {2.0f}, {1.5f}};
+  GemmResult r = run({0, "bf16", 64, 64, 64, 2, 3});
+  ASSERT_EQ(r.error, "");
+  EXPECT_EQ(r.algo_index, 3);
+  EXPECT_EQ(r.algos_tried, 4);
+  EXPECT_EQ(r.algo_trials[0].error,
+            "cublasLtMatmulAlgoGetHeuristic (this algorithm) failed: CUBLAS_STATUS_NOT_SUPPORTED (the functionality "
+            "requested is not supported)");
+  EXPECT_EQ(r.algo_trials[0].median_ms, std::nullopt);
+  EXPECT_EQ(r.algo_trials[1].error,
+            "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)");
+  EXPECT_EQ(r.algo_trials[1].median_ms, std::nullopt);
+  EXPECT_EQ(r.algo_trials[2].median_ms, 2.0);
+  EXPECT_EQ(r.algo_trials[3].median_ms, 1.5);
+  EXPECT_EQ(r.median_ms, 1.5);
+  // Algorithm 0 is never called; algorithm 2, the first that ran, carried the warm-up.
+  std::vector<int> expected(3 + 2 + 5, 2);
+  expected.insert(expected.end(), 3 + 5 + 2 + 3, 3);
+  EXPECT_EQ(fake().matmul_algos, expected);
+  expect_released();
+}
+
+TEST_F(GemmTest, WithoutTuningAFirstAlgorithmTheHeuristicMarkedUnusableIsAnError) {
+  fake().heuristic_states = {lt::CUBLAS_STATUS_NOT_SUPPORTED};
+  GemmResult r = run({0, "bf16", 64, 64, 64, 1, 1, 0, 0});
+  EXPECT_EQ(r.error,
+            "cublasLtMatmulAlgoGetHeuristic (this algorithm) failed: CUBLAS_STATUS_NOT_SUPPORTED (the functionality "
+            "requested is not supported)");
+  EXPECT_EQ(fake().matmul_calls, 0);
+  expect_released();
+}
+
+TEST_F(GemmTest, ACudaFailureWhileTuningEndsTheMeasurement) {
+  fake().event_record_result = 400;
+  GemmResult r = run({0, "bf16", 64, 64, 64, 1, 1});
+  EXPECT_EQ(r.error, "cuEventRecord failed: CUDA_ERROR_INVALID_HANDLE (invalid resource handle)");
+  EXPECT_EQ(r.algos_tried, 1);
+  EXPECT_EQ(r.algo_index, std::nullopt);
+  EXPECT_EQ(r.median_ms, std::nullopt);
+  expect_released();
 }
 
 TEST_F(GemmTest, Fp8UsesE4M3OperandsWithUnitTensorScales) {
@@ -156,6 +263,10 @@ TEST_F(GemmTest, BadRequestsAreRefusedBeforeAnyLibraryIsAsked) {
             "GEMM dimensions must be positive, got m=64 n=0 k=64");
   EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, 1, 0}).error, "iters must be at least 1, got 0");
   EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, -1, 1}).error, "warmup must not be negative, got -1");
+  EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, 1, 1, 3, -1}).error,
+            "tune_iters must not be negative, got -1");
+  EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, 1, 1, -2, 5}).error,
+            "tune_warmup must not be negative, got -2");
 }
 
 TEST_F(GemmTest, MissingLibrariesAreReportedByTheLoadersWords) {
@@ -178,9 +289,21 @@ TEST_F(GemmTest, FailingCallsAreNamedAndEverythingIsReleased) {
   fake().current_context = caller_context();
   fake().matmul_result = lt::CUBLAS_STATUS_NOT_SUPPORTED;
   GemmResult r = run({0, "bf16", 64, 64, 64, 1, 1});
-  EXPECT_EQ(r.error, "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)");
+  EXPECT_EQ(r.error,
+            "every algorithm the heuristic offered failed; algorithm 0: cublasLtMatmul failed: "
+            "CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)");
   EXPECT_EQ(r.median_ms, std::nullopt);
   EXPECT_EQ(r.algo_count, 3);
+  EXPECT_EQ(r.algos_tried, 3);
+  EXPECT_EQ(r.algo_index, std::nullopt);
+  expect_released();
+
+  // Untuned, the first algorithm's failure is the measurement's.
+  testing::reset_fake();
+  fake().current_context = caller_context();
+  fake().matmul_result = lt::CUBLAS_STATUS_NOT_SUPPORTED;
+  EXPECT_EQ(run({0, "bf16", 64, 64, 64, 1, 1, 3, 0}).error,
+            "cublasLtMatmul failed: CUBLAS_STATUS_NOT_SUPPORTED (the functionality requested is not supported)");
   expect_released();
 
   testing::reset_fake();
@@ -200,10 +323,12 @@ TEST_F(GemmTest, DriverFailuresBeforeTheGpuIsUsed) {
 }
 
 TEST_F(GemmTest, ZeroEventTimeIsAnErrorNotAnInfiniteThroughput) {
-  fake().event_times_ms = {0.0f};
+  fake().algo_times_ms = {{0.0f}};
+  fake().heuristic_count = 1;
   GemmResult r = run({0, "bf16", 64, 64, 64, 0, 1});
   EXPECT_EQ(r.error, "CUDA events timed the GEMM at 0.000000 ms; no throughput can follow");
   EXPECT_EQ(r.tflops, std::nullopt);
+  EXPECT_EQ(r.tflops_best, std::nullopt);
 }
 
 TEST(GemmTimes, SummaryOfOddAndEvenCounts) {

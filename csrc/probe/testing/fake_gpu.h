@@ -1,9 +1,14 @@
 #pragma once
 // A scripted GPU for the GoogleTest suite: fake CUDA driver, NVML and cuBLASLt function tables
-// that read and record one global FakeGpu. Tests script devices, return codes and event times,
-// run the real probe/GEMM code against these tables, then check fields and bookkeeping
-// (every allocation freed, every handle destroyed, the caller's context restored).
+// that read and record one global FakeGpu. Tests script devices, return codes and how long each
+// algorithm's GEMMs take, run the real probe/GEMM code against these tables, then check fields
+// and bookkeeping (every allocation freed, every handle destroyed, the caller's context restored).
+//
+// Time: the fake stream has a clock. A GEMM advances it by its scripted duration, an event
+// records it, and cuEventElapsedTime subtracts two records, so whatever the code brackets with
+// events is what it measures, as on a GPU.
 // Header-only; used by csrc/tests/probe_*_test.cpp and gemm_*_test.cpp only.
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -39,16 +44,21 @@ struct FakeGpu {
   std::vector<FakeDevice> cuda_devices{FakeDevice{}};
   cuda::CUresult init_result = cuda::CUDA_SUCCESS;
   cuda::CUresult alloc_result = cuda::CUDA_SUCCESS;
+  cuda::CUresult event_record_result = cuda::CUDA_SUCCESS;
   int driver_version = 13000;
   // NVML
   std::vector<FakeDevice> nvml_devices{FakeDevice{}};
   nvml::nvmlReturn_t nvml_init_result = nvml::NVML_SUCCESS;
   std::string nvml_driver_version = "580.95.05";
   int nvml_shutdowns = 0;
-  // cuBLASLt
+  // cuBLASLt. The heuristic offers `heuristic_count` algorithms; algorithm i's GEMMs take
+  // algo_times_ms[i] ms, that list cycled over its calls (warm-up calls included); 1 ms when
+  // the list has no entry i.
   int heuristic_count = 3;
-  cublaslt::cublasStatus_t matmul_result = cublaslt::CUBLAS_STATUS_SUCCESS;
-  std::vector<float> event_times_ms{1.0f};  // cycled over cuEventElapsedTime calls
+  std::vector<cublaslt::cublasStatus_t> heuristic_states;  // state of result i; success if absent
+  cublaslt::cublasStatus_t matmul_result = cublaslt::CUBLAS_STATUS_SUCCESS;    // every call
+  std::map<int, cublaslt::cublasStatus_t> algo_matmul_results;                 // calls of algorithm i
+  std::vector<std::vector<float>> algo_times_ms;
   // Recorded
   std::map<cuda::CUdeviceptr, size_t> live_allocations;
   std::vector<size_t> allocation_sizes;
@@ -58,6 +68,10 @@ struct FakeGpu {
   int ctx_retains = 0, ctx_releases = 0, gpu_calls = 0;
   cuda::CUcontext current_context = nullptr;
   int live_streams = 0, live_events = 0, elapsed_calls = 0, matmul_calls = 0;
+  double clock_ms = 0;                            // the stream's clock
+  std::map<cuda::CUevent, double> event_clock;    // clock at each event's last record
+  std::vector<int> matmul_algos;                  // algorithm of each successful call, in order
+  std::map<int, int> algo_calls;                  // successful calls per algorithm
   int live_lt_objects = 0;
   std::map<int, int64_t> desc_attributes;  // attribute -> value (int32 or pointer)
   std::vector<Layout> layouts;
@@ -77,7 +91,7 @@ inline cuda::Api fake_cuda_api() {
   a.cuGetErrorName = +[](cuda::CUresult rc, const char** out) -> cuda::CUresult {
     static const std::map<int, const char*> names = {
         {0, "CUDA_SUCCESS"}, {2, "CUDA_ERROR_OUT_OF_MEMORY"}, {3, "CUDA_ERROR_NOT_INITIALIZED"},
-        {100, "CUDA_ERROR_NO_DEVICE"}, {101, "CUDA_ERROR_INVALID_DEVICE"}};
+        {100, "CUDA_ERROR_NO_DEVICE"}, {101, "CUDA_ERROR_INVALID_DEVICE"}, {400, "CUDA_ERROR_INVALID_HANDLE"}};
     auto it = names.find(rc);
     if (it == names.end()) return cuda::CUDA_ERROR_INVALID_VALUE;
     *out = it->second;
@@ -86,7 +100,8 @@ inline cuda::Api fake_cuda_api() {
   a.cuGetErrorString = +[](cuda::CUresult rc, const char** out) -> cuda::CUresult {
     static const std::map<int, const char*> texts = {
         {0, "no error"}, {2, "out of memory"}, {3, "initialization error"},
-        {100, "no CUDA-capable device is detected"}, {101, "invalid device ordinal"}};
+        {100, "no CUDA-capable device is detected"}, {101, "invalid device ordinal"},
+        {400, "invalid resource handle"}};
     auto it = texts.find(rc);
     if (it == texts.end()) return cuda::CUDA_ERROR_INVALID_VALUE;
     *out = it->second;
@@ -193,11 +208,18 @@ inline cuda::Api fake_cuda_api() {
     --fake().live_events;
     return cuda::CUDA_SUCCESS;
   };
-  a.cuEventRecord = +[](cuda::CUevent, cuda::CUstream) { return cuda::CUDA_SUCCESS; };
+  a.cuEventRecord = +[](cuda::CUevent e, cuda::CUstream) {
+    if (fake().event_record_result != cuda::CUDA_SUCCESS) return fake().event_record_result;
+    fake().event_clock[e] = fake().clock_ms;
+    return cuda::CUDA_SUCCESS;
+  };
   a.cuEventSynchronize = +[](cuda::CUevent) { return cuda::CUDA_SUCCESS; };
-  a.cuEventElapsedTime = +[](float* ms, cuda::CUevent, cuda::CUevent) {
+  // As CUDA: an event never recorded is an invalid handle here.
+  a.cuEventElapsedTime = +[](float* ms, cuda::CUevent start, cuda::CUevent stop) {
     auto& f = fake();
-    *ms = f.event_times_ms[f.elapsed_calls++ % f.event_times_ms.size()];
+    ++f.elapsed_calls;
+    if (f.event_clock.count(start) == 0 || f.event_clock.count(stop) == 0) return cuda::CUresult{400};
+    *ms = static_cast<float>(f.event_clock[stop] - f.event_clock[start]);
     return cuda::CUDA_SUCCESS;
   };
   return a;
@@ -352,16 +374,31 @@ inline cublaslt::Api fake_cublaslt_api() {
                                          lt::cublasLtMatrixLayout_t, lt::cublasLtMatrixLayout_t,
                                          lt::cublasLtMatrixLayout_t, lt::cublasLtMatmulPreference_t, int requested,
                                          lt::cublasLtMatmulHeuristicResult_t* results, int* returned) {
-    *returned = std::min(requested, fake().heuristic_count);
-    for (int i = 0; i < *returned; ++i) results[i] = {};
+    const auto& f = fake();
+    *returned = std::min(requested, f.heuristic_count);
+    for (int i = 0; i < *returned; ++i) {
+      results[i] = {};
+      results[i].algo.data[0] = 0xA160 + i;  // which algorithm, read back by cublasLtMatmul
+      results[i].workspaceSize = size_t{1} << 20;
+      results[i].state = i < static_cast<int>(f.heuristic_states.size()) ? f.heuristic_states[i]
+                                                                           : lt::CUBLAS_STATUS_SUCCESS;
+    }
     return *returned == 0 ? lt::CUBLAS_STATUS_NOT_SUPPORTED : lt::CUBLAS_STATUS_SUCCESS;
   };
   a.cublasLtMatmul = +[](lt::cublasLtHandle_t, lt::cublasLtMatmulDesc_t, const void*, const void*,
                          lt::cublasLtMatrixLayout_t, const void*, lt::cublasLtMatrixLayout_t, const void*, const void*,
-                         lt::cublasLtMatrixLayout_t, void*, lt::cublasLtMatrixLayout_t, const lt::cublasLtMatmulAlgo_t*,
-                         void*, size_t, cuda::CUstream) {
-    ++fake().matmul_calls;
-    return fake().matmul_result;
+                         lt::cublasLtMatrixLayout_t, void*, lt::cublasLtMatrixLayout_t,
+                         const lt::cublasLtMatmulAlgo_t* algo, void*, size_t, cuda::CUstream) {
+    auto& f = fake();
+    ++f.matmul_calls;
+    const int i = static_cast<int>(algo->data[0]) - 0xA160;
+    if (f.matmul_result != lt::CUBLAS_STATUS_SUCCESS) return f.matmul_result;
+    if (f.algo_matmul_results.count(i) != 0) return f.algo_matmul_results[i];
+    const int call = f.algo_calls[i]++;
+    const bool scripted = i >= 0 && i < static_cast<int>(f.algo_times_ms.size()) && !f.algo_times_ms[i].empty();
+    f.clock_ms += scripted ? f.algo_times_ms[i][call % f.algo_times_ms[i].size()] : 1.0;
+    f.matmul_algos.push_back(i);
+    return lt::CUBLAS_STATUS_SUCCESS;
   };
   return a;
 }
