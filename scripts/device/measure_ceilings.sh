@@ -36,7 +36,10 @@ print(f"\n{dev['name']} (cc {dev['compute_capability']}, {dev['sm_count']} SMs, 
       f"SM clock {dev['clock_sm_mhz']}/{dev['clock_sm_max_mhz']} MHz, {dev['power_limit_w']} W), "
       f"{result['measured_at']}")
 for prec, s in result["summary"].items():
-    error = result["square"][prec]["error"]
-    print(f"{prec:6} square 8192^3: {fmt(s['square_tflops'])} TFLOP/s   model shapes: "
+    sq = result["square"][prec]
+    error = sq["error"]
+    best = fmt(s["square_tflops_best"]).strip()
+    chosen = "" if error else f" (best call {best}; algo {sq['algo_index']} of {sq['algo_count']})"
+    print(f"{prec:6} square 8192^3: {fmt(s['square_tflops'])} TFLOP/s median{chosen}   model shapes: "
           f"{fmt(s['model_shapes_tflops'])} TFLOP/s" + (f"   ({error})" if error else ""))
 PY

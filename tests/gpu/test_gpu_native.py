@@ -65,8 +65,27 @@ def test_bf16_gemm_4096_cubed_runs(device0):
     assert r["tflops"] > 0
     assert r["min_ms"] <= r["median_ms"] <= r["max_ms"]
     assert r["tflops"] == pytest.approx(2 * 4096**3 / (r["median_ms"] * 1e-3) / 1e12)
-    assert r["algo_count"] >= 1
+    assert r["tflops_best"] == pytest.approx(2 * 4096**3 / (r["min_ms"] * 1e-3) / 1e12)
+    assert r["tflops_best"] >= r["tflops"]
     assert r["library"] and "cublasLt" in r["library"]
+
+
+def test_bf16_gemm_measures_the_fastest_algorithm_the_heuristic_offered(device0):
+    r = gpu.measure_gemm(0, "bf16", 4096, 4096, 4096, warmup=5, iters=20, tune_warmup=2, tune_iters=4)
+    assert r["error"] is None, r["error"]
+    assert 1 <= r["algo_count"] <= 8
+    assert r["algos_tried"] == r["algo_count"] == len(r["algo_trials"])
+    assert [t["index"] for t in r["algo_trials"]] == list(range(r["algo_count"]))
+    timed = {t["index"]: t["median_ms"] for t in r["algo_trials"] if t["median_ms"] is not None}
+    assert all(t["error"] is None for t in r["algo_trials"] if t["index"] in timed)
+    assert timed and r["algo_index"] in timed
+    assert timed[r["algo_index"]] == min(timed.values())
+
+
+def test_bf16_gemm_without_tuning_takes_the_heuristics_first(device0):
+    r = gpu.measure_gemm(0, "bf16", 2048, 2048, 2048, warmup=2, iters=5, tune_iters=0)
+    assert r["error"] is None, r["error"]
+    assert (r["algo_index"], r["algos_tried"], r["algo_trials"]) == (0, 0, [])
 
 
 def test_fp8_gemm_runs_where_the_gpu_has_fp8(device0):
@@ -96,7 +115,10 @@ def test_measure_ceilings_end_to_end(monkeypatch, tmp_path, device0):
     result = gpu.measure_ceilings(0, get_preset("tiny"), 8, 128, square=2048, warmup=2, iters=5)
     bf16 = result["summary"]["bf16"]
     assert bf16["square_tflops"] > 0 and bf16["model_shapes_tflops"] > 0
+    assert bf16["square_tflops_best"] >= bf16["square_tflops"]
+    assert result["square"]["bf16"]["algo_index"] is not None
     assert all(r["error"] is None for r in result["model_shapes"] if r["precision"] == "bf16")
     assert gpu.measured_ceiling_tflops(device0["uuid"], "bf16") == bf16["square_tflops"]
     if device0["cc_major"] < 10:
-        assert result["summary"]["nvfp4"] == {"square_tflops": None, "model_shapes_tflops": None}
+        assert result["summary"]["nvfp4"] == {"square_tflops": None, "square_tflops_best": None,
+                                              "model_shapes_tflops": None}
