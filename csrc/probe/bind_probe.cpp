@@ -93,6 +93,7 @@ nb::dict gemm_dict(const parallax::GemmResult& r) {
   out["iters"] = r.iters;
   out["tune_warmup"] = r.tune_warmup;
   out["tune_iters"] = r.tune_iters;
+  out["rest_ms"] = r.rest_ms;
   out["median_ms"] = optional(r.median_ms);
   out["min_ms"] = optional(r.min_ms);
   out["max_ms"] = optional(r.max_ms);
@@ -151,16 +152,16 @@ void bind_probe(nb::module_& m) {
   m.def(
       "measure_gemm",
       [](int device, const std::string& precision, int64_t m, int64_t n, int64_t k, int warmup, int iters,
-         int tune_warmup, int tune_iters) {
+         int tune_warmup, int tune_iters, int rest_ms) {
         parallax::GemmResult result;
         {
           nb::gil_scoped_release release;
-          result = parallax::measure_gemm({device, precision, m, n, k, warmup, iters, tune_warmup, tune_iters});
+          result = parallax::measure_gemm({device, precision, m, n, k, warmup, iters, tune_warmup, tune_iters, rest_ms});
         }
         return gemm_dict(result);
       },
       "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "warmup"_a = 10, "iters"_a = 50, "tune_warmup"_a = 3,
-      "tune_iters"_a = 5,
+      "tune_iters"_a = 5, "rest_ms"_a = 0,
       "Time D[m,n] = X[m,k]·W[n,k]ᵀ with cuBLASLt, after timing each algorithm the heuristic offers "
       "(tune_iters=0: its first, untimed); errors are reported in the result's 'error'.");
 

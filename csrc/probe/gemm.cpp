@@ -1,6 +1,8 @@
 #include "probe/gemm.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <functional>
 
 #include "probe/gemm_inputs.h"
@@ -58,6 +60,7 @@ std::string check_request(const GemmRequest& r, const PrecisionSpec* spec) {
   if (r.iters < 1) return "iters must be at least 1, got " + std::to_string(r.iters);
   if (r.warmup < 0) return "warmup must not be negative, got " + std::to_string(r.warmup);
   if (r.tune_iters < 0) return "tune_iters must not be negative, got " + std::to_string(r.tune_iters);
+  if (r.rest_ms < 0) return "rest_ms must not be negative, got " + std::to_string(r.rest_ms);
   if (r.tune_warmup < 0) return "tune_warmup must not be negative, got " + std::to_string(r.tune_warmup);
   return "";
 }
@@ -100,6 +103,8 @@ class GemmSession {
     PX_TRY(describe_matmul());
     PX_TRY(find_algorithms(out.algo_count));
     PX_TRY(choose_algorithm(out));
+    if (req_.tune_iters > 0 && req_.rest_ms > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(req_.rest_ms));
     return time_calls(algo_, req_.warmup, req_.iters, times_ms);
   }
 
@@ -372,7 +377,7 @@ GemmResult measure_gemm(const LoadedApi<cuda::Api>& driver, const LoadedApi<cubl
   out.precision = req.precision;
   out.m = req.m, out.n = req.n, out.k = req.k;
   out.warmup = req.warmup, out.iters = req.iters;
-  out.tune_warmup = req.tune_warmup, out.tune_iters = req.tune_iters;
+  out.tune_warmup = req.tune_warmup, out.tune_iters = req.tune_iters, out.rest_ms = req.rest_ms;
   out.flops = 2.0 * static_cast<double>(req.m) * static_cast<double>(req.n) * static_cast<double>(req.k);
   const PrecisionSpec* spec = find_spec(req.precision);
   out.error = check_request(req, spec);

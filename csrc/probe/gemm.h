@@ -43,6 +43,10 @@ struct GemmRequest {
   int iters = 50;
   int tune_warmup = 3;  // per algorithm the heuristic offers; see above
   int tune_iters = 5;   // 0: no tuning, the heuristic's first algorithm
+  // Host sleep between tuning and the measurement. On the H200 the tuning calls alone pushed the
+  // GPU into its 700 W software power cap (sw_power_cap), so the measurement that followed read
+  // 720 instead of 807 TFLOP/s for bf16 8192^3; a rest lets the power average fall back first.
+  int rest_ms = 0;
 };
 
 // One algorithm the tuning timed: its place in the heuristic's list and its median, or why it
@@ -56,7 +60,7 @@ struct AlgoTrial {
 struct GemmResult {
   std::string precision;
   int64_t m = 0, n = 0, k = 0;
-  int warmup = 0, iters = 0, tune_warmup = 0, tune_iters = 0;
+  int warmup = 0, iters = 0, tune_warmup = 0, tune_iters = 0, rest_ms = 0;
   double flops = 0;     // 2·m·n·k, one call
   std::string error;    // empty when the GEMM ran; else the failing check or call, by name
   std::optional<double> median_ms, min_ms, max_ms;

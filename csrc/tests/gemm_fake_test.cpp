@@ -267,6 +267,8 @@ TEST_F(GemmTest, BadRequestsAreRefusedBeforeAnyLibraryIsAsked) {
             "tune_iters must not be negative, got -1");
   EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, 1, 1, -2, 5}).error,
             "tune_warmup must not be negative, got -2");
+  EXPECT_EQ(measure_gemm(none, no_lt, {0, "bf16", 64, 64, 64, 1, 1, 3, 5, -1}).error,
+            "rest_ms must not be negative, got -1");
 }
 
 TEST_F(GemmTest, MissingLibrariesAreReportedByTheLoadersWords) {

@@ -140,7 +140,7 @@ def gemm_shapes(model: ModelConfig, batch_size: int, seq_len: int) -> list[dict]
 
 
 def measure_gemm(device_index: int, precision: str, m: int, n: int, k: int, warmup: int = 10,
-                 iters: int = 50, tune_warmup: int = 3, tune_iters: int = 5) -> dict:
+                 iters: int = 50, tune_warmup: int = 3, tune_iters: int = 5, rest_ms: int = 0) -> dict:
     """Time D[m,n] = X[m,k]·W[n,k]ᵀ with cuBLASLt (see csrc/probe/gemm.h for what is measured).
 
     Every algorithm the heuristic offers (up to 8) is first timed over ``tune_warmup`` untimed and
@@ -155,7 +155,7 @@ def measure_gemm(device_index: int, precision: str, m: int, n: int, k: int, warm
     are None.
     """
     return _set_library_dirs().measure_gemm(device_index, precision, m, n, k, warmup, iters, tune_warmup,
-                                            tune_iters)
+                                            tune_iters, rest_ms)
 
 
 # ---- ceilings -------------------------------------------------------------------------------
@@ -163,12 +163,14 @@ def measure_gemm(device_index: int, precision: str, m: int, n: int, k: int, warm
 
 def measure_ceilings(device_index: int, model: ModelConfig, batch_size: int, seq_len: int,
                      precisions=PRECISIONS, square: int = 8192, warmup: int = 10, iters: int = 50,
-                     tune_warmup: int = 3, tune_iters: int = 5, progress=None) -> dict:
+                     tune_warmup: int = 3, tune_iters: int = 5, rest_ms: int = 500,
+                     progress=None) -> dict:
     """Measure the GEMM ceilings of one GPU and cache them under its UUID.
 
     Per precision: a square GEMM of side ``square`` and every shape of ``gemm_shapes()``, each
     with its algorithm tuned as ``measure_gemm`` does. Precisions the GPU cannot run are kept
-    with their ``error``. ``progress`` is a ``rich.progress.Progress`` (one is made on stderr
+    with their ``error``. ``rest_ms`` of host sleep separate each GEMM's tuning from its
+    measurement (csrc/probe/gemm.h says why). ``progress`` is a ``rich.progress.Progress`` (one is made on stderr
     when None); it is started and stopped here.
     Returns {"device", "settings", "square": {prec: result}, "model_shapes": [shape + result],
     "summary": {prec: {"square_tflops", "square_tflops_best", "model_shapes_tflops"}},
@@ -184,12 +186,12 @@ def measure_ceilings(device_index: int, model: ModelConfig, batch_size: int, seq
         for prec in precisions:
             bar.update(task, description=f"{prec} {square}x{square}x{square}")
             squares[prec] = measure_gemm(device_index, prec, square, square, square, warmup, iters, tune_warmup,
-                                         tune_iters)
+                                         tune_iters, rest_ms)
             bar.advance(task)
             for shape in shapes:
                 bar.update(task, description=f"{prec} {shape['name']}")
                 result = measure_gemm(device_index, prec, shape["m"], shape["n"], shape["k"], warmup, iters,
-                                      tune_warmup, tune_iters)
+                                      tune_warmup, tune_iters, rest_ms)
                 rows.append({**shape, **result})
                 bar.advance(task)
     result = {
@@ -198,7 +200,7 @@ def measure_ceilings(device_index: int, model: ModelConfig, batch_size: int, seq
         "settings": {
             "model": model.name, "batch_size": batch_size, "seq_len": seq_len, "tokens": batch_size * seq_len,
             "square": square, "warmup": warmup, "iters": iters, "tune_warmup": tune_warmup,
-            "tune_iters": tune_iters, "precisions": list(precisions),
+            "tune_iters": tune_iters, "rest_ms": rest_ms, "precisions": list(precisions),
         },
         "square": squares,
         "model_shapes": rows,

@@ -50,7 +50,7 @@ def test_probe_without_a_driver_reports_why_and_no_devices():
 
 
 GEMM_KEYS = {
-    "precision", "m", "n", "k", "flops", "warmup", "iters", "tune_warmup", "tune_iters", "median_ms", "min_ms",
+    "precision", "m", "n", "k", "flops", "warmup", "iters", "tune_warmup", "tune_iters", "rest_ms", "median_ms", "min_ms",
     "max_ms", "tflops", "tflops_best", "algo_count", "algo_index", "algos_tried", "algo_trials", "layout",
     "cublaslt_version", "library", "error",
 }
@@ -79,6 +79,7 @@ def test_measure_gemm_passes_the_tuning_settings_to_the_native_code():
     result = gpu.measure_gemm(0, "fp16", 64, 64, 64, warmup=2, iters=7, tune_warmup=1, tune_iters=0)
     assert (result["warmup"], result["iters"], result["tune_warmup"], result["tune_iters"]) == (2, 7, 1, 0)
     assert gpu.measure_gemm(0, "bf16", 64, 64, 64, tune_iters=-1)["error"] == "tune_iters must not be negative, got -1"
+    assert gpu.measure_gemm(0, "bf16", 64, 64, 64, rest_ms=-1)["error"] == "rest_ms must not be negative, got -1"
     assert gpu.measure_gemm(0, "bf16", 64, 64, 64, tune_warmup=-1)["error"] == (
         "tune_warmup must not be negative, got -1"
     )
@@ -173,9 +174,9 @@ class FakeNative(types.SimpleNamespace):
     def probe(self):
         return {"driver": {}, "nvml": {}, "devices": [{"index": 0, "uuid": "GPU-0000-test", "name": "Fake"}]}
 
-    def measure_gemm(self, device, precision, m, n, k, warmup, iters, tune_warmup, tune_iters):
+    def measure_gemm(self, device, precision, m, n, k, warmup, iters, tune_warmup, tune_iters, rest_ms):
         self.calls.append((precision, m, n, k))
-        self.settings = (warmup, iters, tune_warmup, tune_iters)
+        self.settings = (warmup, iters, tune_warmup, tune_iters, rest_ms)
         flops = 2.0 * m * n * k
         result = {"precision": precision, "m": m, "n": n, "k": k, "flops": flops, "error": None}
         if precision == "nvfp4":
@@ -227,7 +228,7 @@ def test_measure_ceilings_loops_over_precisions_and_shapes_and_caches(monkeypatc
     assert result["device"]["uuid"] == "GPU-0000-test"
     assert len(fake.calls) == 3 * 16 and fake.calls[0] == ("bf16", 256, 256, 256)
     assert progress.started and progress.stopped and progress.total == 48 and progress.advanced == 48
-    assert fake.settings == (1, 2, 4, 6)
+    assert fake.settings == (1, 2, 4, 6, 500)
     assert (result["settings"]["tune_warmup"], result["settings"]["tune_iters"]) == (4, 6)
     assert result["summary"]["bf16"]["square_tflops"] == pytest.approx(100.0)
     assert result["summary"]["bf16"]["square_tflops_best"] == pytest.approx(125.0)
