@@ -61,6 +61,7 @@ def test_summary_reports_counts_and_speed(prepared, tmp_path, capsys):
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "corpus.txt").write_text("Once upon a time there was a cat.\n<|endoftext|>\nThe end.\n")
     code = main([a.replace("{tmp}", str(tmp_path)) for a in args])
     err = capsys.readouterr().err
     assert code == 2
