@@ -144,9 +144,10 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
     tokens_per_s = tokens * 1e3 / step_ms["median"]
     denominators, warnings = mfu_denominators(run, out, environment)
     losses = [s.loss for s in out.steps]
+    problem = training_problem(out)
     return {
-        "status": "ok",
-        "error": None,
+        "status": "failed" if problem else "ok",
+        "error": problem,
         "config": run.to_dict(),
         "model": model_record(run),
         "precision": out.precision.to_dict(),
@@ -200,6 +201,21 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
         "started_at": started,
         "finished_at": utc_now(),
     }
+
+
+def training_problem(out: EngineOutput) -> str | None:
+    """Why a run that finished did not really train, or None. Two failures that look like
+    success in a throughput table: a loss that became NaN/inf, and gradients that are all zero
+    at every step (TransformerEngine's NVFP4 recipe did that on sm_120 before TE 2.19; see
+    REFERENCE.md §1). Such a run is recorded as failed, with all its measurements kept."""
+    bad = [s.step for s in out.steps if not math.isfinite(s.loss)]
+    if bad:
+        return f"the loss is not finite from step {bad[0]} on ({len(bad)} of {len(out.steps)} steps)"
+    norms = [s.grad_norm for s in out.steps if s.grad_norm is not None]
+    if norms and all(n == 0.0 for n in norms):
+        return (f"the gradient norm is exactly 0 at all {len(norms)} steps: nothing trained "
+                "(a precision recipe that drops gradients?)")
+    return None
 
 
 def _perplexity(loss: float) -> float | None:

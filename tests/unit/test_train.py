@@ -29,8 +29,8 @@ class FakeEngine(Engine):
 
     name = "fake"
 
-    def __init__(self, step_ms=None, error: Exception | None = None):
-        self.step_ms, self.error = step_ms, error
+    def __init__(self, step_ms=None, error: Exception | None = None, losses=None, grad_norm=0.5):
+        self.step_ms, self.error, self.losses, self.grad_norm = step_ms, error, losses, grad_norm
 
     def check(self, run):
         return BF16
@@ -38,7 +38,9 @@ class FakeEngine(Engine):
     def train(self, run, batches, progress):
         if self.error is not None:
             raise self.error
-        steps = [StepRecord(k, 5.0 - 0.1 * k, ms, 1e-4, 0.5) for k, ms in enumerate(self.step_ms)]
+        losses = self.losses or [5.0 - 0.1 * k for k in range(len(self.step_ms))]
+        steps = [StepRecord(k, loss, ms, 1e-4, self.grad_norm)
+                 for k, (loss, ms) in enumerate(zip(losses, self.step_ms))]
         return EngineOutput(steps=steps, precision=BF16, framework={"name": "fake", "device": "cpu"},
                             timing_method="fake", compile_s=1.5, evals=[EvalRecord(len(steps) - 1, 4.0)])
 
@@ -88,6 +90,23 @@ def test_result_statistics_use_only_the_measured_steps(tmp_path, use_engine):
     assert spec["mfu_precision_peak"] is None  # a CPU run has no honest peak
     assert result["loss"]["first"] == 5.0 and result["loss"]["final"] == pytest.approx(4.5)
     assert result["eval"] == [{"step": 5, "loss": 4.0, "perplexity": pytest.approx(math.exp(4.0))}]
+
+
+def test_all_zero_gradients_are_a_failed_run_with_its_measurements_kept(tmp_path, use_engine):
+    use_engine(FakeEngine(step_ms=[50.0] * 6, grad_norm=0.0))
+    result = train.run_training(tiny_run(tmp_path))
+    assert result["status"] == "failed" and train.exit_code(result) == 1
+    assert result["error"] == ("the gradient norm is exactly 0 at all 6 steps: nothing trained "
+                               "(a precision recipe that drops gradients?)")
+    assert result["throughput"]["tokens_per_s"] == pytest.approx(32 / 0.05)
+    assert results.load_run(tmp_path / "run")["status"] == "failed"
+
+
+def test_a_loss_that_turns_nan_is_a_failed_run(tmp_path, use_engine):
+    use_engine(FakeEngine(step_ms=[50.0] * 6, losses=[5.0, 4.9, 4.8, float("nan"), float("nan"), float("nan")]))
+    result = train.run_training(tiny_run(tmp_path))
+    assert result["status"] == "failed"
+    assert result["error"] == "the loss is not finite from step 3 on (3 of 6 steps)"
 
 
 def test_peak_tflops_override_gives_mfu(tmp_path, use_engine):
