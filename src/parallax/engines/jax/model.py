@@ -30,6 +30,7 @@ import numpy as np
 import optax
 
 from parallax.config import ModelConfig
+from parallax.rope import rope_tables
 
 
 class RMSNorm(nn.Module):
@@ -43,14 +44,6 @@ class RMSNorm(nn.Module):
         y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
         return y.astype(self.dtype) * scale.astype(self.dtype)
 
-
-def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin, [seq_len, head_dim] float32: angle = pos · θ^(-2i/head_dim), both halves."""
-    i = np.arange(head_dim // 2, dtype=np.float64)
-    inv_freq = theta ** (-2.0 * i / head_dim)
-    angle = np.arange(seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]
-    angle = np.concatenate([angle, angle], axis=-1)
-    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
 def apply_rope(x, cos, sin):

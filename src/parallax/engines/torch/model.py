@@ -21,12 +21,12 @@ Parameters are float32 (master weights); bf16 compute comes from autocast (``pre
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from parallax.config import ModelConfig
+from parallax.rope import rope_tables
 
 
 class RMSNorm(nn.Module):
@@ -41,14 +41,6 @@ class RMSNorm(nn.Module):
         y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return y.to(self.compute_dtype) * self.weight.to(self.compute_dtype)
 
-
-def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin, [seq_len, head_dim] float32: angle = pos · θ^(-2i/head_dim), both halves."""
-    i = np.arange(head_dim // 2, dtype=np.float64)
-    inv_freq = theta ** (-2.0 * i / head_dim)
-    angle = np.arange(seq_len, dtype=np.float64)[:, None] * inv_freq[None, :]
-    angle = np.concatenate([angle, angle], axis=-1)
-    return np.cos(angle).astype(np.float32), np.sin(angle).astype(np.float32)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
