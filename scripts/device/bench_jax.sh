@@ -15,14 +15,7 @@
 #   scripts/device/bench_jax.sh profile
 #       jax.profiler trace of 5 steps after 15 unprofiled ones, packed as $OUT/trace_jax.tar.gz
 #       (open the xplane.pb inside with TensorBoard's profile plugin or xprof).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-python3}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-if ! "$PYTHON" -c "import parallax.train" 2>/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source "$(dirname "$0")/common.sh" parallax.train
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # as the engine sets it: peak memory is measurable
 MODE=${1:-train}
 [[ $# -gt 0 ]] && shift

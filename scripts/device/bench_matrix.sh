@@ -10,14 +10,7 @@
 #       checks that the cell's process died with it (its GPU memory freed), resumes, and checks
 #       that only the missing cells ran and the finished run.json files are byte-identical.
 # Prints a short summary last and writes $OUT/bench_matrix.json.
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-python3}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-if ! "$PYTHON" -c "import parallax.runner" 2>/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source "$(dirname "$0")/common.sh" parallax.runner
 MODE=${1:-matrix}
 STEPS=${STEPS:-60}
 REPEATS=${REPEATS:-2}

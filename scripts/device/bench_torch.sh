@@ -13,14 +13,7 @@
 #       ms/step of the training step under several settings in one process (20 steps each
 #       after 10 warmup), to choose defaults: VARIANTS="cudnn:default flash:default cudnn:eager"
 #       (attention:compile-mode; modes are torch.compile's, e.g. max-autotune-no-cudagraphs).
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-python3}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-if ! "$PYTHON" -c "import parallax.train" 2>/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source "$(dirname "$0")/common.sh" parallax.train
 MODE=${1:-train}
 [[ $# -gt 0 ]] && shift
 

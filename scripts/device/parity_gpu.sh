@@ -9,14 +9,7 @@
 # when a gated case fails or a case cannot run.
 # Builds nothing: it runs the installed `parallax` (or the source tree through PYTHONPATH=src).
 # Usage: scripts/device/parity_gpu.sh
-set -euo pipefail
-cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-python3}
-OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
-if ! "$PYTHON" -c "import parallax.parity" 2>/dev/null; then
-    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-fi
+source "$(dirname "$0")/common.sh" parallax.parity
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # torch and JAX share the GPU in one process
 DEVICE=${DEVICE:-gpu}
 
