@@ -40,17 +40,7 @@ else
     parallax=(python3 -m parallax)
 fi
 
-show() {
-    local out="" arg
-    for arg in "$@"; do
-        if [[ "$arg" =~ [[:space:]] || -z "$arg" ]]; then out+="'$arg' "; else out+="$arg "; fi
-    done
-    echo "${out% }"
-}
-
-run() {
-    if [[ "${DRY_RUN:-0}" == 1 ]]; then show "$@"; else "$@"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/dry_run.sh"  # show, run (DRY_RUN=1 prints)
 
 read -r -a data_args <<<"$DATA"
 [[ -n "${DATA_PATH:-}" ]] && data_args=(--data "$DATA_PATH")

@@ -27,17 +27,7 @@ INSTALL_TE="${INSTALL_TE:-0}"
 say() { echo "setup: $*" >&2; }
 die() { echo "setup: error: $*" >&2; exit 2; }
 
-show() {
-    local out="" arg
-    for arg in "$@"; do
-        if [[ "$arg" =~ [[:space:]] || -z "$arg" ]]; then out+="'$arg' "; else out+="$arg "; fi
-    done
-    echo "${out% }"
-}
-
-run() {
-    if [[ "${DRY_RUN:-0}" == 1 ]]; then show "$@"; else "$@"; fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/dry_run.sh"  # show, run (DRY_RUN=1 prints)
 
 driver_cuda_major() {
     # nvidia-smi's banner: "... Driver Version: 580.65.06    CUDA Version: 13.0 ..."
