@@ -1,4 +1,5 @@
-"""Shared test setup: tests marked ``gpu`` run only where an NVIDIA GPU answers."""
+"""Shared test setup: tests marked ``gpu`` run only where an NVIDIA GPU answers, and the
+TinyStories samples prepared once per session for the data tests."""
 
 from __future__ import annotations
 
@@ -24,3 +25,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory):
+    """The TinyStories samples (V2 head + 3000-story subset) prepared once: a PreparedData.
+    Tests read it; a test that changes files works on a copy."""
+    pytest.importorskip("tokenizers")
+    from fixtures.samples import SUBSET, V2, needs_samples
+    from parallax.data.prepare import prepare
+
+    needs_samples()
+    result = prepare([str(V2), str(SUBSET)], tmp_path_factory.mktemp("prepared"))
+    assert not result.up_to_date and result.warnings == []
+    return result.data

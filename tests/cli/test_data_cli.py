@@ -7,19 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.samples import SUBSET, V2, needs_samples
+
 pytest.importorskip("tokenizers")
 
 from parallax.cli import main  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
-V2 = SAMPLES / "tinystories_v2_train_head.txt"
-SUBSET = SAMPLES / "tinystories_subset_3000.txt"
-
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    if not SAMPLES.is_dir():
-        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
+    """The samples prepared through the command line (this module's own, not conftest's)."""
+    needs_samples()
     out = tmp_path_factory.mktemp("cli") / "tokens"
     assert main(["data", "prepare", str(V2), str(SUBSET), "--out", str(out), "--quiet"]) == 0
     return out

@@ -5,23 +5,21 @@ from __future__ import annotations
 
 import math
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fixtures.samples import SUBSET, V2
 
 pytest.importorskip("tokenizers")
 
 from parallax import _native  # noqa: E402
 from parallax.config import RunConfig  # noqa: E402
 from parallax.data.loader import TokenBatches, cache_dir, resolve_data  # noqa: E402
-from parallax.data.prepare import PreparedData, prepare  # noqa: E402
+from parallax.data.prepare import PreparedData  # noqa: E402
 from parallax.data.source import make_batch_source  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
-V2 = SAMPLES / "tinystories_v2_train_head.txt"
-SUBSET = SAMPLES / "tinystories_subset_3000.txt"
 B, S = 4, 32
 M64 = (1 << 64) - 1
 
@@ -50,13 +48,6 @@ def reference_order(n: int, seed: int, epoch: int) -> list[int]:
         j = below(i + 1)
         order[i], order[j] = order[j], order[i]
     return order
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> PreparedData:
-    if not SAMPLES.is_dir():
-        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
-    return prepare([str(V2), str(SUBSET)], tmp_path_factory.mktemp("prepared")).data
 
 
 def batches(data, seed=7, **kw) -> TokenBatches:

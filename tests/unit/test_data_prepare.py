@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fixtures.samples import SUBSET, V1_VALID, V2
+
 pytest.importorskip("tokenizers")
 
 from parallax.config import DataConfig  # noqa: E402
@@ -21,10 +23,6 @@ from parallax.data.tokenfile import file_sha256  # noqa: E402
 from parallax.data.tokenizer import EOT  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
 
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
-V2 = SAMPLES / "tinystories_v2_train_head.txt"
-SUBSET = SAMPLES / "tinystories_subset_3000.txt"
-V1_VALID = SAMPLES / "tinystories_v1_valid_head.txt"
 
 
 def stories(path: Path) -> list[str]:
@@ -33,16 +31,6 @@ def stories(path: Path) -> list[str]:
 
 def tokens_of(data: PreparedData, split: str) -> np.ndarray:
     return np.fromfile(data.path(split), dtype="<u2", offset=64)
-
-
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> PreparedData:
-    if not SAMPLES.is_dir():
-        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
-    out = tmp_path_factory.mktemp("prepared")
-    result = prepare([str(V2), str(SUBSET)], out)
-    assert not result.up_to_date and result.warnings == []
-    return result.data
 
 
 @pytest.fixture

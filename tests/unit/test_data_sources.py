@@ -4,9 +4,10 @@ changing tokens, JSON Lines and Parquet fields, and every bad input as a clear e
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+
+from fixtures.samples import SAMPLES, needs_samples
 
 pytest.importorskip("tokenizers")
 
@@ -16,13 +17,6 @@ from parallax.data.sources import (  # noqa: E402
 )
 from parallax.data.tokenizer import EOT  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
-
-
-def needs_samples():
-    if not SAMPLES.is_dir():
-        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
 
 
 def documents(pieces) -> list[str]:

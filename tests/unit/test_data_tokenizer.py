@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from fixtures.samples import SAMPLES, needs_samples
 
 pytest.importorskip("tokenizers")
 
 from parallax.data.tokenizer import EOT, load_tokenizer, train_tokenizer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-
-SAMPLES = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "tinystories"
 
 
 def stories(name: str) -> list[str]:
@@ -24,8 +23,7 @@ def stories(name: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def corpus() -> list[str]:
-    if not SAMPLES.is_dir():
-        pytest.skip(f"TinyStories samples not found at {SAMPLES}")
+    needs_samples()
     return stories("tinystories_v2_train_head.txt") + stories("tinystories_subset_3000.txt")
 
 
