@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.cli import one_error_line
 from fixtures.matrix import fake_command
 
 from parallax import runner
@@ -33,12 +34,6 @@ def fake_trainer(monkeypatch):
     return plan
 
 
-def error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    return err[0]
-
-
 @pytest.mark.parametrize("args, message", [
     (["--frameworks", "torch,maxtext"], "unknown framework 'maxtext'; choose one of: torch, jax"),
     (["--precisions", "bf16,int8"], "unknown precision 'int8'; choose one of: bf16, fp8, nvfp4"),
@@ -52,7 +47,7 @@ def error_line(capsys) -> str:
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     argv = ["benchmark", *TINY, "--output-dir", str(tmp_path / "out"), *args]
     assert main(argv) == 2
-    line = error_line(capsys)
+    line = one_error_line(capsys)
     assert line.startswith("parallax: error: ") and message in line
     assert not (tmp_path / "out" / "runs").exists()
 
@@ -88,9 +83,9 @@ def test_rerun_needs_resume_and_resume_runs_nothing_twice(tmp_path, capsys, fake
     assert main(argv) == 0
     capsys.readouterr()
     assert main(argv) == 2
-    assert "already holds results of this benchmark; add --resume" in error_line(capsys)
+    assert "already holds results of this benchmark; add --resume" in one_error_line(capsys)
     assert main([*argv[:-2], "--output-dir", str(out), "--steps", "10"]) == 2
-    assert "different benchmark configuration (differs in: run.steps 12 → 10)" in error_line(capsys)
+    assert "different benchmark configuration (differs in: run.steps 12 → 10)" in one_error_line(capsys)
     calls = tmp_path / "calls"
     monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
     assert main([*argv, "--resume"]) == 0
@@ -118,7 +113,7 @@ def test_compare_writes_report_and_ratios_to_a_baseline(tmp_path, capsys, fake_t
 
 def test_compare_of_a_missing_directory(tmp_path, capsys):
     assert main(["compare", "--results-dir", str(tmp_path / "nope")]) == 2
-    assert "no such results directory" in error_line(capsys)
+    assert "no such results directory" in one_error_line(capsys)
 
 
 def _engines_importable() -> bool:

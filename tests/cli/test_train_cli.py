@@ -7,19 +7,14 @@ import sys
 
 import pytest
 
+from fixtures.cli import one_error_line
+
 from parallax import results
 from parallax.cli import main
 from parallax.cli import train as train_cli
 
 TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
         "--device", "cpu", "--no-compile"]
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("parallax: error: ")
-    return err[0]
 
 
 @pytest.mark.parametrize("args, message", [
