@@ -21,7 +21,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-GIB = 2**30
+from parallax.report.format import gib, pct
+
 RECENT_STEPS = 20  # tokens/s in the bar is the median over this many recent steps
 
 
@@ -73,14 +74,6 @@ class LiveProgress:
         return self.tokens_per_step * 1e3 / statistics.median(self.recent)
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
-def _gib(value: int | None) -> str:
-    return "n/a" if value is None else f"{value / GIB:.2f} GiB"
-
-
 def summary_table(result: dict) -> Table:
     """One run's result (a run.json dict) as a two-column table."""
     cfg, precision = result["config"], result.get("precision") or {}
@@ -111,14 +104,14 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
                                        f"p90 {tput['tokens_per_s_p90']:,.0f})")
     table.add_row("step time (median)", f"{ms['median']:.2f} ms  (p10 {ms['p10']:.2f}, p90 {ms['p90']:.2f})")
     table.add_row(f"TFLOP/s ({primary})", f"{row['tflops']:.1f}" if row["tflops"] >= 1 else f"{row['tflops']:.2g}")
-    mfu = [f"{_pct(row['mfu_precision_peak'])} of {cfg['precision']} peak"]
+    mfu = [f"{pct(row['mfu_precision_peak'])} of {cfg['precision']} peak"]
     if cfg["precision"] != "bf16":
-        mfu.append(f"{_pct(row['mfu_bf16_peak'])} of bf16 peak")
-    mfu.append(f"{_pct(row['mfu_measured_ceiling'])} of measured ceiling")
+        mfu.append(f"{pct(row['mfu_bf16_peak'])} of bf16 peak")
+    mfu.append(f"{pct(row['mfu_measured_ceiling'])} of measured ceiling")
     table.add_row(f"MFU ({primary})", ", ".join(mfu))
     mem = result["memory"]
-    table.add_row("peak memory", f"{_gib(mem['peak_allocated_bytes'])} allocated, "
-                                 f"{_gib(mem['peak_reserved_bytes'])} reserved")
+    table.add_row("peak memory", f"{gib(mem['peak_allocated_bytes'])} allocated, "
+                                 f"{gib(mem['peak_reserved_bytes'])} reserved")
     table.add_row("compile / first step", f"{timing['compile_s']:.1f} s")
     loss = result["loss"]
     table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f} (last-10 mean {loss['final_smoothed']:.4f})")
