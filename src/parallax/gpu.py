@@ -25,10 +25,10 @@ import importlib.util
 import json
 import os
 import re
-from datetime import datetime, timezone
 from pathlib import Path
 
 from parallax.config import PRECISIONS, ModelConfig
+from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.results import atomic_write_text
 
@@ -205,7 +205,7 @@ def measure_ceilings(device_index: int, model: ModelConfig, batch_size: int, seq
         "square": squares,
         "model_shapes": rows,
         "summary": {prec: _summary(squares[prec], [r for r in rows if r["precision"] == prec]) for prec in precisions},
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "measured_at": utc_now(),
     }
     if device.get("uuid"):
         save_ceilings(device["uuid"], result)

@@ -32,12 +32,12 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Protocol
 
 from parallax import __version__, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
+from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_text, load_run, load_steps, write_run
 
@@ -199,10 +199,6 @@ def child_env(progress_path: Path | None = None) -> dict:
     return env
 
 
-def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
 # ----------------------------------------------------------------------------- output directory
 
 @contextlib.contextmanager
@@ -263,7 +259,7 @@ ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"
 
 def collect_environment(timeout_s: float = 300) -> dict:
     """The environment, gathered in a child process so this one never touches the GPU."""
-    env = {"collected_at": now_iso(), "parallax_version": __version__,
+    env = {"collected_at": utc_now(), "parallax_version": __version__,
            "python": platform.python_version(), "platform": platform.platform()}
     try:
         proc = subprocess.run([sys.executable, "-c", ENV_SNIPPET], capture_output=True, text=True,
@@ -286,7 +282,7 @@ def write_environment(output_dir: Path, environment: Callable[[], dict]) -> None
 
 
 def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> None:
-    index = {"schema": INDEX_SCHEMA, "updated_at": now_iso(), "matrix": MATRIX_FILE,
+    index = {"schema": INDEX_SCHEMA, "updated_at": utc_now(), "matrix": MATRIX_FILE,
              "environment": ENVIRONMENT_FILE,
              "counts": {s: sum(r.status == s for r in results)
                         for s in ("ok", "failed", "oom", "timeout", "skipped", "pending")},
@@ -328,14 +324,14 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
     run_dir.mkdir(parents=True)
     progress_path = run_dir / PROGRESS_FILE
-    started, t0 = now_iso(), time.monotonic()
+    started, t0 = utc_now(), time.monotonic()
     with open(run_dir / LOG_FILE, "wb") as log:
         try:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=child_env(progress_path),
                                     start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as exc:  # e.g. the interpreter vanished: this cell fails, the matrix goes on
-            info = {"started_at": started, "finished_at": now_iso(), "elapsed_s": 0.0, "exit_code": None}
+            info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": 0.0, "exit_code": None}
             status, error = _write_outcome(run_dir, run, "failed", f"could not start {command[0]}: {exc}",
                                            info, with_tail=False)
             return CellResult(cell, status, run_dir, error, 0.0)
@@ -346,7 +342,7 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
             raise
     elapsed = time.monotonic() - t0
     progress_path.unlink(missing_ok=True)
-    info = {"started_at": started, "finished_at": now_iso(), "elapsed_s": round(elapsed, 3),
+    info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": round(elapsed, 3),
             "exit_code": proc.returncode}
     if timed_out:
         where = f" after step {last_step + 1} of {run.steps}" if last_step is not None else ""

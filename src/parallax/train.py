@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import tempfile
 import traceback
-from datetime import datetime, timezone
 from pathlib import Path
 
 from parallax import flops, hardware
@@ -24,6 +23,7 @@ from parallax.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.engines import get_engine
 from parallax.engines.base import EngineOutput, NullProgress, Progress
+from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.precision import PrecisionInfo
 from parallax.results import write_run
@@ -82,10 +82,6 @@ def capture_environment() -> dict:
     from parallax import envinfo
 
     return envinfo.environment()
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

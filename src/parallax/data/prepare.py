@@ -21,7 +21,6 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterator
@@ -33,6 +32,7 @@ from parallax.config import DataConfig
 from parallax.data.sources import HFDataset, Piece, Source, corpus_files, file_source
 from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
 from parallax.data.tokenizer import EOT, check_tokenizer, eos_id, load_tokenizer, train_tokenizer
+from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError, require_module
 
 FORMAT = "parallax.tokens/1"
@@ -425,7 +425,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     meta = {
         "format": FORMAT,
         "created_by": f"parallax {__version__}",
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": utc_now(),
         "fingerprint": digest,
         "inputs": inputs_identity,
         "source": source,
