@@ -27,13 +27,13 @@ import os
 import re
 from pathlib import Path
 
+from parallax.cache import CACHE_DIR_ENV, cache_root  # noqa: F401 (gpu.CACHE_DIR_ENV, as before)
 from parallax.config import PRECISIONS, ModelConfig
 from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.results import atomic_write_text
 
 LIB_DIRS_ENV = "PARALLAX_CUDA_LIB_DIRS"
-CACHE_DIR_ENV = "PARALLAX_CACHE_DIR"
 CEILINGS_SCHEMA = "parallax.ceilings/1"
 
 
@@ -249,8 +249,9 @@ def _progress_bar(progress):
 
 
 def cache_dir() -> Path:
-    """$PARALLAX_CACHE_DIR, else ~/.cache/parallax."""
-    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "parallax")
+    """``parallax.cache.cache_root()``: $PARALLAX_CACHE_DIR, else $XDG_CACHE_HOME/parallax, else
+    ~/.cache/parallax."""
+    return cache_root()
 
 
 def ceilings_path(uuid: str) -> Path:

@@ -280,6 +280,7 @@ def test_cache_round_trip_and_misses(monkeypatch, tmp_path):
 
 def test_cache_dir_defaults_to_home(monkeypatch, tmp_path):
     monkeypatch.delenv(gpu.CACHE_DIR_ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert gpu.ceilings_path("GPU-1") == tmp_path / ".cache" / "parallax" / "ceilings" / "GPU-1.json"
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
+from parallax.cache import cache_root
 from parallax.config import DataConfig, RunConfig
 from parallax.data.prepare import META_FILE, PreparedData, prepare
 from parallax.data.tokenfile import open_token_file
@@ -149,15 +149,6 @@ def check_enough_tokens(path: str, n_tokens: int, n_windows: int, batch_size: in
 
 
 # ----------------------------------------------------------------------------- --data resolution
-
-
-def cache_root() -> Path:
-    """Where raw corpora given to ``train --data`` are prepared: $PARALLAX_CACHE_DIR, else
-    $XDG_CACHE_HOME/parallax, else ~/.cache/parallax."""
-    if os.environ.get("PARALLAX_CACHE_DIR"):
-        return Path(os.environ["PARALLAX_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "parallax"
 
 
 def cache_dir(inputs: list[str], options: DataConfig) -> Path:
