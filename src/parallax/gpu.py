@@ -31,7 +31,7 @@ from parallax.cache import CACHE_DIR_ENV, cache_root  # noqa: F401 (gpu.CACHE_DI
 from parallax.config import PRECISIONS, ModelConfig
 from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
-from parallax.results import atomic_write_text
+from parallax.results import atomic_write_json
 
 LIB_DIRS_ENV = "PARALLAX_CUDA_LIB_DIRS"
 CEILINGS_SCHEMA = "parallax.ceilings/1"
@@ -263,7 +263,7 @@ def ceilings_path(uuid: str) -> Path:
 def save_ceilings(uuid: str, result: dict) -> Path:
     """Atomically write ``result`` to the cache file of the GPU ``uuid``."""
     path = ceilings_path(uuid)
-    atomic_write_text(path, json.dumps(result, indent=2) + "\n")
+    atomic_write_json(path, result)
     return path
 
 

@@ -55,6 +55,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def atomic_write_json(path: Path, value, **dumps_options) -> None:
+    """``value`` as indented JSON with a final newline, written with ``atomic_write_text``."""
+    atomic_write_text(path, json.dumps(value, indent=2, **dumps_options) + "\n")
+
+
 def _json_safe(value):
     """NaN and infinities become None: JSON has no spelling for them."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -75,7 +80,7 @@ def write_run(run_dir: Path, run: dict, steps: list[dict] | None = None) -> Path
         lines = "".join(json.dumps(_json_safe(s)) + "\n" for s in steps)
         atomic_write_text(run_dir / STEPS_FILE, lines)
     path = run_dir / RUN_FILE
-    atomic_write_text(path, json.dumps(_json_safe(run), indent=2) + "\n")
+    atomic_write_json(path, _json_safe(run))
     return path
 
 

@@ -39,7 +39,7 @@ from parallax import __version__, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
-from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_text, load_run, load_steps, write_run
+from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_json, load_run, load_steps, write_run
 
 MATRIX_SCHEMA = "parallax.matrix/1"
 INDEX_SCHEMA = "parallax.index/1"
@@ -224,7 +224,7 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
     path = output_dir / MATRIX_FILE
     wanted = json.loads(json.dumps(matrix.to_dict()))
     if not path.exists():
-        atomic_write_text(path, json.dumps(wanted, indent=2) + "\n")
+        atomic_write_json(path, wanted)
         return
     try:
         stored = json.loads(path.read_text())
@@ -278,7 +278,7 @@ def collect_environment(timeout_s: float = 300) -> dict:
 def write_environment(output_dir: Path, environment: Callable[[], dict]) -> None:
     path = output_dir / ENVIRONMENT_FILE
     if not path.exists():
-        atomic_write_text(path, json.dumps(environment(), indent=2, default=str) + "\n")
+        atomic_write_json(path, environment(), default=str)
 
 
 def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> None:
@@ -287,7 +287,7 @@ def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> 
              "counts": {s: sum(r.status == s for r in results)
                         for s in ("ok", "failed", "oom", "timeout", "skipped", "pending")},
              "cells": [r.index_entry(output_dir) for r in results]}
-    atomic_write_text(output_dir / INDEX_FILE, json.dumps(index, indent=2) + "\n")
+    atomic_write_json(output_dir / INDEX_FILE, index)
 
 
 def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]:

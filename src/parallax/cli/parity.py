@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -29,9 +28,9 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
     report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device)
     print_report(report)
     if json_path is not None:
-        from parallax.results import atomic_write_text
+        from parallax.results import atomic_write_json
 
-        atomic_write_text(json_path, json.dumps(report.to_dict(), indent=2) + "\n")
+        atomic_write_json(json_path, report.to_dict())
     return 0 if report.passed else 1
 
 

@@ -445,9 +445,9 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     for name in (TOKENIZER_FILE, *SPLIT_FILES.values()):
         os.replace(staging / name, out / name)
     staging.rmdir()
-    from parallax.results import atomic_write_text
+    from parallax.results import atomic_write_json
 
-    atomic_write_text(out / META_FILE, json.dumps(meta, indent=2) + "\n")
+    atomic_write_json(out / META_FILE, meta)
     return PrepareResult(PreparedData(out, meta), up_to_date=False, warnings=warnings)
 
 

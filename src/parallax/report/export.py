@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from pathlib import Path
 
-from parallax.results import atomic_write_text
+from parallax.results import atomic_write_json, atomic_write_text
 
 PRIMARY = "spec"
 COLUMNS = (
@@ -73,5 +72,5 @@ def write_csv(record: dict, path: Path) -> Path:
 
 def write_json(record: dict, path: Path) -> Path:
     """The whole record (cells, speedups, deltas, conclusions, problems) as JSON."""
-    atomic_write_text(Path(path), json.dumps(record, indent=2) + "\n")
+    atomic_write_json(Path(path), record)
     return Path(path)
