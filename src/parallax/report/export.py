@@ -6,14 +6,15 @@ import csv
 import io
 from pathlib import Path
 
+from parallax.flops import ACCOUNTINGS
+from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.results import atomic_write_json, atomic_write_text
 
-PRIMARY = "spec"
 COLUMNS = (
     "framework", "precision", "native", "status", "runs_ok", "runs_total",
     "step_ms_median", "step_ms_p10", "step_ms_p90",
     "tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high",
-    "tflops_spec", "tflops_conventional", "tflops_maxtext",
+    *(f"tflops_{name}" for name in ACCOUNTINGS),
     "mfu_precision_peak", "mfu_bf16_peak", "mfu_measured_ceiling",
     "peak_allocated_bytes", "peak_reserved_bytes", "compile_s",
     "final_loss", "final_loss_ci_low", "final_loss_ci_high",
@@ -38,7 +39,7 @@ def rows(record: dict) -> list[dict]:
             "step_ms_median": step.get("median"), "step_ms_p10": step.get("p10"), "step_ms_p90": step.get("p90"),
             "tokens_per_s": tps.get("value"),
             "tokens_per_s_ci_low": _at(tps.get("ci"), 0), "tokens_per_s_ci_high": _at(tps.get("ci"), 1),
-            **{f"tflops_{name}": flops.get(name, {}).get("tflops") for name in ("spec", "conventional", "maxtext")},
+            **{f"tflops_{name}": flops.get(name, {}).get("tflops") for name in ACCOUNTINGS},
             **{key: primary.get(key) for key in ("mfu_precision_peak", "mfu_bf16_peak", "mfu_measured_ceiling")},
             "peak_allocated_bytes": mem.get("peak_allocated_bytes"),
             "peak_reserved_bytes": mem.get("peak_reserved_bytes"), "compile_s": c["compile_s"],

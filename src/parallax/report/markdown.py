@@ -6,9 +6,8 @@ from datetime import datetime, timezone
 
 from parallax import __version__
 from parallax.compare import environment_summary
+from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.report import format as f
-
-PRIMARY = "spec"
 
 
 def render(record: dict, plots: dict[str, str] | None = None) -> str:

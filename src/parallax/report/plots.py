@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from parallax.errors import require_module
+from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.report.format import precision_label
-
-PRIMARY = "spec"
 
 
 def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:

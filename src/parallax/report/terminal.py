@@ -5,9 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.report import format as f
-
-PRIMARY = "spec"
 
 
 def render(record: dict, console: Console | None = None) -> None:
@@ -22,8 +21,9 @@ def render(record: dict, console: Console | None = None) -> None:
 def _cells(record: dict) -> Table:
     deltas = {(d["framework"], d["precision"]): d for d in record["loss_deltas"]}
     t = Table(title="Benchmark", title_justify="left")
-    for col in ("framework", "precision", "runs", "step ms (p10–p90)", "tokens/s (95% CI)", "MFU",
-                "final loss", "Δloss vs bf16 (95% CI)"):
+    # MFU: the primary FLOPs accounting against the dense datasheet peak of the cell's precision.
+    for col in ("framework", "precision", "runs", "step ms (p10–p90)", "tokens/s (95% CI)",
+                f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
         t.add_column(col, justify="left" if col in ("framework", "precision", "runs") else "right")
     for c in record["cells"]:
         step, tps = c["step_ms"], c["tokens_per_s"] or {}
