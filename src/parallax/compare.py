@@ -33,7 +33,7 @@ import numpy as np
 from parallax import stats
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
-from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, flops_per_token
+from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
 from parallax.results import RUN_FILE, load_run, load_steps
 from parallax.runner import CELL_FIELDS, ENVIRONMENT_FILE, MATRIX_FILE, differences
 
@@ -261,12 +261,12 @@ def _cell_flops(run: dict, tps: float, tps_ci: tuple[float, float]) -> dict:
     out = {}
     for name, row in table.items():
         per_token = row["flops_per_token"]
-        tflops = tps * per_token / 1e12
+        tflops = achieved_tflops(tps, per_token)
         entry = {"flops_per_token": per_token, "tflops": tflops,
-                 "tflops_ci": [x * per_token / 1e12 for x in tps_ci]}
+                 "tflops_ci": [achieved_tflops(x, per_token) for x in tps_ci]}
         for den in DENOMINATORS:
             peak = row["peaks"].get(den)
-            entry[f"mfu_{den}"] = tflops / peak if peak else None
+            entry[f"mfu_{den}"] = mfu(tflops, peak)
             entry[f"peak_{den}"] = peak
         out[name] = entry
     return out
@@ -288,11 +288,11 @@ def _flops_table(run: dict) -> dict:
         row = stored.get(name) if isinstance(stored.get(name), dict) else {}
         peaks = {}
         for den in DENOMINATORS:
-            mfu, tflops = row.get(f"mfu_{den}"), row.get("tflops")
+            fraction, tflops = row.get(f"mfu_{den}"), row.get("tflops")
             if isinstance(denominators, dict):
                 peaks[den] = denominators.get(den)
             else:
-                peaks[den] = tflops / mfu if mfu and tflops else None
+                peaks[den] = tflops / fraction if fraction and tflops else None
         table[name] = {"flops_per_token": row.get("flops_per_token", computed[name]), "peaks": peaks}
     return table
 
@@ -358,7 +358,7 @@ def _cell_eval(ok: list[LoadedRun]) -> dict:
     if not last:
         return {}
     loss = float(np.mean(last))
-    return {"eval_loss": loss, "perplexity": math.exp(loss) if loss < 700 else None}
+    return {"eval_loss": loss, "perplexity": stats.perplexity(loss)}
 
 
 def _nan_to_none(x: float):

@@ -55,6 +55,11 @@ def smoothed_final(values, window: int = 10) -> float:
     return float(arr[-window:].mean())
 
 
+def perplexity(loss: float) -> float | None:
+    """exp(mean cross-entropy); None where the loss is not finite or exp would overflow."""
+    return math.exp(loss) if math.isfinite(loss) and loss < 700 else None
+
+
 def block_length(n: int) -> int:
     """Default block length of the moving-block bootstrap for a series of ``n`` steps."""
     if n <= 0:

@@ -27,7 +27,7 @@ from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.precision import PrecisionInfo
 from parallax.results import write_run
-from parallax.stats import percentile_summary, smoothed_final
+from parallax.stats import percentile_summary, perplexity, smoothed_final
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
 EXIT_CODES = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM}
@@ -187,7 +187,7 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
             "final_smoothed": smoothed_final(losses),
         },
         "eval": [
-            {"step": e.step, "loss": e.loss, "perplexity": _perplexity(e.loss)} for e in out.evals
+            {"step": e.step, "loss": e.loss, "perplexity": perplexity(e.loss)} for e in out.evals
         ],
         "per_step": {
             "step_ms": [s.step_ms for s in out.steps],
@@ -212,10 +212,6 @@ def training_problem(out: EngineOutput) -> str | None:
         return (f"the gradient norm is exactly 0 at all {len(norms)} steps: nothing trained "
                 "(a precision recipe that drops gradients?)")
     return None
-
-
-def _perplexity(loss: float) -> float | None:
-    return math.exp(loss) if math.isfinite(loss) and loss < 700 else None
 
 
 def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
