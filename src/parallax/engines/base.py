@@ -82,6 +82,14 @@ class EngineOutput:
     extra: dict = field(default_factory=dict)
 
 
+def eval_due(run: RunConfig, step: int) -> bool:
+    """Whether an engine evaluates after step ``step`` (0-based): every ``run.eval_every``
+    steps and after the last one; never when ``eval_every`` is 0."""
+    if run.eval_every <= 0:
+        return False
+    return (step + 1) % run.eval_every == 0 or step == run.steps - 1
+
+
 class Engine(ABC):
     """A framework's training loop for the shared LLaMA model."""
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from parallax.config import RunConfig
-from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord
+from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, eval_due
 from parallax.engines.jax import timing
 from parallax.engines.jax.convert import to_flax
 from parallax.engines.jax.runtime import (
@@ -65,7 +65,7 @@ def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
         evals.append(EvalRecord(records[-1].step, evaluate(state[0])))
 
     state = timing.timed_steps(step_fn, (params, opt_state), device_batches, range(run.steps),
-                               on_done, lambda k: evaluate is not None and _eval_due(run, k), on_pause)
+                               on_done, lambda k: evaluate is not None and eval_due(run, k), on_pause)
 
     progress.phase("measuring the timing overhead")
     repeat = timing.device_batches(itertools.repeat(first), device)
@@ -134,13 +134,6 @@ def _evaluator(model, eval_batches: list[np.ndarray], device, params):
         return float(np.mean([float(compiled(p, b)) for b in on_device]))
 
     return evaluate, compile_s
-
-
-def _eval_due(run: RunConfig, k: int) -> bool:
-    """Evaluate after step k (0-based) every ``eval_every`` steps and after the last one."""
-    if run.eval_every <= 0:
-        return False
-    return (k + 1) % run.eval_every == 0 or k == run.steps - 1
 
 
 def _memory_peaks(device) -> tuple[int | None, int | None, dict]:

@@ -27,6 +27,7 @@ from parallax.engines.base import (
     EvalRecord,
     Progress,
     StepRecord,
+    eval_due,
 )
 from parallax.errors import ParallaxError, missing_dependency
 from parallax.precision import PrecisionInfo
@@ -258,16 +259,12 @@ class TrainLoop:
                 self.progress.phase("training")
             self._finish(pending)
             pending, previous = _Pending(step, previous, end, lr), end
-            if eval_set and self._eval_due(step):
+            if eval_set and eval_due(run, step):
                 self._finish(pending)
                 pending = None
                 self.evals.append(EvalRecord(step, trainer.eval_loss(eval_set)))
                 previous = clock.mark()  # evaluation is no part of the next step's time
         self._finish(pending)
-
-    def _eval_due(self, step: int) -> bool:
-        """After step k (0-based) every ``eval_every`` steps and after the last one."""
-        return (step + 1) % self.run.eval_every == 0 or step == self.run.steps - 1
 
     def _eval_set(self) -> list:
         if self.run.eval_every <= 0:
