@@ -33,9 +33,10 @@ import numpy as np
 from parallax.config import RunConfig
 from parallax.data.synthetic import synthetic_batch
 from parallax.errors import ParallaxError
+from parallax.precision import COMPUTE_DTYPES
 from parallax.weights import init_weights
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = COMPUTE_DTYPES
 RELATIVE_ERROR = "max|jax - torch| / max|torch| per tensor; updates: ||jax - torch||2 / ||torch||2"
 DEVICES = ("cpu", "gpu")
 

@@ -15,6 +15,9 @@ NATIVE = "native"
 EMULATED = "emulated"
 UNAVAILABLE = "unavailable"
 
+# Compute dtypes of a ReferenceTrainer (engines/base.py), as ``parallax parity --dtype`` names them.
+COMPUTE_DTYPES = ("float32", "bfloat16")
+
 
 @dataclass(frozen=True)
 class PrecisionInfo:
@@ -30,4 +33,4 @@ class PrecisionInfo:
         return asdict(self)
 
 
-__all__ = ["PRECISIONS", "PrecisionInfo", "NATIVE", "EMULATED", "UNAVAILABLE"]
+__all__ = ["PRECISIONS", "COMPUTE_DTYPES", "PrecisionInfo", "NATIVE", "EMULATED", "UNAVAILABLE"]

@@ -13,10 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parallax.errors import ParallaxError
-from parallax.precision import PrecisionInfo
-
-# Compute dtypes a ReferenceTrainer accepts (``parallax parity --dtype``).
-COMPUTE_DTYPES = ("float32", "bfloat16")
+from parallax.precision import COMPUTE_DTYPES, PrecisionInfo
 
 
 @dataclass(frozen=True)
