@@ -36,6 +36,18 @@ def init_std(model: ModelConfig, name: str) -> float:
     return INIT_STD
 
 
+def check_canonical(model: ModelConfig, weights: dict[str, np.ndarray]) -> None:
+    """ValueError unless ``weights`` has exactly the names and shapes of ``model.param_shapes()``
+    (what every engine's converter expects)."""
+    expected = model.param_shapes()
+    if set(weights) != set(expected):
+        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
+        raise ValueError(f"weights do not match '{model.name}': missing {missing[:3]}, unexpected {extra[:3]}")
+    for name, value in weights.items():
+        if tuple(value.shape) != tuple(expected[name]):
+            raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {expected[name]}")
+
+
 def init_weights(model: ModelConfig, seed: int) -> dict[str, np.ndarray]:
     """The canonical float32 weights of ``model`` for ``seed``."""
     weights = {}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from parallax.config import ModelConfig
+from parallax.weights import check_canonical
 
 NORMS = ("attention_norm", "ffn_norm", "norm")
 
@@ -43,14 +44,9 @@ def canonical_name(path: tuple[str, ...]) -> str:
 
 def to_flax(weights: dict[str, np.ndarray], model: ModelConfig) -> dict:
     """Nested Flax params (NumPy float32 leaves) from canonical ``weights``; checks names and shapes."""
-    expected = model.param_shapes()
-    if set(weights) != set(expected):
-        missing, extra = sorted(set(expected) - set(weights)), sorted(set(weights) - set(expected))
-        raise ValueError(f"weights do not match '{model.name}': missing {missing[:3]}, unexpected {extra[:3]}")
+    check_canonical(model, weights)
     tree: dict = {}
     for name, value in weights.items():
-        if tuple(value.shape) != tuple(expected[name]):
-            raise ValueError(f"{name}: shape {tuple(value.shape)}, expected {expected[name]}")
         node = tree
         *modules, leaf = flax_path(name)
         for module in modules:

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from parallax.config import ModelConfig
+from parallax.weights import check_canonical
 
 
 def _linear(w: np.ndarray) -> torch.Tensor:
@@ -24,10 +25,7 @@ def _tensor(w: np.ndarray) -> torch.Tensor:
 
 def to_torch_state(model: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """The ``Llama`` state dict (float32, CPU) holding canonical ``weights``."""
-    expected = set(model.param_shapes())
-    if set(weights) != expected:
-        missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
-        raise ValueError(f"canonical weights do not match '{model.name}': missing {missing[:3]}, extra {extra[:3]}")
+    check_canonical(model, weights)
     state = {
         "tok_embeddings.weight": _tensor(weights["tok_embeddings"]),
         "norm.weight": _tensor(weights["norm"]),
