@@ -40,6 +40,7 @@ from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
 from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_json, load_run, load_steps, write_run
+from parallax.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train` exits with
 
 MATRIX_SCHEMA = "parallax.matrix/1"
 INDEX_SCHEMA = "parallax.index/1"
@@ -51,7 +52,6 @@ LOG_FILE = "run.log"
 PROGRESS_FILE = "progress.jsonl"
 LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
-EXIT_BAD_INPUT, EXIT_OOM = 2, 3
 # RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
 CELL_FIELDS = ("framework", "precision", "seed", "output_dir")
 # Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
