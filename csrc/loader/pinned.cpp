@@ -30,14 +30,6 @@ struct HostPinner::Driver {
   CUdevice device = 0;
   CUcontext context = nullptr;
 
-  template <typename F>
-  bool load(F& fn, const char* versioned, const char* plain) {
-    void* p = lib.symbol(versioned);
-    if (p == nullptr) p = lib.symbol(plain);
-    fn = reinterpret_cast<F>(p);
-    return p != nullptr;
-  }
-
   // Holds device 0's primary context current on this thread for one call.
   template <typename Call>
   CUresult in_context(Call call) {
@@ -59,18 +51,19 @@ HostPinner::HostPinner(bool enabled) {
     status_ = "pageable (no CUDA driver: " + d->lib.error() + ")";
     return;
   }
-  bool ok = d->load(d->cuInit, "cuInit", "cuInit") &&
-            d->load(d->cuDeviceGetCount, "cuDeviceGetCount", "cuDeviceGetCount") &&
-            d->load(d->cuDeviceGet, "cuDeviceGet", "cuDeviceGet") &&
-            d->load(d->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain") &&
-            d->load(d->cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease") &&
-            d->load(d->cuCtxPushCurrent, "cuCtxPushCurrent_v2", "cuCtxPushCurrent") &&
-            d->load(d->cuCtxPopCurrent, "cuCtxPopCurrent_v2", "cuCtxPopCurrent") &&
-            d->load(d->cuMemHostRegister, "cuMemHostRegister_v2", "cuMemHostRegister") &&
-            d->load(d->cuMemHostUnregister, "cuMemHostUnregister", "cuMemHostUnregister") &&
-            d->load(d->cuPointerGetAttribute, "cuPointerGetAttribute", "cuPointerGetAttribute");
-  if (!ok) {
-    status_ = "pageable (the CUDA driver lacks a needed entry point)";
+  SymbolBinder b(d->lib);  // newest name first, as cuda.h maps them
+  b.bind(d->cuInit, {"cuInit"});
+  b.bind(d->cuDeviceGetCount, {"cuDeviceGetCount"});
+  b.bind(d->cuDeviceGet, {"cuDeviceGet"});
+  b.bind(d->cuDevicePrimaryCtxRetain, {"cuDevicePrimaryCtxRetain"});
+  b.bind(d->cuDevicePrimaryCtxRelease, {"cuDevicePrimaryCtxRelease_v2", "cuDevicePrimaryCtxRelease"});
+  b.bind(d->cuCtxPushCurrent, {"cuCtxPushCurrent_v2", "cuCtxPushCurrent"});
+  b.bind(d->cuCtxPopCurrent, {"cuCtxPopCurrent_v2", "cuCtxPopCurrent"});
+  b.bind(d->cuMemHostRegister, {"cuMemHostRegister_v2", "cuMemHostRegister"});
+  b.bind(d->cuMemHostUnregister, {"cuMemHostUnregister"});
+  b.bind(d->cuPointerGetAttribute, {"cuPointerGetAttribute"});
+  if (!b.complete()) {
+    status_ = "pageable (the CUDA driver lacks a needed entry point: " + b.error() + ")";
     return;
   }
   int count = 0;
