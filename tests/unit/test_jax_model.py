@@ -305,6 +305,8 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
     assert result["status"] == "ok" and result["framework"]["name"] == "jax"
     assert result["timing"]["measured_steps"] == 3
     assert result["precision"]["backend"] == "jax.dtype"
+    # XLA:CPU computes bf16 matmuls in float32: the record must say emulated, not native.
+    assert result["precision"]["native"] is False and result["precision"]["details"]["device_platform"] == "cpu"
     assert result["engine_extra"]["timing_overhead"]["steps_per_round"] == 4
     steps = load_steps(tmp_path)
     assert [s["measured"] for s in steps] == [False, True, True, True]
@@ -339,5 +341,6 @@ def test_gpu_train_reports_memory_cudnn_and_the_device():
     out = get_engine("jax").train(run, batches, NullProgress())
     assert out.framework["attention_backend"] == "cudnn" and out.framework["platform"] == "gpu"
     assert out.framework["compute_capability"] and out.framework["preallocate"] == "false"
+    assert out.precision.native is True  # bf16 tensor cores (compute capability 8.0+)
     assert out.peak_allocated_bytes > 0
     assert out.steps[0].loss == pytest.approx(np.log(TINY.vocab_size), abs=0.1)

@@ -10,8 +10,10 @@ fp8 and nvfp4 are refused here, before any GPU work, rather than silently runnin
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from parallax import hardware
 from parallax.errors import ParallaxError
 from parallax.precision import COMPUTE_DTYPES, PrecisionInfo
 
@@ -53,6 +55,18 @@ def jax_precision(precision: str) -> JaxPrecision:
             f"precision {precision} is not implemented in the JAX engine yet; this release runs bf16"
         )
     raise ParallaxError(f"unknown precision '{precision}' for the JAX engine; this release runs bf16")
+
+
+def on_device(precision: JaxPrecision, platform: str, compute_capability=None) -> JaxPrecision:
+    """``precision`` with ``native`` decided for the device that runs it (``jax_precision`` alone
+    cannot know). bf16 matmuls are native on NVIDIA GPUs of compute capability 8.0+. XLA:CPU
+    converts the operands of a bf16 dot to float32 and rounds the result back (seen in the
+    optimized HLO of jax 0.10.2, on a CPU that has AVX512-BF16), so a CPU run is emulated bf16:
+    its loss shows bf16 rounding, its speed is not bf16 arithmetic."""
+    native = platform == "gpu" and precision.info.precision in hardware.native_precisions(compute_capability)
+    details = {**precision.info.details, "device_platform": platform}
+    info = dataclasses.replace(precision.info, native=native, details=details)
+    return dataclasses.replace(precision, info=info)
 
 
 def check_compute_dtype(compute_dtype: str) -> str:

@@ -19,7 +19,7 @@ from parallax.engines.jax.runtime import (
     make_optimizer,
     resolve_device,
 )
-from parallax.precision.jax import jax_precision
+from parallax.precision.jax import jax_precision, on_device
 from parallax.schedule import lr_at
 from parallax.weights import init_weights
 
@@ -33,8 +33,8 @@ OVERHEAD_STEPS = 20
 
 def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
-    precision = jax_precision(run.precision)
     device = resolve_device(run.device)
+    precision = on_device(jax_precision(run.precision), device.platform, getattr(device, "compute_capability", None))
     config = run.model_config
 
     progress.phase("building the model")
