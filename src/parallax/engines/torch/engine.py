@@ -340,7 +340,8 @@ def framework_info(torch, trainer: Trainer) -> dict:
         + " to run causal SDPA fwd+bwd at this shape and dtype",
         "compiled": trainer.compile_mode is not None,
         "compile_mode": trainer.compile_mode,
-        "optimizer": "AdamW (fused)" if cuda else "AdamW (foreach)",
+        # fused=False leaves the choice to torch, which takes the for-loop kernels on the CPU.
+        "optimizer": "AdamW (fused)" if cuda else "AdamW (for-loop)",
         "fused_projections": ["wq+wk+wv", "w_gate+w_up"],
     }
 
