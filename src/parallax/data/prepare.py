@@ -405,19 +405,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     (out / META_FILE).unlink(missing_ok=True)  # the directory is unfinished from here on
     tokenizer, tokenizer_origin = _get_tokenizer(corpus, options, staging, log)
     eos = eos_id(tokenizer)
-    writers = [TokenWriter(staging / SPLIT_FILES[s], options.vocab_size, eos) for s in ("train", "validation")]
-    totals = [s.total_bytes for s in corpus.train + corpus.valid]
-    start = time.perf_counter()
-    try:
-        with _Progress(show_progress, None if None in totals else sum(totals)) as progress:
-            tokenize_corpus(corpus, tokenizer, writers, progress)
-    except BaseException:
-        for writer in writers:
-            writer.abort()
-        raise
-    for writer in writers:
-        writer.finish()
-    seconds = time.perf_counter() - start
+    writers, seconds = _tokenize_into(staging, corpus, tokenizer, options.vocab_size, eos, show_progress)
     input_bytes = sum(s.bytes_read for s in corpus.train + corpus.valid)
     warnings = sorted({w for s in corpus.train + corpus.valid for w in s.warnings})
     _check_splits(writers, corpus, inputs)
@@ -431,12 +419,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
         "source": source,
         "tokenizer": {"file": TOKENIZER_FILE, "sha256": file_sha256(staging / TOKENIZER_FILE),
                       "vocab_size": options.vocab_size, "eos_token": EOT, "eos_id": eos, **tokenizer_origin},
-        "splits": {
-            split: {"file": SPLIT_FILES[split], "tokens": w.n_tokens, "documents": w.documents,
-                    "bytes": (staging / SPLIT_FILES[split]).stat().st_size,
-                    "sha256": file_sha256(staging / SPLIT_FILES[split])}
-            for split, w in zip(("train", "validation"), writers)
-        },
+        "splits": _split_entries(staging, writers),
         "tokenization": {"seconds": round(seconds, 3), "input_bytes": input_bytes,
                          "mb_per_s": round(input_bytes / 1e6 / seconds, 3) if seconds > 0 else None,
                          "threads": _threads(), "tokenizers": require_module("tokenizers", "data").__version__},
@@ -449,6 +432,35 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
 
     atomic_write_json(out / META_FILE, meta)
     return PrepareResult(PreparedData(out, meta), up_to_date=False, warnings=warnings)
+
+
+def _tokenize_into(staging: Path, corpus: Corpus, tokenizer, vocab_size: int, eos: int,
+                   show_progress: bool) -> tuple[list[TokenWriter], float]:
+    """Tokenize every document into staging's train and validation token files; (the finished
+    writers, seconds). Both files are removed when tokenization fails."""
+    writers = [TokenWriter(staging / SPLIT_FILES[s], vocab_size, eos) for s in ("train", "validation")]
+    totals = [s.total_bytes for s in corpus.train + corpus.valid]
+    start = time.perf_counter()
+    try:
+        with _Progress(show_progress, None if None in totals else sum(totals)) as progress:
+            tokenize_corpus(corpus, tokenizer, writers, progress)
+    except BaseException:
+        for writer in writers:
+            writer.abort()
+        raise
+    for writer in writers:
+        writer.finish()
+    return writers, time.perf_counter() - start
+
+
+def _split_entries(staging: Path, writers: list[TokenWriter]) -> dict:
+    """meta.json's ``splits``: file, token and document counts, size and SHA-256 of each."""
+    return {
+        split: {"file": SPLIT_FILES[split], "tokens": w.n_tokens, "documents": w.documents,
+                "bytes": (staging / SPLIT_FILES[split]).stat().st_size,
+                "sha256": file_sha256(staging / SPLIT_FILES[split])}
+        for split, w in zip(("train", "validation"), writers)
+    }
 
 
 def _non_empty(texts: _TokenizerTexts, corpus: Corpus) -> Iterator[str]:
