@@ -13,6 +13,7 @@ A run that fails after it started still leaves a ``run.json``: status ``oom`` (e
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import tempfile
 import traceback
@@ -136,9 +137,7 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
     if not measured:
         raise RuntimeError(f"the engine returned {len(out.steps)} steps, none after the {run.warmup} warmup steps")
     step_ms = percentile_summary(s.step_ms for s in measured)
-    tokens = run.tokens_per_step
-    tokens_per_s = tokens * 1e3 / step_ms["median"]
-    denominators, warnings = mfu_denominators(run, out, environment)
+    throughput = throughput_record(run.tokens_per_step, step_ms)
     losses = [s.loss for s in out.steps]
     problem = training_problem(out)
     return {
@@ -158,25 +157,8 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
             "warmup_ms_total": sum(s.step_ms for s in out.steps if s.step < run.warmup),
             "step_ms": step_ms,
         },
-        "throughput": {
-            "tokens_per_step": tokens,
-            "tokens_per_s": tokens_per_s,
-            "tokens_per_s_mean": tokens * 1e3 / step_ms["mean"],
-            # tokens/s percentiles are the step-time percentiles mirrored: p10 of tokens/s
-            # is the p90 step time.
-            "tokens_per_s_p10": tokens * 1e3 / step_ms["p90"],
-            "tokens_per_s_p90": tokens * 1e3 / step_ms["p10"],
-        },
-        "flops": {
-            "primary_accounting": flops.PRIMARY_ACCOUNTING,
-            "denominators_tflops": {
-                "precision_peak": denominators.precision_peak,
-                "bf16_peak": denominators.bf16_peak,
-                "measured_ceiling": denominators.measured_ceiling,
-            },
-            "warnings": warnings,
-            "accountings": flops.mfu_table(tokens_per_s, run.model_config, run.seq_len, denominators),
-        },
+        "throughput": throughput,
+        "flops": flops_record(run, out, environment, throughput["tokens_per_s"]),
         "memory": {
             "peak_allocated_bytes": out.peak_allocated_bytes,
             "peak_reserved_bytes": out.peak_reserved_bytes,
@@ -196,6 +178,30 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
         "engine_extra": out.extra,
         "started_at": started,
         "finished_at": utc_now(),
+    }
+
+
+def throughput_record(tokens: int, step_ms: dict) -> dict:
+    """Tokens/s from the step-time summary: the median step gives ``tokens_per_s``."""
+    return {
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens * 1e3 / step_ms["median"],
+        "tokens_per_s_mean": tokens * 1e3 / step_ms["mean"],
+        # tokens/s percentiles are the step-time percentiles mirrored: p10 of tokens/s
+        # is the p90 step time.
+        "tokens_per_s_p10": tokens * 1e3 / step_ms["p90"],
+        "tokens_per_s_p90": tokens * 1e3 / step_ms["p10"],
+    }
+
+
+def flops_record(run: RunConfig, out: EngineOutput, environment: dict, tokens_per_s: float) -> dict:
+    """TFLOP/s and MFU under every accounting against every denominator of the run's GPU."""
+    denominators, warnings = mfu_denominators(run, out, environment)
+    return {
+        "primary_accounting": flops.PRIMARY_ACCOUNTING,
+        "denominators_tflops": dataclasses.asdict(denominators),
+        "warnings": warnings,
+        "accountings": flops.mfu_table(tokens_per_s, run.model_config, run.seq_len, denominators),
     }
 
 
