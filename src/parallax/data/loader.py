@@ -98,9 +98,6 @@ class TokenBatches:
     def __iter__(self):
         return iter(self._loader)
 
-    def __next__(self) -> np.ndarray:
-        return self._loader.next()
-
     def eval_batches(self) -> list[np.ndarray]:
         return self._eval
 
