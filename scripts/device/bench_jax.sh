@@ -100,14 +100,7 @@ fi
     || echo "bench_jax: gpu tests failed (see above)"
 
 RUN_DIR=${RUN_DIR:-$(mktemp -d)/jax-bf16-llama-100m}
-set +e
-PYTHONUNBUFFERED=1 "$PYTHON" -m parallax train --framework jax --precision bf16 --model llama-100m \
-    --batch-size 32 --seq-len 1024 --steps 200 --warmup 20 --synthetic --seed 0 \
-    --output-dir "$RUN_DIR" "$@"
-code=$?
-set -e
-[[ -f "$RUN_DIR/run.json" ]] && cp "$RUN_DIR/run.json" "$OUT/run.json"
-[[ -f "$RUN_DIR/steps.jsonl" ]] && cp "$RUN_DIR/steps.jsonl" "$OUT/steps.jsonl"
+bench_train jax "$@"
 "$PYTHON" - "$OUT" "$code" <<'EOF'
 import json, os, sys
 out, code = sys.argv[1], int(sys.argv[2])

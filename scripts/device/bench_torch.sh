@@ -93,14 +93,7 @@ EOF
 fi
 
 RUN_DIR=${RUN_DIR:-$(mktemp -d)/torch-bf16-llama-100m}
-set +e
-"$PYTHON" -m parallax train --framework torch --precision bf16 --model llama-100m \
-    --batch-size 32 --seq-len 1024 --steps 200 --warmup 20 --synthetic --seed 0 \
-    --output-dir "$RUN_DIR" "$@"
-code=$?
-set -e
-[[ -f "$RUN_DIR/run.json" ]] && cp "$RUN_DIR/run.json" "$OUT/run.json"
-[[ -f "$RUN_DIR/steps.jsonl" ]] && cp "$RUN_DIR/steps.jsonl" "$OUT/steps.jsonl"
+bench_train torch "$@"
 "$PYTHON" - "$OUT" "$code" <<'EOF'
 import json, os, sys
 out, code = sys.argv[1], int(sys.argv[2])

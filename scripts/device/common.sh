@@ -13,3 +13,21 @@ mkdir -p "$OUT"
 if ! "$PYTHON" -c "import $1" 2>/dev/null; then
     export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
+
+# bench_train FRAMEWORK [parallax train options]: the issue-3 benchmark run (llama-100m, bf16,
+# batch 32 x 1024, 200 steps of which 20 warmup, synthetic, seed 0) into $RUN_DIR; later
+# options override these. run.json and steps.jsonl are copied to $OUT; `code` is set to the
+# exit status of `parallax train` (the caller decides what a failure means).
+bench_train() {
+    local framework=$1
+    shift
+    set +e
+    PYTHONUNBUFFERED=1 "$PYTHON" -m parallax train --framework "$framework" --precision bf16 --model llama-100m \
+        --batch-size 32 --seq-len 1024 --steps 200 --warmup 20 --synthetic --seed 0 \
+        --output-dir "$RUN_DIR" "$@"
+    code=$?
+    set -e
+    [[ -f "$RUN_DIR/run.json" ]] && cp "$RUN_DIR/run.json" "$OUT/run.json"
+    [[ -f "$RUN_DIR/steps.jsonl" ]] && cp "$RUN_DIR/steps.jsonl" "$OUT/steps.jsonl"
+    return 0
+}
