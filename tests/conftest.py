@@ -10,12 +10,11 @@ import pytest
 
 @functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
-    try:
-        from parallax import gpu
+    """Whether the native probe finds an NVIDIA GPU, asked as ``parallax train --model auto``
+    and check-env ask it (envinfo.probe_gpus answers 'none' when the probe itself fails)."""
+    from parallax import envinfo
 
-        return bool(gpu.probe()["devices"])
-    except Exception:
-        return False
+    return bool(envinfo.probe_gpus()["devices"])
 
 
 def pytest_collection_modifyitems(config, items):
