@@ -74,10 +74,10 @@ def build_report(probe: dict, device: int) -> dict:
 
 
 def measure_ceilings(probe: dict, device: int, run: RunConfig) -> dict:
-    """gpu.measure_ceilings (its own progress bar on stderr), plus % of the dense datasheet peak."""
+    """gpu.measure_ceilings with a progress bar on stderr, plus % of the dense datasheet peak."""
     from parallax import gpu
 
-    result = gpu.measure_ceilings(device, run.model_config, run.batch_size, run.seq_len)
+    result = gpu.measure_ceilings(device, run.model_config, run.batch_size, run.seq_len, progress=_progress())
     spec = hardware.resolve_device(_device(probe, device)).spec
 
     def peak(prec):
@@ -93,6 +93,13 @@ def measure_ceilings(probe: dict, device: int, run: RunConfig) -> dict:
     for row in result.get("model_shapes", []):
         row["percent_of_dense_peak"] = _percent(row.get("tflops"), peak(row.get("precision")))
     return result
+
+
+def _progress():
+    """A rich progress bar on stderr, given to gpu.measure_ceilings."""
+    from rich.progress import Progress
+
+    return Progress(console=Console(stderr=True), transient=True)
 
 
 def _device(probe: dict, index: int) -> dict | None:
