@@ -187,6 +187,8 @@ def train_command(run: RunConfig, run_dir: Path) -> list[str]:
         cmd.append("--no-compile")
     if run.peak_tflops is not None:
         cmd += ["--peak-tflops", repr(run.peak_tflops)]
+    if run.epochs is not None:
+        cmd += ["--epochs", repr(run.epochs)]
     return cmd
 
 

@@ -108,6 +108,9 @@ def test_train_command_carries_every_setting(tmp_path):
     assert "--hf" in hf and "--synthetic" not in hf and "--no-compile" not in hf
     data = runner.train_command(tiny_config(synthetic=False, data="/d/tokens.bin"), tmp_path)
     assert data[data.index("--data") + 1] == "/d/tokens.bin" and "--hf" not in data
+    assert "--epochs" not in data
+    repeated = runner.train_command(tiny_config(synthetic=False, data="/d/tokens.bin", epochs=4.0), tmp_path)
+    assert repeated[repeated.index("--epochs") + 1] == "4.0"
 
 
 def test_no_compile_applies_to_the_frameworks_that_run_eagerly(tmp_path):

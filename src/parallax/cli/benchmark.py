@@ -57,7 +57,9 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--synthetic", is_flag=True, help="Synthetic batches (the default): pure compute.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from HuggingFace.")
 @click.option("--data", type=click.Path(exists=True, dir_okay=True), default=None,
-              help="A prepared token file (see 'parallax data').")
+              help="A prepared token directory or a raw corpus (see 'parallax data').")
+@click.option("--epochs", type=float, default=None,
+              help="Passes over the training tokens allowed (--data/--hf; default: at most one).")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds; each is a run.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per seed (timing repeats), spread over the session.")
@@ -72,13 +74,13 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet.")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
-def command(frameworks, precisions, model, batch_size, seq_len, steps, warmup, synthetic, hf, data,
+def command(frameworks, precisions, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
             seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
             report, resume, timeout_per_run):
     """Run the benchmark matrix: every framework × precision × seed × repeat in its own process."""
     base = DEFAULTS.replace(model=model, batch_size=batch_size, seq_len=seq_len, steps=steps,
                             warmup=warmup, eval_every=eval_every, eval_batches=eval_batches,
-                            compile=not no_compile, device=device, peak_tflops=peak_tflops,
+                            compile=not no_compile, device=device, peak_tflops=peak_tflops, epochs=epochs,
                             **data_choice(synthetic, hf, data))
     matrix = Matrix(split_list(frameworks, "--frameworks"), split_list(precisions, "--precisions"),
                     split_seeds(seeds), repeats, base).validate()
