@@ -164,8 +164,10 @@ class RunConfig:
         data["optim"] = OptimConfig(**data.get("optim", {}))
         return cls(**data)
 
-    def validate(self) -> "RunConfig":
-        """Raise ParallaxError for the first bad field; return self when all are good."""
+    def validate(self, timed: bool = True) -> "RunConfig":
+        """Raise ParallaxError for the first bad field; return self when all are good.
+        ``timed``: the run's step times are measured, so its first step, which compiles
+        (torch.compile, XLA), must be a warmup step. ``parallax parity`` times nothing."""
         if self.framework not in FRAMEWORKS:
             raise ParallaxError(
                 f"unknown framework '{self.framework}'; choose one of: {', '.join(FRAMEWORKS)}"
@@ -180,6 +182,10 @@ class RunConfig:
                 raise ParallaxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.warmup < 0:
             raise ParallaxError(f"--warmup must not be negative, got {self.warmup}")
+        if timed and self.warmup < 1:
+            raise ParallaxError(
+                "--warmup must be at least 1: the first step compiles, and timing it would skew every statistic"
+            )
         if self.steps <= self.warmup:
             raise ParallaxError(
                 f"--steps ({self.steps}) must be greater than --warmup ({self.warmup}): "

@@ -147,7 +147,7 @@ def tensor_row(quantity: str, a: dict, b: dict, tolerance: float, measure=errors
 def parity_run(model: str, batch_size: int, seq_len: int, steps: int, seed: int, device: str) -> RunConfig:
     """The RunConfig both reference trainers get (its optimizer and schedule over ``steps``)."""
     return RunConfig(model=model, batch_size=batch_size, seq_len=seq_len, steps=steps, warmup=0,
-                     seed=seed, device=device).validate()
+                     seed=seed, device=device).validate(timed=False)
 
 
 def run_parity(model: str = "tiny", batch_size: int = 2, seq_len: int = 32, steps: int = 3, seed: int = 0,

@@ -22,6 +22,7 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--precision", "fp16"], "unknown precision 'fp16'; choose one of: bf16, fp8, nvfp4"),
     (["--batch-size", "0"], "--batch-size must be positive, got 0"),
     (["--seq-len", "-8"], "--seq-len must be positive, got -8"),
+    (["--steps", "5", "--warmup", "0"], "--warmup must be at least 1: the first step compiles"),
     (["--steps", "0", "--warmup", "0"], "--steps must be positive, got 0"),
     (["--steps", "20", "--warmup", "20"], "--steps (20) must be greater than --warmup (20)"),
     (["--model", "llama-7b"], "unknown model preset 'llama-7b'"),
