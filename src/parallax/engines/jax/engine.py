@@ -12,7 +12,7 @@ from parallax.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Progress
 from parallax.errors import ParallaxError
 from parallax.precision import PrecisionInfo
-from parallax.precision.jax import jax_precision
+from parallax.precision.jax import jax_precision, on_device
 
 
 class JaxEngine(Engine):
@@ -21,14 +21,15 @@ class JaxEngine(Engine):
     def check(self, run: RunConfig) -> PrecisionInfo:
         from parallax.engines.jax.runtime import import_jax, resolve_device
 
-        info = jax_precision(run.precision).info
+        precision = jax_precision(run.precision)
         if not run.compile:
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
         import_jax()
-        resolve_device(run.device)
-        return info
+        device = resolve_device(run.device)
+        # The label the run will record: native only where the device has bf16 matrix units.
+        return on_device(precision, device.platform, getattr(device, "compute_capability", None)).info
 
     def train(self, run: RunConfig, batches, progress: Progress) -> EngineOutput:
         from parallax.engines.jax.training import train
