@@ -6,9 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from parallax.errors import ParallaxError
-
-FRAMEWORKS = ("torch", "jax")
-PRECISIONS = ("bf16", "fp8", "nvfp4")
+from parallax.precision.recipe import FORMATS as PRECISIONS
+from parallax.precision.recipe import FRAMEWORKS
 
 
 @dataclass(frozen=True)
@@ -62,6 +61,17 @@ PRESETS: dict[str, ModelConfig] = {
     "llama-100m": ModelConfig(
         name="llama-100m", vocab_size=10_000, d_model=768, n_layers=12, n_heads=12,
         d_ff=2048, max_seq_len=1024,
+    ),
+    # Larger members of the same family, for where fp8 starts to pay (docs/presets.md):
+    # 24 layers of d 1024 (16 heads of 64, SwiGLU 2816 = 8/3·d rounded up to 256): 328,811,520.
+    "llama-330m": ModelConfig(
+        name="llama-330m", vocab_size=10_000, d_model=1024, n_layers=24, n_heads=16,
+        d_ff=2816, max_seq_len=1024,
+    ),
+    # 16 layers of d 2048 (16 heads of 128, SwiGLU 5632): 863,111,168.
+    "llama-860m": ModelConfig(
+        name="llama-860m", vocab_size=10_000, d_model=2048, n_layers=16, n_heads=16,
+        d_ff=5632, max_seq_len=1024,
     ),
     # For tests and CPU runs: same architecture, small enough to train in seconds.
     "tiny": ModelConfig(
@@ -126,7 +136,8 @@ class RunConfig:
     """One training run: what `parallax train` does and what a benchmark cell runs."""
 
     framework: str = "torch"
-    precision: str = "bf16"
+    precision: str = "bf16"  # the number format; its framework's default recipe unless ``recipe``
+    recipe: str | None = None  # a recipe name of the registry (parallax check-env lists them)
     model: str = "llama-100m"
     batch_size: int = 32
     seq_len: int = 1024
@@ -149,6 +160,13 @@ class RunConfig:
         return get_preset(self.model)
 
     @property
+    def recipe_spec(self):
+        """The registry recipe this run uses (``precision.registry.resolve``)."""
+        from parallax.precision import registry
+
+        return registry.resolve(self.framework, self.precision, self.recipe)
+
+    @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
 
@@ -165,17 +183,13 @@ class RunConfig:
         return cls(**data)
 
     def validate(self, timed: bool = True) -> "RunConfig":
-        """Raise ParallaxError for the first bad field; return self when all are good.
-        ``timed``: the run's step times are measured, so its first step, which compiles
-        (torch.compile, XLA), must be a warmup step. ``parallax parity`` times nothing."""
-        if self.framework not in FRAMEWORKS:
-            raise ParallaxError(
-                f"unknown framework '{self.framework}'; choose one of: {', '.join(FRAMEWORKS)}"
-            )
-        if self.precision not in PRECISIONS:
-            raise ParallaxError(
-                f"unknown precision '{self.precision}'; choose one of: {', '.join(PRECISIONS)}"
-            )
+        """Raise ParallaxError for the first bad field; return the run with its recipe named
+        (``precision`` the recipe's format) when all are good. ``timed``: the run's step times
+        are measured, so its first step, which compiles (torch.compile, XLA), must be a warmup
+        step. ``parallax parity`` times nothing."""
+        from parallax.precision import registry
+
+        recipe = registry.resolve(self.framework, self.precision, self.recipe)
         model = get_preset(self.model)
         for name in ("batch_size", "seq_len", "steps"):
             if getattr(self, name) <= 0:
@@ -202,4 +216,4 @@ class RunConfig:
             raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
-        return self
+        return self.replace(precision=recipe.format, recipe=recipe.name)

@@ -16,11 +16,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from parallax.config import PRECISIONS
 from parallax.flops import Denominators
-
-# A run's precision -> the datasheet column holding its dense peak.
-PEAK_COLUMN = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
+from parallax.precision.recipe import FORMATS as PRECISIONS
+from parallax.precision.recipe import NATIVE_MIN_CC, PEAK_COLUMN  # noqa: F401 (hardware.NATIVE_MIN_CC)
 
 
 @dataclass(frozen=True)
@@ -111,7 +109,7 @@ def normalise_name(name: str) -> str:
     return " ".join(name.lower().split())
 
 
-def _cc_tuple(cc) -> tuple[int, int] | None:
+def cc_tuple(cc) -> tuple[int, int] | None:
     """'9.0', (9, 0) or 9.0 -> (9, 0); None when absent or unreadable."""
     if cc is None:
         return None
@@ -122,13 +120,13 @@ def _cc_tuple(cc) -> tuple[int, int] | None:
 
 
 def cc_string(cc) -> str | None:
-    t = _cc_tuple(cc)
+    t = cc_tuple(cc)
     return None if t is None else f"{t[0]}.{t[1]}"
 
 
 def family(cc) -> str:
     """The GPU architecture family of a compute capability."""
-    t = _cc_tuple(cc)
+    t = cc_tuple(cc)
     if t is None:
         return "unknown"
     major, minor = t
@@ -146,13 +144,9 @@ def family(cc) -> str:
     return "unknown"
 
 
-# Minimum compute capability with tensor cores for each run precision.
-NATIVE_MIN_CC = {"bf16": (8, 0), "fp8": (8, 9), "nvfp4": (10, 0)}
-
-
 def native_precisions(cc) -> tuple[str, ...]:
     """Run precisions the GPU's tensor cores execute natively, in PRECISIONS order."""
-    t = _cc_tuple(cc)
+    t = cc_tuple(cc)
     if t is None:
         return ()
     return tuple(p for p in PRECISIONS if t >= NATIVE_MIN_CC[p])
@@ -160,7 +154,7 @@ def native_precisions(cc) -> tuple[str, ...]:
 
 def precision_notes(cc) -> list[str]:
     """Library limits that narrow what the hardware allows (REFERENCE §1, §3)."""
-    t = _cc_tuple(cc)
+    t = cc_tuple(cc)
     if t is None or t[0] != 12:
         return []
     return [

@@ -42,18 +42,21 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     run = run.validate()
     run_dir = writable_output_dir(run.output_dir)
     engine = get_engine(run.framework)
-    precision = engine.check(run)
+    plan = engine.check(run)
     batches = make_batch_source(run)
     environment = capture_environment()
     started = utc_now()
     try:
-        out = engine.train(run, batches, progress or NullProgress())
-        result, steps = summarize(run, out, environment, data_record(run, batches), started), step_rows(run, out)
+        out = engine.train(run, plan, batches, progress or NullProgress())
+        result = summarize(run, out, environment, data_record(run, batches), started)
+        result["recipe"] = plan.recipe.to_dict()
+        steps = step_rows(run, out)
     except ParallaxError:
         raise
     except Exception as exc:  # the run started: record how it ended instead of losing it
         traceback.print_exc()
-        result, steps = failure_result(run, precision, environment, started, exc), []
+        result, steps = failure_result(run, plan.precision, environment, started, exc), []
+        result["recipe"] = plan.recipe.to_dict()
     finally:
         batches.close()
     write_run(run_dir, result, steps)
@@ -206,13 +209,21 @@ def flops_record(run: RunConfig, out: EngineOutput, environment: dict, tokens_pe
 
 
 def training_problem(out: EngineOutput) -> str | None:
-    """Why a run that finished did not really train, or None. Two failures that look like
-    success in a throughput table: a loss that became NaN/inf, and gradients that are all zero
-    at every step (TransformerEngine's NVFP4 recipe did that on sm_120 before TE 2.19; see
-    REFERENCE.md §1). Such a run is recorded as failed, with all its measurements kept."""
+    """Why a run that finished did not really train, or None. Failures that look like success
+    in a throughput table: a loss that became NaN/inf; a quantized layer whose gradient is all
+    zero or not finite (TransformerEngine's NVFP4 recipe trained on zero gradients on sm_120
+    before TE 2.19; REFERENCE.md §1); gradients that are all zero at every step. Such a run is
+    recorded as failed with the reason, step and layer, all its measurements kept. (The third
+    guard, a loss gap against the run's bf16 twin, needs the twin: ``runner`` applies it.)"""
     bad = [s.step for s in out.steps if not math.isfinite(s.loss)]
     if bad:
         return f"the loss is not finite from step {bad[0]} on ({len(bad)} of {len(out.steps)} steps)"
+    layers = next((s for s in out.steps if s.bad_layers), None)
+    if layers is not None:
+        count = sum(1 for s in out.steps if s.bad_layers)
+        return (f"numerics guard: quantized layer gradient all zero or not finite at step {layers.step}: "
+                f"{', '.join(layers.bad_layers[:3])}{' ...' if len(layers.bad_layers) > 3 else ''} "
+                f"({count} of {len(out.steps)} steps)")
     norms = [s.grad_norm for s in out.steps if s.grad_norm is not None]
     if norms and all(n == 0.0 for n in norms):
         return (f"the gradient norm is exactly 0 at all {len(norms)} steps: nothing trained "
@@ -224,7 +235,8 @@ def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
     """The lines of ``steps.jsonl``."""
     return [
         {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
-         "grad_norm": s.grad_norm, "measured": s.step >= run.warmup}
+         "grad_norm": s.grad_norm, "measured": s.step >= run.warmup,
+         **({"bad_layers": s.bad_layers} if s.bad_layers else {})}
         for s in out.steps
     ]
 
@@ -233,8 +245,9 @@ def mfu_denominators(run: RunConfig, out: EngineOutput, environment: dict):
     """(Denominators, warnings) for the GPU the engine ran on: the datasheet peaks from
     ``parallax.hardware`` and the cuBLASLt ceiling that ``check-env --measure`` stored for it."""
     device = run_gpu(out.framework, environment.get("gpus") or [])
-    ceiling = measured_ceiling(device, run.precision)
-    return hardware.denominators(device, run.precision, run.peak_tflops, ceiling)
+    fmt = run.recipe_spec.mfu_format  # an emulated recipe's GEMMs run in bf16
+    ceiling = measured_ceiling(device, fmt)
+    return hardware.denominators(device, fmt, run.peak_tflops, ceiling)
 
 
 def run_gpu(framework: dict, gpus: list[dict]) -> dict | None:

@@ -49,18 +49,38 @@ def _resolve_auto_model(given: dict) -> dict:
     return resolved
 
 
+def load_config(path: str, options: dict) -> RunConfig:
+    """The RunConfig in ``path`` (what the benchmark runner hands each cell)."""
+    import json
+
+    given = [k for k, v in options.items() if v not in (None, False)]
+    if given:
+        raise ParallaxError(f"--config carries the whole run; drop --{given[0].replace('_', '-')}")
+    try:
+        return RunConfig.from_dict(json.loads(open(path).read()))
+    except OSError as exc:
+        raise ParallaxError(f"--config {path}: {exc.strerror}; pass an existing file") from None
+    except (ValueError, TypeError) as exc:
+        raise ParallaxError(f"--config {path} is not a run configuration ({exc}); write it with RunConfig.to_dict") from None
+
+
 def build_run(options: dict) -> RunConfig:
     """The RunConfig of the command line; options not given keep RunConfig's defaults."""
     data = _data_choice(options.pop("synthetic"), options.pop("data"), options.pop("hf"))
     if options.pop("no_compile"):
         options["compile"] = False
     given = {k: v for k, v in options.items() if v is not None}
+    if "recipe" in given and "precision" not in given:
+        given["precision"] = None  # the recipe's own format
     return RunConfig(**_resolve_auto_model(given), **data)
 
 
 @click.command("train")
 @click.option("--framework", metavar="NAME", help=f"Engine: {', '.join(FRAMEWORKS)}.")
-@click.option("--precision", metavar="NAME", help=f"Arithmetic: {', '.join(PRECISIONS)}.")
+@click.option("--precision", metavar="NAME",
+              help=f"Number format: {', '.join(PRECISIONS)} (the framework's default recipe for it).")
+@click.option("--recipe", metavar="NAME",
+              help="A precision recipe by name, e.g. te-fp8-current (parallax check-env lists them).")
 @click.option("--model", metavar="PRESET",
               help=f"Model preset ({', '.join(PRESETS)}) or 'auto': llama-100m on a GPU, else tiny on the CPU.")
 @click.option("--batch-size", type=int, help="Sequences per step.")
@@ -78,13 +98,15 @@ def build_run(options: dict) -> RunConfig:
 @click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N.")
 @click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s of the run's precision, for MFU.")
 @click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go.")
-def command(**options) -> int:
+@click.option("--config", "config_file", metavar="FILE",
+              help="A run configuration (JSON, as run.json's 'config'); other options are not allowed with it.")
+def command(config_file, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax import progress_file
     from parallax.progress import LiveProgress, print_summary
     from parallax.train import exit_code, run_training
 
-    run = build_run(options)
+    run = load_config(config_file, options) if config_file else build_run(options)
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
         result = run_training(run, progress_file.attach(live))
     print_summary(result, run.output_dir)

@@ -20,6 +20,7 @@ import numpy as np
 
 from parallax.config import RunConfig
 from parallax.precision import PrecisionInfo
+from parallax.precision.recipe import Recipe
 
 
 class BatchSource(Protocol):
@@ -55,12 +56,27 @@ class NullProgress:
 
 
 @dataclass
+class Plan:
+    """What ``Engine.check`` decided and ``Engine.train`` consumes: checked once."""
+
+    recipe: Recipe
+    precision: PrecisionInfo  # the label the run records
+    device: str  # e.g. "cuda:0", "gpu:0", "cpu"
+    attention: str | None = None  # the attention backend chosen for this shape and dtype
+    details: dict = field(default_factory=dict)
+    handles: dict = field(default_factory=dict)  # engine-private objects (device, hooks)
+
+
+@dataclass
 class StepRecord:
     step: int
     loss: float
     step_ms: float
     lr: float
     grad_norm: float | None = None  # before clipping; all-zero gradients are a failure to catch
+    # Names of quantized layers whose gradient was all zero or not finite at this step
+    # (the numerics guard; ``train.training_problem`` turns the first into a failure).
+    bad_layers: list[str] | None = None
 
 
 @dataclass
@@ -96,14 +112,15 @@ class Engine(ABC):
     name: str
 
     @abstractmethod
-    def check(self, run: RunConfig) -> PrecisionInfo:
-        """Raise ParallaxError when this run cannot go (missing dependency, precision the
-        GPU or installation cannot run, bad shape), before any GPU work; else return the
-        precision that will run."""
+    def check(self, run: RunConfig) -> Plan:
+        """Raise ParallaxError when this run cannot go (missing dependency, a recipe the GPU
+        or installation cannot run, bad shape), before any training; else return the plan
+        (device, recipe, attention backend) that ``train`` consumes."""
 
     @abstractmethod
-    def train(self, run: RunConfig, batches: BatchSource, progress: Progress) -> EngineOutput:
-        """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``."""
+    def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
+        """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``
+        as ``plan`` says."""
 
     @abstractmethod
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,

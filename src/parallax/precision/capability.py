@@ -1,9 +1,8 @@
 """Can this machine run framework × precision, and how: native, emulated, cpu or unavailable, with why.
 
-Decided from the GPU probe and installed-package metadata only (no torch/JAX import), so
-``check-env`` stays fast. Honest about this release: Parallax implements bf16 in the torch and
-JAX engines; its fp8/nvfp4 paths and the MaxText adapter are later work, and are reported as
-unavailable with the planned backend and what the hardware would allow.
+Decided per recipe of the registry from the GPU probe and installed-package metadata only
+(no torch/JAX import), so ``check-env`` stays fast. Planned recipes (no hooks yet) are
+reported as unavailable with what will run them and what the hardware would allow.
 """
 
 from __future__ import annotations
@@ -13,15 +12,13 @@ import sys
 from dataclasses import asdict, dataclass
 
 from parallax import hardware
-from parallax.config import PRECISIONS
-from parallax.errors import ParallaxError
-from parallax.precision import EMULATED, NATIVE, UNAVAILABLE
+from parallax.precision import EMULATED, NATIVE, UNAVAILABLE, registry
+from parallax.precision.recipe import FORMATS as PRECISIONS
+from parallax.precision.recipe import FRAMEWORKS, Recipe
 
 # Runs on the CPU: correct arithmetic, fine for the tiny preset and tests, not a benchmark.
 CPU = "cpu"
 STATUSES = (NATIVE, EMULATED, CPU, UNAVAILABLE)
-
-FRAMEWORKS = ("torch", "jax", "maxtext")
 
 # Distributions each framework's engine needs, and the extra that installs them.
 REQUIRES = {
@@ -30,37 +27,18 @@ REQUIRES = {
     "maxtext": (("maxtext",), "maxtext"),
 }
 
-# Precisions each engine implements in this release (the MaxText adapter is planned).
-IMPLEMENTED = {"torch": ("bf16",), "jax": ("bf16",), "maxtext": ()}
-
-BACKEND = {
-    ("torch", "bf16"): "torch.autocast(bfloat16) over fp32 master weights",
-    ("jax", "bf16"): "Flax bf16 compute dtype over fp32 master weights",
-}
-
-PLANNED = {
-    ("torch", "fp8"): "TransformerEngine DelayedScaling (HYBRID) or torchao float8",
-    ("torch", "nvfp4"): "TransformerEngine NVFP4BlockScaling",
-    ("jax", "fp8"): "TransformerEngine JAX DelayedScaling",
-    ("jax", "nvfp4"): "TransformerEngine JAX NVFP4BlockScaling",
-    ("maxtext", "bf16"): "MaxText subprocess adapter; needs pip install 'slm-parallax[maxtext]', Python >= 3.12",
-    ("maxtext", "fp8"): "MaxText quantization=te_fp8_delayedscaling",
-    ("maxtext", "nvfp4"): "MaxText quantization=te_nvfp4",
-}
-
-# Engines that can run bf16 on the CPU (torch CPU autocast, XLA CPU).
-CPU_RUNNABLE = {("torch", "bf16"), ("jax", "bf16")}
-
 NO_GPU = "no NVIDIA GPU found"
 
 
 @dataclass(frozen=True)
 class Capability:
     framework: str
-    precision: str
+    recipe: str  # the recipe's name in the registry
+    precision: str  # its format
     status: str  # one of STATUSES
     reason: str
     backend: str | None  # what runs it; None when nothing does
+    default: bool = False  # the framework's recipe for --precision <format>
 
     @property
     def runnable(self) -> bool:
@@ -94,13 +72,18 @@ def no_gpu_reason(probe: dict | None) -> str:
     return f"{NO_GPU} ({why})" if why else NO_GPU
 
 
-def _missing_packages(framework: str, packages: dict) -> str | None:
-    names, extra = REQUIRES[framework]
+def _missing_packages(recipe: Recipe, packages: dict) -> str | None:
+    names, extra = REQUIRES[recipe.framework]
     missing = [n for n in names if not packages.get(n)]
+    backend = recipe.backend
+    for options in backend.distributions:
+        if not any(packages.get(n) for n in options):
+            missing.append(options[0])
+            extra = backend.extra or extra
     if not missing:
         return None
     text = f"{', '.join(missing)} not installed; pip install 'slm-parallax[{extra}]'"
-    if framework == "maxtext" and sys.version_info < (3, 12):
+    if recipe.framework == "maxtext" and sys.version_info < (3, 12):
         text += f" (needs Python >= 3.12; this is {sys.version_info[0]}.{sys.version_info[1]})"
     return text
 
@@ -120,63 +103,64 @@ def _no_cuda_build(framework: str, packages: dict) -> str | None:
     return None
 
 
-def _hardware_clause(precision: str, device: dict) -> tuple[bool, str]:
-    """(supported, text) for the precision on this GPU's tensor cores."""
+def _hardware_clause(recipe: Recipe, device: dict) -> tuple[bool, str, bool]:
+    """(runs here, text, native) for the recipe on this GPU."""
     cc = hardware.cc_string(device.get("compute_capability"))
     where = f"GPU {device.get('index', 0)} ({cc}, {hardware.family(cc)})"
-    if precision in hardware.native_precisions(cc):
-        text = f"{where} supports {precision} natively"
-        if precision == "nvfp4" and hardware.family(cc) == "Blackwell RTX":
+    have = hardware.cc_tuple(cc) or (0, 0)
+    if recipe.min_cc and have < recipe.min_cc:
+        need = ".".join(map(str, recipe.min_cc))
+        return False, f"{recipe.name} needs compute capability {need}+; {where} lacks it", False
+    fmt = recipe.format
+    if recipe.emulated:
+        return True, f"{fmt} emulated on {where} (quantize-dequantize, bf16 GEMMs)", False
+    if fmt in hardware.native_precisions(cc):
+        text = f"{where} supports {fmt} natively"
+        if fmt == "nvfp4" and hardware.family(cc) == "Blackwell RTX":
             text += ("; but TransformerEngine's full NVFP4 training recipe is 10.x-only "
                      "(12.x: forward or no-RHT/SR only, TE PR #3195)")
-        return True, text
-    need = ".".join(map(str, hardware.NATIVE_MIN_CC[precision]))
-    return False, f"{precision} needs compute capability {need}+; {where} lacks it"
+        return True, text, True
+    need = ".".join(map(str, recipe.native_min_cc))
+    return False, f"{fmt} needs compute capability {need}+; {where} lacks it", False
 
 
-def capability(
-    framework: str,
-    precision: str,
-    probe: dict | None,
-    packages: dict[str, str | None],
-    device_index: int = 0,
-) -> Capability:
-    """Whether ``framework`` can train at ``precision`` here, how, and the reason in words."""
-    if framework not in FRAMEWORKS:
-        raise ParallaxError(f"unknown framework '{framework}'; choose one of: {', '.join(FRAMEWORKS)}")
-    if precision not in PRECISIONS:
-        raise ParallaxError(f"unknown precision '{precision}'; choose one of: {', '.join(PRECISIONS)}")
-    cell = (framework, precision)
+def capability(recipe: Recipe, probe: dict | None, packages: dict[str, str | None],
+               device_index: int = 0) -> Capability:
+    """Whether ``recipe`` can train here, how, and the reason in words."""
     device = _select_device(probe, device_index)
     blocking: list[str] = []  # each one alone makes the cell unavailable
     info: list[str] = []
     if device is None:  # the driver's own words are shown once, by check-env, not in every cell
         blocking.append(NO_GPU)
-    missing_engine = _not_implemented(framework, precision)
+    missing_engine = _not_implemented(recipe)
     if missing_engine:
         blocking.append(missing_engine)
     else:  # package and build problems matter only for what Parallax can run
-        blocking += filter(None, [_missing_packages(framework, packages)])
+        blocking += filter(None, [_missing_packages(recipe, packages)])
+    native = False
     if device is not None:
-        supported, text = _hardware_clause(precision, device)
+        supported, text, native = _hardware_clause(recipe, device)
         (info if supported else blocking).append(text)
         if not missing_engine:
-            blocking += filter(None, [_no_cuda_build(framework, packages)])
+            blocking += filter(None, [_no_cuda_build(recipe.framework, packages)])
 
-    if device is None and len(blocking) == 1 and cell in CPU_RUNNABLE:
-        reason = (f"{blocking[0]}; bf16 runs on the CPU, correct but slow: "
+    def result(status, reason, backend):
+        return Capability(recipe.framework, recipe.name, recipe.format, status, reason, backend, recipe.default)
+
+    if device is None and len(blocking) == 1 and recipe.cpu:
+        reason = (f"{blocking[0]}; runs on the CPU, correct but slow: "
                   "for the tiny preset and tests, not for benchmark numbers")
-        return Capability(framework, precision, CPU, reason, BACKEND[cell] + ", on CPU")
+        return result(CPU, reason, recipe.summary + ", on CPU")
     if blocking:
-        return Capability(framework, precision, UNAVAILABLE, "; ".join(blocking + info), None)
-    return Capability(framework, precision, NATIVE, "; ".join(info), BACKEND[cell])
+        return result(UNAVAILABLE, "; ".join(blocking + info), None)
+    return result(NATIVE if native else EMULATED, "; ".join(info), recipe.summary)
 
 
-def _not_implemented(framework: str, precision: str) -> str | None:
-    if precision not in IMPLEMENTED[framework]:
-        return f"not implemented in Parallax yet (planned: {PLANNED[(framework, precision)]})"
-    if not engine_present(framework):
-        return f"the {framework} engine is missing from this installation (parallax/engines/{framework})"
+def _not_implemented(recipe: Recipe) -> str | None:
+    if not recipe.implemented:
+        return f"not implemented in Parallax yet (planned: {recipe.planned})"
+    if not engine_present(recipe.framework):
+        return f"the {recipe.framework} engine is missing from this installation (parallax/engines/{recipe.framework})"
     return None
 
 
@@ -187,5 +171,32 @@ def capability_matrix(
     frameworks: tuple[str, ...] = FRAMEWORKS,
     precisions: tuple[str, ...] = PRECISIONS,
 ) -> list[Capability]:
-    """Every framework × precision cell, frameworks outermost."""
-    return [capability(f, p, probe, packages, device_index) for f in frameworks for p in precisions]
+    """Every recipe of ``frameworks`` in ``precisions``, frameworks outermost."""
+    return [capability(r, probe, packages, device_index) for r in registry.recipes()
+            if r.framework in frameworks and r.format in precisions]
+
+
+def require(recipe: Recipe, platform: str, compute_capability=None, device_name: str = "") -> None:
+    """Raise a one-line ParallaxError, before any GPU work, when ``recipe`` cannot run on the
+    device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
+    library (naming the extra), a CPU run of a GPU-only recipe, too old a GPU. Nothing falls
+    back to another recipe."""
+    from parallax.errors import ParallaxError, require_module
+
+    if not recipe.implemented:
+        raise ParallaxError(f"{recipe.framework} recipe '{recipe.name}' is not implemented yet "
+                            f"(planned: {recipe.planned}); parallax check-env lists what runs")
+    if recipe.backend.module:
+        require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)
+    if platform == "cpu":
+        if not recipe.cpu:
+            need = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
+            raise ParallaxError(f"recipe '{recipe.name}' needs an NVIDIA GPU of compute capability {need}+; "
+                                "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
+        return
+    have = hardware.cc_tuple(compute_capability)
+    if recipe.min_cc and have is not None and have < recipe.min_cc:
+        need = ".".join(map(str, recipe.min_cc))
+        raise ParallaxError(
+            f"recipe '{recipe.name}' needs compute capability {need}+; {device_name or 'this GPU'} is "
+            f"{hardware.cc_string(compute_capability)} (pick a bf16 recipe: parallax check-env lists them)")

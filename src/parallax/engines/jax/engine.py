@@ -9,36 +9,43 @@ from __future__ import annotations
 import numpy as np
 
 from parallax.config import RunConfig
-from parallax.engines.base import Engine, EngineOutput, Progress
+from parallax.engines.base import Engine, EngineOutput, Plan, Progress
 from parallax.errors import ParallaxError
-from parallax.precision import PrecisionInfo
-from parallax.precision.jax import jax_precision, on_device
 
 
 class JaxEngine(Engine):
     name = "jax"
 
-    def check(self, run: RunConfig) -> PrecisionInfo:
+    def check(self, run: RunConfig) -> Plan:
+        """Device, recipe (library, capability, the recipe's own checks) and the label the run
+        records, decided once, before any training. The attention backend is chosen when the
+        model is built (it needs a compiled probe on the device)."""
         from parallax.engines.jax.runtime import import_jax, resolve_device
+        from parallax.precision import capability
+        from parallax.precision.jax.select import for_recipe, on_device
 
-        precision = jax_precision(run.precision)
         if not run.compile:
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
+        recipe = run.recipe_spec
         import_jax()
         device = resolve_device(run.device)
-        # The label the run will record: native only where the device has bf16 matrix units.
-        return on_device(precision, device.platform, getattr(device, "compute_capability", None)).info
+        cc = getattr(device, "compute_capability", None)
+        capability.require(recipe, device.platform, cc, getattr(device, "device_kind", ""))
+        precision = for_recipe(recipe)
+        precision.hooks.check(device)
+        precision = on_device(precision, device.platform, cc)
+        return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
+                    handles={"device": device, "precision": precision})
 
-    def train(self, run: RunConfig, batches, progress: Progress) -> EngineOutput:
+    def train(self, run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
         from parallax.engines.jax.training import train
 
-        return train(run, batches, progress)
+        return train(run, plan, batches, progress)
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
                           device: str):
         from parallax.engines.jax.reference import JaxReferenceTrainer
 
         return JaxReferenceTrainer(run, weights, compute_dtype, device)
-

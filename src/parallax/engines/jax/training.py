@@ -17,9 +17,7 @@ from parallax.engines.jax.runtime import (
     import_jax,
     jit_train_step,
     make_optimizer,
-    resolve_device,
 )
-from parallax.precision.jax import jax_precision, on_device
 from parallax.schedule import lr_at
 from parallax.weights import init_weights
 
@@ -31,10 +29,9 @@ TIMING_METHOD = (
 OVERHEAD_STEPS = 20
 
 
-def train(run: RunConfig, batches, progress: Progress) -> EngineOutput:
+def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
-    device = resolve_device(run.device)
-    precision = on_device(jax_precision(run.precision), device.platform, getattr(device, "compute_capability", None))
+    device, precision = plan.handles["device"], plan.handles["precision"]
     config = run.model_config
 
     progress.phase("building the model")

@@ -1,4 +1,8 @@
-"""The PyTorch training engine: bf16 autocast, fused AdamW, torch.compile, SDPA.
+"""The PyTorch training engine: the recipe's model and context, fused AdamW, torch.compile, SDPA.
+
+What precision means here is the recipe's business (``precision/torch/``): its hooks build the
+model, give the context every forward runs in and say which layers are quantized; this module
+runs the loop, times it and guards the numerics.
 
 Importing this module does not import torch (``check`` names the extra when it is missing).
 
@@ -13,6 +17,7 @@ part of a step time.
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -25,12 +30,12 @@ from parallax.engines.base import (
     Engine,
     EngineOutput,
     EvalRecord,
+    Plan,
     Progress,
     StepRecord,
     eval_due,
 )
 from parallax.errors import ParallaxError, missing_dependency
-from parallax.precision import PrecisionInfo
 from parallax.schedule import lr_at
 from parallax.weights import init_weights
 
@@ -106,19 +111,6 @@ def attention_context(attention: str):
     return sdpa_kernel([getattr(SDPBackend, name) for name in order], set_priority=True)
 
 
-def build_model(torch, model: ModelConfig, weights: dict[str, np.ndarray], device, compute_dtype):
-    """The ``Llama`` on ``device`` holding the canonical ``weights`` (no throw-away init)."""
-    from parallax.engines.torch.convert import to_torch_state
-    from parallax.engines.torch.model import Llama
-
-    with torch.device("meta"):
-        module = Llama(model, compute_dtype)
-    module = module.to_empty(device=device)
-    module.load_state_dict(to_torch_state(model, weights), strict=True)
-    module.reset_rope()
-    return module
-
-
 def make_optimizer(torch, module, optim: OptimConfig, device):
     """AdamW; weight decay on matrices (ndim ≥ 2) only, never on the RMSNorm gains."""
     params = [p for p in module.parameters() if p.requires_grad]
@@ -139,14 +131,21 @@ class Trainer:
                  compile_mode: str = "default"):
         self.torch = torch = import_torch()
         self.run, self.precision, self.device, self.attention = run, precision, device, attention
-        self.model = build_model(torch, run.model_config, weights, device, precision.compute_dtype)
-        self.params = list(self.model.parameters())
+        self.hooks = hooks = precision.hooks
+        self.model = hooks.build(torch, run.model_config, weights, device)
+        named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        self.params = [p for _, p in named]
+        # The numerics guard reads these parameters' gradient norms every step (one foreach
+        # norm that clipping needs anyway): all zero or non-finite fails the run.
+        quantized = set(hooks.quantized(self.model))
+        self.quantized = [(i, n) for i, (n, _) in enumerate(named) if n in quantized]
         self.optimizer = make_optimizer(torch, self.model, run.optim, device)
         # Compiling the module (forward, loss and, through AOTAutograd, backward) fuses the
         # norms, RoPE, SwiGLU and the float32 cross-entropy; the fused AdamW and the foreach
-        # clipping are already a handful of kernels, so they stay eager.
+        # clipping are already a handful of kernels, so they stay eager. A recipe may compile
+        # less (TransformerEngine's modules stay eager): ``hooks.compile`` decides.
         self.compile_mode = compile_mode if compile else None
-        self.forward = torch.compile(self.model, mode=compile_mode) if compile else self.model
+        self.forward = hooks.compile(torch, self.model, compile_mode) if compile else self.model
 
     def upload(self, batch: np.ndarray, pinned: bool = False):
         """A [B, S+1] host batch on the device, copied asynchronously. A batch already in
@@ -166,19 +165,24 @@ class Trainer:
     def loss(self, batch):
         from parallax.engines.torch.model import batch_loss
 
-        with self.precision.autocast(self.device.type), attention_context(self.attention):
+        with self.precision.autocast(self.torch, self.device.type), attention_context(self.attention):
             return batch_loss(self.forward, batch)
 
     def train_step(self, batch, lr: float):
-        """Enqueue one optimizer step; return (loss, pre-clip gradient norm) as device tensors."""
+        """Enqueue one optimizer step; return [loss, pre-clip gradient norm, the gradient norm
+        of each quantized parameter] as one float32 device tensor."""
+        torch = self.torch
         loss = self.loss(batch)
         loss.backward()
-        grad_norm = self.torch.nn.utils.clip_grad_norm_(self.params, self.run.optim.grad_clip)
+        norms = torch._foreach_norm([p.grad for p in self.params])
+        grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        torch.nn.utils.clip_grads_with_norm_(self.params, self.run.optim.grad_clip, grad_norm)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss.detach(), grad_norm
+        watched = [norms[i] for i, _ in self.quantized]
+        return torch.stack([loss.detach().float(), grad_norm.float(), *(n.float() for n in watched)])
 
     def eval_loss(self, batches) -> float:
         with self.torch.no_grad():
@@ -236,7 +240,7 @@ class TrainLoop:
         self.clock = CudaClock(torch) if cuda else HostClock()
         # Losses and gradient norms land here by an in-stream copy, readable once a step's
         # mark has passed, without a device synchronisation.
-        self.host = torch.zeros((run.steps, 2), dtype=torch.float32, pin_memory=cuda)
+        self.host = torch.zeros((run.steps, 2 + len(trainer.quantized)), dtype=torch.float32, pin_memory=cuda)
         self.records: list[StepRecord] = []
         self.evals: list[EvalRecord] = []
         self.compile_s = 0.0
@@ -250,8 +254,8 @@ class TrainLoop:
         previous, pending = clock.mark(), None
         for step in range(run.steps):
             lr = trainer.lr(step)
-            loss, grad_norm = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
-            self.host[step].copy_(trainer.torch.stack([loss.float(), grad_norm.float()]), non_blocking=True)
+            metrics = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
+            self.host[step].copy_(metrics, non_blocking=True)
             end = clock.mark()
             if step == 0:
                 clock.wait(end)
@@ -276,33 +280,50 @@ class TrainLoop:
             return
         self.clock.wait(pending.end)
         step_ms = self.clock.elapsed_ms(pending.start, pending.end)
-        loss, grad_norm = (float(v) for v in self.host[pending.step].tolist())
-        self.records.append(StepRecord(pending.step, loss, step_ms, pending.lr, grad_norm))
+        loss, grad_norm, *watched = self.host[pending.step].tolist()
+        names = [name for _, name in self.trainer.quantized]
+        self.records.append(StepRecord(pending.step, loss, step_ms, pending.lr, grad_norm,
+                                       bad_gradients(names, watched)))
         self.progress.step(pending.step, loss, step_ms)
+
+
+def bad_gradients(names: list[str], norms: list[float]) -> list[str] | None:
+    """The quantized layers whose gradient norm is exactly zero or not finite, or None."""
+    bad = [f"{name} ({'zero' if norm == 0.0 else norm})" for name, norm in zip(names, norms)
+           if norm == 0.0 or not math.isfinite(norm)]
+    return bad or None
 
 
 class TorchEngine(Engine):
     name = "torch"
 
-    def check(self, run: RunConfig) -> PrecisionInfo:
+    def check(self, run: RunConfig) -> Plan:
+        """Device, recipe (library, capability, the recipe's own checks) and attention backend,
+        decided once; ParallaxError before any training."""
         torch = import_torch()
-        from parallax.precision import torch as torch_precision
+        from parallax.precision import capability
+        from parallax.precision.torch.select import for_recipe
 
+        recipe = run.recipe_spec
         device = resolve_device(torch, run.device)
-        return torch_precision.for_run(run.precision, device).info
+        cuda = device.type == "cuda"
+        cc = "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None
+        name = torch.cuda.get_device_name(device) if cuda else "cpu"
+        capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
+        precision = for_recipe(torch, recipe, device)
+        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
+        return Plan(recipe=recipe, precision=precision.info, device=str(device),
+                    attention=ATTENTION_NAMES[attention],
+                    handles={"device": device, "precision": precision, "attention": attention})
 
-    def train(self, run: RunConfig, batches: BatchSource, progress: Progress) -> EngineOutput:
+    def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
         torch = import_torch()
-        from parallax.precision import torch as torch_precision
-
-        device = resolve_device(torch, run.device)
-        precision = torch_precision.for_run(run.precision, device)
+        device, precision, attention = (plan.handles[k] for k in ("device", "precision", "attention"))
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
         progress.phase("building the model")
-        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
         trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile)
         loop = TrainLoop(trainer, batches, progress)
         loop.run_steps()
@@ -315,7 +336,8 @@ class TorchEngine(Engine):
             peak_allocated_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
             peak_reserved_bytes=torch.cuda.max_memory_reserved(device) if cuda else None,
             evals=loop.evals,
-            extra={"parameters": trainer.model.num_parameters()},
+            extra={"parameters": sum(p.numel() for p in trainer.model.parameters()),
+                   "quantized_parameters": [name for _, name in trainer.quantized]},
         )
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
@@ -340,6 +362,7 @@ def framework_info(torch, trainer: Trainer) -> dict:
         + " to run causal SDPA fwd+bwd at this shape and dtype",
         "compiled": trainer.compile_mode is not None,
         "compile_mode": trainer.compile_mode,
+        "compile_scope": trainer.hooks.compile_info() if trainer.compile_mode is not None else None,
         # fused=False leaves the choice to torch, which takes the for-loop kernels on the CPU.
         "optimizer": "AdamW (fused)" if cuda else "AdamW (for-loop)",
         "fused_projections": ["wq+wk+wv", "w_gate+w_up"],
@@ -352,10 +375,10 @@ class TorchReferenceTrainer:
 
     def __init__(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str, device: str):
         torch = import_torch()
-        from parallax.precision import torch as torch_precision
+        from parallax.precision.torch.select import for_compute_dtype
 
         torch_device = resolve_device(torch, device)
-        precision = torch_precision.for_compute_dtype(compute_dtype, torch_device)
+        precision = for_compute_dtype(torch, compute_dtype, torch_device)
         if torch_device.type == "cpu":
             attention = "MATH"
         else:
@@ -367,27 +390,25 @@ class TorchReferenceTrainer:
     def logits(self, batch: np.ndarray) -> np.ndarray:
         trainer = self.trainer
         tokens = trainer.upload(np.asarray(batch))[:, :-1]
-        with self.torch.no_grad(), trainer.precision.autocast(trainer.device.type), attention_context(trainer.attention):
+        with self.torch.no_grad(), trainer.precision.autocast(self.torch, trainer.device.type), \
+                attention_context(trainer.attention):
             return trainer.model(tokens).float().cpu().numpy()
 
     def loss_and_grads(self, batch: np.ndarray) -> tuple[float, dict[str, np.ndarray]]:
-        from parallax.engines.torch.convert import from_torch_state
-
         trainer = self.trainer
         trainer.optimizer.zero_grad(set_to_none=True)
         loss = trainer.loss(trainer.upload(np.asarray(batch)))
         loss.backward()
         grads = {name: p.grad for name, p in trainer.model.named_parameters()}
         trainer.optimizer.zero_grad(set_to_none=True)
-        return float(loss.item()), from_torch_state(self.config, grads)
+        return float(loss.item()), trainer.hooks.export(self.config, trainer.model, grads)
 
     def step(self, batch: np.ndarray) -> float:
         trainer = self.trainer
-        loss, _ = trainer.train_step(trainer.upload(np.asarray(batch)), trainer.lr(self.steps_done))
+        metrics = trainer.train_step(trainer.upload(np.asarray(batch)), trainer.lr(self.steps_done))
         self.steps_done += 1
-        return float(loss.item())
+        return float(metrics[0].item())
 
     def params(self) -> dict[str, np.ndarray]:
-        from parallax.engines.torch.convert import from_torch_state
-
-        return from_torch_state(self.config, self.trainer.model.state_dict())
+        trainer = self.trainer
+        return trainer.hooks.export(self.config, trainer.model, trainer.model.state_dict())

@@ -1,0 +1,30 @@
+"""JAX fp8 with MaxText's numerics: Flax's fp8 dot_generals in every linear of the blocks
+(embedding and lm_head stay bf16).
+
+- ``flax-fp8-delayed``: ``flax.linen.Fp8DotGeneralOp`` — delayed scaling: each GEMM operand's
+  scale comes from an amax history kept in the ``_overwrite_with_gradient`` collection (E4M3
+  forward, E5M2 gradients), as MaxText's ``fp8_gpu`` mode did before Qwix; the torch
+  counterpart is TE DelayedScaling, so this is the JAX default for ``--precision fp8``;
+- ``flax-fp8-direct``: ``flax.linen.Fp8DirectDotGeneralOp`` — current scaling from each
+  operand's own amax, no state: MaxText's ``quantization: fp8`` (REFERENCE.md §1).
+"""
+
+from __future__ import annotations
+
+from parallax.precision.jax.base import FLAX
+from parallax.precision.recipe import Recipe
+
+HOOKS = "parallax.precision.jax.flax_fp8_hooks:FlaxFp8Hooks"
+
+RECIPES = (
+    Recipe(framework="jax", name="flax-fp8-delayed", format="fp8", default=True, backend=FLAX, hooks=HOOKS,
+           min_cc=(8, 9), cpu=True,
+           summary="Flax Fp8DotGeneralOp: delayed scaling, amax history in its own collection (MaxText fp8_gpu)",
+           params={"dot_general": "flax.linen.Fp8DotGeneralOp", "fwd_dtype": "float8_e4m3fn",
+                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient"}),
+    Recipe(framework="jax", name="flax-fp8-direct", format="fp8", backend=FLAX, hooks=HOOKS,
+           min_cc=(8, 9), cpu=True,
+           summary="Flax Fp8DirectDotGeneralOp: current scaling, no state (MaxText quantization=fp8)",
+           params={"dot_general": "flax.linen.Fp8DirectDotGeneralOp", "fwd_dtype": "float8_e4m3fn",
+                   "bwd_dtype": "float8_e5m2"}),
+)

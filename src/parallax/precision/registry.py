@@ -1,0 +1,142 @@
+"""The one registry of precision recipes. Every reader asks it: config (validation),
+capability and check-env (what can run here), hardware (the peak column of MFU), the runner
+(the cells of a matrix) and the report (grouping by format).
+
+Recipes are defined in the modules of ``RECIPE_MODULES`` (one per backend), each exporting
+``RECIPES``; none of them imports a framework at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+
+from parallax.errors import ParallaxError
+from parallax.precision.recipe import FORMATS, FRAMEWORKS, Recipe
+
+RECIPE_MODULES = (
+    "parallax.precision.torch.autocast",
+    "parallax.precision.torch.te",
+    "parallax.precision.torch.torchao",
+    "parallax.precision.jax.flax_bf16",
+    "parallax.precision.jax.flax_fp8",
+    "parallax.precision.jax.te",
+    "parallax.precision.jax.nvfp4",
+    "parallax.precision.maxtext",
+)
+
+
+@functools.cache
+def recipes() -> tuple[Recipe, ...]:
+    """Every recipe, in framework then format order (definition order within those)."""
+    found: list[Recipe] = []
+    for name in RECIPE_MODULES:
+        found += importlib.import_module(name).RECIPES
+    _check_unique(found)
+    return tuple(sorted(found, key=lambda r: (FRAMEWORKS.index(r.framework), FORMATS.index(r.format))))
+
+
+def _check_unique(found: list[Recipe]) -> None:
+    keys = [r.key for r in found]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise RuntimeError(f"recipes defined twice: {', '.join(twice)}")
+    for fw in FRAMEWORKS:
+        for fmt in FORMATS:
+            defaults = [r.name for r in found if r.framework == fw and r.format == fmt and r.default]
+            if len(defaults) > 1:
+                raise RuntimeError(f"{fw} has several default {fmt} recipes: {', '.join(defaults)}")
+
+
+def of_framework(framework: str) -> tuple[Recipe, ...]:
+    check_framework(framework)
+    return tuple(r for r in recipes() if r.framework == framework)
+
+
+def names(framework: str) -> tuple[str, ...]:
+    return tuple(r.name for r in of_framework(framework))
+
+
+def check_framework(framework: str) -> str:
+    if framework not in FRAMEWORKS:
+        raise ParallaxError(f"unknown framework '{framework}'; choose one of: {', '.join(FRAMEWORKS)}")
+    return framework
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ParallaxError(f"unknown precision '{fmt}'; choose one of: {', '.join(FORMATS)}")
+    return fmt
+
+
+def default(framework: str, fmt: str) -> Recipe | None:
+    """The framework's recipe for ``--precision fmt``, or None when it has none."""
+    check_format(fmt)
+    return next((r for r in of_framework(framework) if r.format == fmt and r.default), None)
+
+
+def get(framework: str, name: str) -> Recipe:
+    for recipe in of_framework(framework):
+        if recipe.name == name:
+            return recipe
+    raise ParallaxError(
+        f"unknown recipe '{name}' for {framework}; choose one of: {', '.join(names(framework))}"
+        " (parallax check-env lists them)")
+
+
+def resolve(framework: str, precision: str | None, recipe: str | None) -> Recipe:
+    """The recipe a run uses: ``recipe`` by name, else the framework's default for
+    ``precision``. A recipe whose format contradicts ``precision`` is an error, never a swap."""
+    if recipe is not None:
+        chosen = get(framework, recipe)
+        if precision is not None and check_format(precision) != chosen.format:
+            raise ParallaxError(
+                f"recipe '{recipe}' is {chosen.format}, not {precision}; drop --precision or pick "
+                f"a {precision} recipe: {', '.join(r.name for r in of_framework(framework) if r.format == precision) or 'none yet'}")
+        return chosen
+    fmt = check_format(precision or "bf16")
+    chosen = default(framework, fmt)
+    if chosen is None:
+        raise ParallaxError(f"{framework} has no {fmt} recipe yet; parallax check-env lists the recipes")
+    return chosen
+
+
+def select(frameworks: tuple[str, ...], selectors: tuple[str, ...]) -> list[Recipe]:
+    """The recipes of a benchmark: for each framework, each selector in order — a format
+    (its default recipe), a recipe name (where the framework has it), ``all`` (every recipe of
+    the framework) or ``FORMAT:all`` (every recipe of that format). A selector no framework
+    knows is an error."""
+    chosen: list[Recipe] = []
+    for selector in selectors:
+        matched = [r for fw in frameworks for r in _matching(fw, selector)]
+        if not matched and selector not in FORMATS:
+            known = sorted({r.name for fw in frameworks for r in of_framework(fw)})
+            raise ParallaxError(
+                f"no framework of {', '.join(frameworks)} has a recipe '{selector}'; give a format "
+                f"({', '.join(FORMATS)}), 'all', FORMAT:all or one of: {', '.join(known)}")
+        chosen += [r for r in matched if r not in chosen]
+    return sorted(chosen, key=lambda r: (frameworks.index(r.framework), selectors_rank(r, selectors)))
+
+
+def selectors_rank(recipe: Recipe, selectors: tuple[str, ...]) -> tuple[int, int]:
+    return FORMATS.index(recipe.format), 0 if recipe.default else 1
+
+
+def _matching(framework: str, selector: str) -> list[Recipe]:
+    own = of_framework(framework)
+    if selector == "all":
+        return list(own)
+    fmt, _, rest = selector.partition(":")
+    if rest == "all" and fmt in FORMATS:
+        return [r for r in own if r.format == fmt]
+    if selector in FORMATS:
+        found = default(framework, selector)
+        return [found] if found else []
+    return [r for r in own if r.name == selector]
+
+
+def default_name(framework: str, fmt: str) -> str:
+    """The cell name of ``fmt`` for ``framework``: its default recipe's name, else the format
+    itself (a cell the runner records as skipped: nothing implements it yet)."""
+    found = default(framework, fmt)
+    return found.name if found else fmt

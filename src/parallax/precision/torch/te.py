@@ -1,0 +1,41 @@
+"""TransformerEngine for PyTorch: the blocks built from TE modules, bf16 or fp8 under TE's autocast.
+
+Recipes (``transformer_engine.common.recipe``, REFERENCE.md §3):
+- ``te-bf16``: the TE modules in bf16, no fp8: separates "what fp8 buys inside TE" from
+  "TE vs plain PyTorch";
+- ``te-fp8-delayed``: ``DelayedScaling(fp8_format=Format.HYBRID)`` — E4M3 forward, E5M2
+  backward, scales from an amax history (the spec's fp8 recipe, so the torch default);
+- ``te-fp8-current``: ``Float8CurrentScaling(fp8_format=Format.HYBRID)`` — scales from the
+  tensor's own amax, each GEMM;
+- ``te-nvfp4``: ``NVFP4BlockScaling`` on Blackwell (planned with the nvfp4 issue).
+The model is ``engines/torch/te_model.py``; embedding and lm_head stay bf16 (plain torch).
+"""
+
+from __future__ import annotations
+
+from parallax.precision.recipe import Backend, Recipe
+
+TE = Backend("transformer_engine", distributions=(("transformer_engine_torch",),),
+             module="transformer_engine.pytorch", extra="te", min_version="2.8")
+HOOKS = "parallax.precision.torch.te_hooks:TransformerEngineHooks"
+FP8_MIN_CC = (8, 9)  # TE's is_fp8_available(): Ada, Hopper, Blackwell
+AMAX_HISTORY_LEN = 1024
+AMAX_COMPUTE_ALGO = "max"
+
+RECIPES = (
+    Recipe(framework="torch", name="te-bf16", format="bf16", backend=TE, hooks=HOOKS, min_cc=(8, 0),
+           summary="TransformerEngine modules in bf16 (no fp8 autocast)",
+           params={"te_recipe": None}),
+    Recipe(framework="torch", name="te-fp8-delayed", format="fp8", default=True, backend=TE, hooks=HOOKS,
+           min_cc=FP8_MIN_CC,
+           summary="TransformerEngine DelayedScaling(HYBRID): E4M3 forward, E5M2 backward, amax history",
+           params={"te_recipe": "DelayedScaling", "fp8_format": "HYBRID",
+                   "amax_history_len": AMAX_HISTORY_LEN, "amax_compute_algo": AMAX_COMPUTE_ALGO}),
+    Recipe(framework="torch", name="te-fp8-current", format="fp8", backend=TE, hooks=HOOKS,
+           min_cc=FP8_MIN_CC,
+           summary="TransformerEngine Float8CurrentScaling(HYBRID): per-tensor scales from the current amax",
+           params={"te_recipe": "Float8CurrentScaling", "fp8_format": "HYBRID"}),
+    Recipe(framework="torch", name="te-nvfp4", format="nvfp4", default=True, backend=TE, hooks=None,
+           min_cc=(10, 0), summary="TransformerEngine NVFP4BlockScaling (RHT, stochastic rounding, 2D weights)",
+           planned="the nvfp4 issue: TE NVFP4BlockScaling on Blackwell, emulated kernels elsewhere"),
+)

@@ -1,0 +1,27 @@
+"""torchao float8 training (what torchtitan uses): the plain model's linears converted with
+``convert_to_float8_training``, lm_head excluded, then torch.compile (REFERENCE.md §4).
+
+- ``torchao-fp8-tensorwise``: one scale per tensor (dynamic), E4M3 for all three GEMMs;
+- ``torchao-fp8-rowwise``: one scale per row, E4M3 forward and E4M3/E5M2 backward as torchao's
+  recipe sets it; its rowwise ``_scaled_mm`` needs compute capability 9.0.
+"""
+
+from __future__ import annotations
+
+from parallax.precision.recipe import Backend, Recipe
+
+TORCHAO = Backend("torchao", distributions=(("torchao",),), module="torchao", extra="torchao",
+                  min_version="0.12")
+HOOKS = "parallax.precision.torch.torchao_hooks:TorchaoFloat8Hooks"
+EXCLUDED = ("lm_head",)
+
+RECIPES = (
+    Recipe(framework="torch", name="torchao-fp8-tensorwise", format="fp8", backend=TORCHAO, hooks=HOOKS,
+           min_cc=(8, 9), cpu=False,
+           summary="torchao float8 tensorwise (dynamic per-tensor scales), torch.compile, lm_head in bf16",
+           params={"torchao_recipe": "tensorwise", "excluded": list(EXCLUDED)}),
+    Recipe(framework="torch", name="torchao-fp8-rowwise", format="fp8", backend=TORCHAO, hooks=HOOKS,
+           min_cc=(9, 0), cpu=False,
+           summary="torchao float8 rowwise (per-row scales), torch.compile, lm_head in bf16",
+           params={"torchao_recipe": "rowwise", "excluded": list(EXCLUDED)}),
+)
