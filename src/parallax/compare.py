@@ -6,9 +6,10 @@ plots, CSV/JSON) draws from, so the numbers in all of them agree by construction
 
 A file that cannot be read (corrupt, truncated, wrong schema, an ok run without its steps) is
 named in ``problems`` and left out — never averaged in. Runs whose configurations differ
-(other than framework, precision, seed) are refused: they are not one benchmark.
+(other than framework, recipe, seed) are refused: they are not one benchmark.
 
-Per cell (framework × precision) over its ok runs (seeds and repeats):
+Per cell (framework × recipe; the recipe's format is the cell's precision) over its ok runs
+(seeds and repeats):
   step_ms          median, p10, p90 of the measured (post-warmup) steps of all runs pooled
   tokens_per_s     batch·seq / median step time, with a hierarchical block-bootstrap CI
   flops            TFLOP/s and MFU under each FLOPs accounting and denominator (run.json's)
@@ -16,8 +17,9 @@ Per cell (framework × precision) over its ok runs (seeds and repeats):
   compile_s        the median compile time of the runs
   final_loss       mean of the last SMOOTH_WINDOW losses (averaged over runs), with a CI
   eval_loss, perplexity   the last evaluation of each run, averaged; perplexity = exp(loss)
-Across cells: speedups (each precision over bf16 within a framework, each framework over
-torch within a precision) and loss deltas (loss − loss_bf16) with CIs.
+Across cells: speedups (each recipe over its framework's bf16 recipe, and over the bf16 recipe
+of its own backend where there is one, e.g. te-fp8-delayed over te-bf16; each framework's
+default recipe over torch's within a format) and loss deltas (loss − loss_bf16) with CIs.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from parallax import stats
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
-from parallax.results import RUN_FILE, load_run, load_steps
-from parallax.runner import CELL_FIELDS, ENVIRONMENT_FILE, MATRIX_FILE, differences
+from parallax.precision import registry
+from parallax.results import CELL_FIELDS, ENVIRONMENT_FILE, MATRIX_FILE, RUN_FILE, load_run, load_steps
 
 SCHEMA = "parallax.comparison/1"
 SMOOTH_WINDOW = 10
@@ -44,6 +46,24 @@ BASELINE_PRECISION = "bf16"
 DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
 PER_CELL = CELL_FIELDS + ("compile",)
 CONFIG_KEYS = ("framework", "precision", "batch_size", "seq_len", "model")  # what grouping and rates need
+
+
+def cell_key(config: dict) -> tuple[str, str]:
+    """(framework, recipe) of a run's config; runs written before recipes existed name only
+    their format, which was then the framework's bf16 recipe (the only one that ran)."""
+    return config["framework"], config.get("recipe") or config["precision"]
+
+
+def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """'key old → new' for every (nested) key whose value differs between ``a`` and ``b``."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += differences(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key} {va!r} → {vb!r}")
+    return out
 
 STATS_METHOD = (
     "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "
@@ -79,10 +99,11 @@ class LoadedRun:
 
 @dataclass
 class CellData:
-    """One framework × precision: its runs and the bootstrap replicates other cells need."""
+    """One framework × recipe: its runs and the bootstrap replicates other cells need."""
 
     framework: str
-    precision: str
+    recipe: str
+    precision: str  # the recipe's format
     runs: list[LoadedRun]
     expected_runs: int = 0
     root: Path = Path(".")  # the results directory; run folders are shown relative to it
@@ -194,7 +215,7 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
     pooled = [x for s in series for x in s]
     summary = stats.percentile_summary(pooled)
     reps = stats.bootstrap_replicates(series, stats.row_median, n_boot,
-                                      seed=_cell_seed(cell.framework, cell.precision, "step"))
+                                      seed=_cell_seed(cell.framework, cell.recipe, "step"))
     cell.tps_reps = stats.tokens_per_s_from_ms(tokens, reps)
     tps = float(stats.tokens_per_s_from_ms(tokens, summary["median"]))
     tps_ci = stats.percentile_ci(cell.tps_reps, level)
@@ -225,7 +246,7 @@ def _cell_header(cell: CellData) -> dict:
     if pending:
         counts["pending"] = pending
     return {
-        "framework": cell.framework, "precision": cell.precision,
+        "framework": cell.framework, "recipe": cell.recipe, "precision": cell.precision,
         "status": _status_text(counts), "counts": counts,
         "runs": [{"dir": _relative(r.run_dir, cell.root), "seed": r.config.get("seed"), "status": r.status,
                   "error": (r.run.get("error") or "").splitlines()[0] if r.run.get("error") else None}
@@ -346,7 +367,7 @@ def _cell_loss(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) -
     ci = None
     if len(means) > 1:
         reps = stats.bootstrap_replicates([[m] for m in means], stats.row_mean, n_boot,
-                                          seed=_cell_seed(cell.framework, cell.precision, "loss"))
+                                          seed=_cell_seed(cell.framework, cell.recipe, "loss"))
         ci = list(stats.percentile_ci(reps, level))
     return {"final_loss": {"value": float(np.mean(means)), "ci": ci, "diverged": False,
                            "window": SMOOTH_WINDOW, "runs": len(means)}}
@@ -376,17 +397,43 @@ def _ratio(a: CellData, b: CellData, level: float) -> dict:
 
 def speedups(cells: dict, level: float) -> list[dict]:
     out = []
-    for (fw, p), cell in cells.items():
-        base = cells.get((fw, BASELINE_PRECISION))
-        if p != BASELINE_PRECISION and _has_speed(cell) and _has_speed(base):
-            out.append({"kind": "precision", "framework": fw, "a": p, "b": BASELINE_PRECISION,
-                        "label": f"{fw}: {p} over {BASELINE_PRECISION}", **_ratio(cell, base, level)})
-    for (fw, p), cell in cells.items():
-        base = cells.get((BASELINE_FRAMEWORK, p))
-        if fw != BASELINE_FRAMEWORK and _has_speed(cell) and _has_speed(base):
-            out.append({"kind": "framework", "precision": p, "a": fw, "b": BASELINE_FRAMEWORK,
-                        "label": f"{p}: {fw} over {BASELINE_FRAMEWORK}", **_ratio(cell, base, level)})
+    for (fw, rec), cell in cells.items():
+        for base_name in _baselines(fw, rec, cell.precision):
+            base = cells.get((fw, base_name))
+            if _has_speed(cell) and _has_speed(base):
+                out.append({"kind": "precision", "framework": fw, "a": rec, "b": base_name,
+                            "label": f"{fw}: {rec} over {base_name}", **_ratio(cell, base, level)})
+    for (fw, rec), cell in cells.items():
+        base = cells.get((BASELINE_FRAMEWORK, _default_name(BASELINE_FRAMEWORK, cell.precision)))
+        if fw != BASELINE_FRAMEWORK and rec == _default_name(fw, cell.precision) \
+                and _has_speed(cell) and _has_speed(base):
+            out.append({"kind": "framework", "precision": cell.precision, "a": fw, "b": BASELINE_FRAMEWORK,
+                        "recipes": [rec, base.recipe],
+                        "label": f"{cell.precision}: {fw} over {BASELINE_FRAMEWORK}", **_ratio(cell, base, level)})
     return out
+
+
+def _default_name(framework: str, fmt: str) -> str:
+    """The name of the framework's default recipe of ``fmt`` (the format itself if unknown)."""
+    try:
+        found = registry.default(framework, fmt)
+    except ParallaxError:
+        found = None
+    return found.name if found else fmt
+
+
+def _baselines(framework: str, recipe: str, fmt: str) -> list[str]:
+    """What a cell's speed and loss are compared with: its framework's bf16 recipe, and the
+    bf16 recipe of its own backend where that is another one (te-fp8-* over te-bf16)."""
+    plain = _default_name(framework, BASELINE_PRECISION)
+    out = [] if recipe == plain else [plain]
+    try:
+        own = registry.get(framework, recipe)
+    except ParallaxError:
+        return out
+    same = [r.name for r in registry.of_framework(framework)
+            if r.backend == own.backend and r.format == BASELINE_PRECISION and r.name not in (recipe, plain)]
+    return out + same[:1] if fmt != BASELINE_PRECISION else out
 
 
 def _has_speed(cell: CellData | None) -> bool:
@@ -408,7 +455,7 @@ def loss_difference(a: CellData, b: CellData, n_boot: int, level: float) -> dict
         diffs = [np.mean(a.loss_windows[s], axis=0) - np.mean(b.loss_windows[s], axis=0) for s in common]
         value = float(np.mean([d.mean() for d in diffs]))
         reps = stats.bootstrap_replicates(diffs, stats.row_mean, n_boot,
-                                          seed=_cell_seed(a.framework, a.precision, b.precision, "delta"))
+                                          seed=_cell_seed(a.framework, a.recipe, b.recipe, "delta"))
         ci = list(stats.percentile_ci(reps, level))
     else:
         value = a.record["final_loss"]["value"] - b.record["final_loss"]["value"]
@@ -429,36 +476,37 @@ def _unpaired_ci(a: CellData, b: CellData, n_boot: int, level: float) -> list[fl
 
 def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     out = []
-    for (fw, p), cell in cells.items():
-        base = cells.get((fw, BASELINE_PRECISION))
-        if p == BASELINE_PRECISION or base is None:
+    for (fw, rec), cell in cells.items():
+        base_name = _default_name(fw, BASELINE_PRECISION)
+        base = cells.get((fw, base_name))
+        if cell.precision == BASELINE_PRECISION or base is None:
             continue
         diff = loss_difference(cell, base, n_boot, level)
         if diff is not None:
-            out.append({"framework": fw, "precision": p, "baseline": BASELINE_PRECISION, **diff})
+            out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "baseline": base_name, **diff})
     return out
 
 
 def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
-    """The fastest stack at each precision and what each format costs in loss."""
+    """The fastest stack (framework and recipe) at each format and what each recipe costs in loss."""
     fastest = []
-    precisions = sorted({p for _, p in cells}, key=_order(PRECISIONS))
+    precisions = sorted({c.precision for c in cells.values()}, key=_order(PRECISIONS))
     for p in precisions:
-        ranked = sorted((c for (fw, q), c in cells.items() if q == p and _has_speed(c)),
+        ranked = sorted((c for c in cells.values() if c.precision == p and _has_speed(c)),
                         key=lambda c: -c.record["tokens_per_s"]["value"])
         if not ranked:
             continue
-        entry = {"precision": p, "framework": ranked[0].framework,
+        entry = {"precision": p, "framework": ranked[0].framework, "recipe": ranked[0].recipe,
                  "tokens_per_s": ranked[0].record["tokens_per_s"]["value"],
                  "native": _native(ranked[0]), "runner_up": None}
         if len(ranked) > 1:
-            entry["runner_up"] = ranked[1].framework
+            entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
             entry.update(_ratio(ranked[0], ranked[1], level))
         fastest.append(entry)
-    emulated = [{"framework": fw, "precision": p} for (fw, p), c in cells.items()
+    emulated = [{"framework": fw, "recipe": rec, "precision": c.precision} for (fw, rec), c in cells.items()
                 if c.ok and _native(c) is False]
-    not_ok = [{"framework": fw, "precision": p, "status": c.record["status"]}
-              for (fw, p), c in cells.items() if c.record["status"] != "ok"]
+    not_ok = [{"framework": fw, "recipe": rec, "precision": c.precision, "status": c.record["status"]}
+              for (fw, rec), c in cells.items() if c.record["status"] != "ok"]
     return {"fastest": fastest, "loss_cost": deltas, "emulated": emulated, "not_ok": not_ok}
 
 
@@ -508,19 +556,30 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
 
 
 def _group(runs: list[LoadedRun], matrix: dict | None, root: Path) -> dict:
-    """Cells in the order of the matrix (or of FRAMEWORKS × PRECISIONS), pending ones included."""
-    keys = {(r.config["framework"], r.config["precision"]) for r in runs}
+    """Cells grouped by format (bf16, fp8, nvfp4), then framework in the matrix's order, the
+    framework's default recipe first; pending ones included."""
+    formats = {cell_key(r.config): r.config["precision"] for r in runs}
     expected = 0
     if matrix:
-        keys |= {(fw, p) for fw in matrix["frameworks"] for p in matrix["precisions"]}
+        formats.update({(fw, rec): fmt for fw, rec, fmt in _matrix_cells(matrix)})
         expected = len(matrix["seeds"]) * matrix["repeats"]
     fws = list(matrix["frameworks"]) if matrix else list(FRAMEWORKS)
-    ps = list(matrix["precisions"]) if matrix else list(PRECISIONS)
-    ordered = sorted(keys, key=lambda k: (_order(fws)(k[0]), _order(ps)(k[1])))
-    cells = {k: CellData(k[0], k[1], [], expected, root) for k in ordered}
+
+    def order(key):
+        fw, rec = key
+        return _order(list(PRECISIONS))(formats[key]), _order(fws)(fw), rec != _default_name(fw, formats[key]), rec
+
+    cells = {k: CellData(k[0], k[1], formats[k], [], expected, root) for k in sorted(formats, key=order)}
     for r in runs:
-        cells[(r.config["framework"], r.config["precision"])].runs.append(r)
+        cells[cell_key(r.config)].runs.append(r)
     return cells
+
+
+def _matrix_cells(matrix: dict) -> list[tuple[str, str, str]]:
+    """(framework, recipe, format) of every cell of a matrix.json (schema 1 listed formats)."""
+    if "cells" in matrix:
+        return [tuple(c) for c in matrix["cells"]]
+    return [(fw, p, p) for fw in matrix["frameworks"] for p in matrix["precisions"]]
 
 
 def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
@@ -559,7 +618,8 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
         other = base.cells.get(key)
         if not (_has_speed(cell) and _has_speed(other)):
             continue
-        row = {"framework": key[0], "precision": key[1], "tokens_per_s": _ratio(cell, other, level),
+        row = {"framework": key[0], "recipe": key[1], "precision": cell.precision,
+               "tokens_per_s": _ratio(cell, other, level),
                "step_ms_ratio": cell.record["step_ms"]["median"] / other.record["step_ms"]["median"],
                "memory_ratio": _safe_ratio(cell.record["memory"]["peak_reserved_bytes"],
                                            other.record["memory"]["peak_reserved_bytes"])}

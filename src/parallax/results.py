@@ -38,6 +38,17 @@ REQUIRED_OK_KEYS = ("precision", "framework", "timing", "throughput", "flops", "
 RUN_FILE = "run.json"
 STEPS_FILE = "steps.jsonl"
 
+# The layout of a benchmark output directory (``runner`` writes it, ``compare`` reads it):
+#   matrix.json, environment.json, index.json, runs/<cell id>/{config.json, run.json, steps.jsonl, run.log}
+MATRIX_FILE = "matrix.json"
+INDEX_FILE = "index.json"
+ENVIRONMENT_FILE = "environment.json"
+RUNS_DIR = "runs"
+CONFIG_FILE = "config.json"
+LOG_FILE = "run.log"
+# RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
+CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir")
+
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""

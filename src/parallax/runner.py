@@ -15,7 +15,13 @@ it gets that far, otherwise by the runner (skipped, oom, failed with the tail of
 timeout). A cell counts as done once its ``run.json`` is valid, so after the runner is killed
 (even with SIGKILL) ``resume=True`` runs only the cells without one.
 
-Cells run in the order repeat → seed → framework → precision: the repeats of a cell are spread
+A cell is (framework, recipe) for one seed and repeat: ``--precisions fp8`` gives each
+framework's default fp8 recipe, ``--recipes`` names others (``precision.registry.select``), so
+TE delayed, TE current and torchao are separate cells of one matrix. After each cell the loss
+guard compares every low-precision cell with its bf16 twin (same framework, seed, repeat):
+a final loss more than ``max_loss_gap`` nats worse is recorded as failed, measurements kept.
+
+Cells run in the order repeat → seed → framework → recipe: the repeats of a cell are spread
 over the whole session instead of back to back, so slow drifts (clocks, temperature) do not
 fall on one cell.
 """
@@ -39,21 +45,30 @@ from parallax import __version__, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.envinfo import utc_now
 from parallax.errors import ParallaxError
-from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_json, load_run, load_steps, write_run
+from parallax.precision import registry
+from parallax.results import (  # noqa: F401 (the layout constants, re-exported for callers)
+    CELL_FIELDS,
+    CONFIG_FILE,
+    ENVIRONMENT_FILE,
+    INDEX_FILE,
+    LOG_FILE,
+    MATRIX_FILE,
+    RUN_FILE,
+    RUNS_DIR,
+    STEPS_FILE,
+    atomic_write_json,
+    load_run,
+    load_steps,
+    write_run,
+)
 from parallax.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train` exits with
 
-MATRIX_SCHEMA = "parallax.matrix/1"
-INDEX_SCHEMA = "parallax.index/1"
-MATRIX_FILE = "matrix.json"
-INDEX_FILE = "index.json"
-ENVIRONMENT_FILE = "environment.json"
-RUNS_DIR = "runs"
-LOG_FILE = "run.log"
+MATRIX_SCHEMA = "parallax.matrix/2"
+INDEX_SCHEMA = "parallax.index/2"
 PROGRESS_FILE = "progress.jsonl"
 LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
-# RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
-CELL_FIELDS = ("framework", "precision", "seed", "output_dir")
+DEFAULT_MAX_LOSS_GAP = 0.25  # nats, final smoothed loss against the bf16 twin
 # Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
 # --no-compile), so the benchmark's --no-compile applies to these only.
 EAGER_FRAMEWORKS = ("torch",)
@@ -62,35 +77,56 @@ EAGER_FRAMEWORKS = ("torch",)
 @dataclass(frozen=True)
 class Cell:
     framework: str
-    precision: str
+    recipe: str  # the recipe's name in the registry
     seed: int
     repeat: int
+    precision: str = "bf16"  # the recipe's format
 
     @property
     def id(self) -> str:
-        return f"{self.framework}-{self.precision}-seed{self.seed}-rep{self.repeat}"
+        return f"{self.framework}-{self.recipe}-seed{self.seed}-rep{self.repeat}"
 
     @property
     def label(self) -> str:
-        return f"{self.framework} {self.precision} seed {self.seed} rep {self.repeat}"
+        return f"{self.framework} {self.recipe} seed {self.seed} rep {self.repeat}"
 
 
 @dataclass(frozen=True)
 class Matrix:
-    """What a benchmark runs: frameworks × precisions × seeds × repeats of one RunConfig."""
+    """What a benchmark runs: frameworks × recipes × seeds × repeats of one RunConfig.
+    ``recipes`` are selectors: a format (each framework's default recipe of it), a recipe
+    name, ``all`` or ``FORMAT:all`` (``precision.registry.select``)."""
 
     frameworks: tuple[str, ...]
-    precisions: tuple[str, ...]
+    recipes: tuple[str, ...]
     seeds: tuple[int, ...] = (0,)
     repeats: int = 1
     base: RunConfig = field(default_factory=RunConfig)
+    max_loss_gap: float = DEFAULT_MAX_LOSS_GAP
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """The formats of the matrix's recipes, in report order."""
+        found = {r.format for r in self.recipe_list()}
+        return tuple(p for p in PRECISIONS if p in found)
+
+    def recipe_list(self):
+        return registry.select(self.frameworks, self.recipes)
 
     def validate(self) -> "Matrix":
         for name, values, known in (("--frameworks", self.frameworks, FRAMEWORKS),
-                                    ("--precisions", self.precisions, PRECISIONS)):
+                                    ("--precisions/--recipes", self.recipes, PRECISIONS)):
             if not values:
                 raise ParallaxError(f"{name} is empty; choose from: {', '.join(known)}")
             _no_duplicates(name, values)
+        from parallax.engines import check_engine
+
+        for fw in self.frameworks:
+            check_engine(fw)
+        if not self.recipe_list():
+            raise ParallaxError(f"no recipe of {', '.join(self.recipes)} exists for {', '.join(self.frameworks)}")
+        if not self.max_loss_gap > 0:
+            raise ParallaxError(f"--max-loss-gap must be positive, got {self.max_loss_gap}")
         if not self.seeds:
             raise ParallaxError("--seeds is empty; give at least one seed, e.g. --seeds 0")
         _no_duplicates("--seeds", self.seeds)
@@ -98,30 +134,34 @@ class Matrix:
             raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
         if self.repeats < 1:
             raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
-        for cell in self.cells()[: len(self.frameworks) * len(self.precisions)]:
+        recipes = self.recipe_list()
+        for cell in self.cells()[: len(recipes)]:
             self.run_config(cell, Path(".")).validate()
         return self
 
     def cells(self) -> list[Cell]:
-        return [Cell(fw, p, seed, rep)
-                for rep in range(self.repeats) for seed in self.seeds
-                for fw in self.frameworks for p in self.precisions]
+        recipes = self.recipe_list()
+        return [Cell(r.framework, r.name, seed, rep, r.format)
+                for rep in range(self.repeats) for seed in self.seeds for r in recipes]
 
     def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
         compile_ = self.base.compile or cell.framework not in EAGER_FRAMEWORKS
-        return self.base.replace(framework=cell.framework, precision=cell.precision,
+        return self.base.replace(framework=cell.framework, precision=cell.precision, recipe=cell.recipe,
                                  seed=cell.seed, output_dir=str(run_dir), compile=compile_)
 
     def to_dict(self) -> dict:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
         return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
-                "precisions": list(self.precisions), "seeds": list(self.seeds),
-                "repeats": self.repeats, "run": run}
+                "recipes": list(self.recipes), "seeds": list(self.seeds),
+                "repeats": self.repeats, "max_loss_gap": self.max_loss_gap,
+                "cells": [[r.framework, r.name, r.format] for r in self.recipe_list()], "run": run}
 
     @classmethod
     def from_dict(cls, data: dict) -> "Matrix":
-        return cls(tuple(data["frameworks"]), tuple(data["precisions"]), tuple(data["seeds"]),
-                   int(data["repeats"]), RunConfig.from_dict(data["run"]))
+        recipes = data.get("recipes") or data["precisions"]  # schema 1 named formats only
+        return cls(tuple(data["frameworks"]), tuple(recipes), tuple(data["seeds"]),
+                   int(data["repeats"]), RunConfig.from_dict(data["run"]),
+                   float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)))
 
 
 def _no_duplicates(name: str, values) -> None:
@@ -140,7 +180,7 @@ class CellResult:
     reused: bool = False  # finished by an earlier session (resume)
 
     def index_entry(self, output_dir: Path) -> dict:
-        return {"id": self.cell.id, "framework": self.cell.framework,
+        return {"id": self.cell.id, "framework": self.cell.framework, "recipe": self.cell.recipe,
                 "precision": self.cell.precision, "seed": self.cell.seed,
                 "repeat": self.cell.repeat, "status": self.status,
                 "dir": str(self.run_dir.relative_to(output_dir)),
@@ -172,24 +212,14 @@ CommandFor = Callable[[RunConfig, Path], list[str]]
 
 
 def train_command(run: RunConfig, run_dir: Path) -> list[str]:
-    """The ``parallax train`` command line of one cell."""
-    cmd = [sys.executable, "-m", "parallax", "train",
-           "--framework", run.framework, "--precision", run.precision, "--model", run.model,
-           "--batch-size", str(run.batch_size), "--seq-len", str(run.seq_len),
-           "--steps", str(run.steps), "--warmup", str(run.warmup), "--seed", str(run.seed),
-           "--eval-every", str(run.eval_every), "--eval-batches", str(run.eval_batches),
-           "--device", run.device, "--output-dir", str(run_dir)]
-    if run.data:
-        cmd += ["--data", run.data]
-    else:
-        cmd += ["--synthetic"] if run.synthetic else ["--hf"]
-    if not run.compile:
-        cmd.append("--no-compile")
-    if run.peak_tflops is not None:
-        cmd += ["--peak-tflops", repr(run.peak_tflops)]
-    if run.epochs is not None:
-        cmd += ["--epochs", repr(run.epochs)]
-    return cmd
+    """The ``parallax train`` command line of one cell: its configuration travels as a file
+    (``run_cell`` writes ``config.json`` into the cell's folder first)."""
+    return [sys.executable, "-m", "parallax", "train", "--config", str(run_dir / CONFIG_FILE)]
+
+
+def write_cell_config(run_dir: Path, run: RunConfig) -> None:
+    """The cell's RunConfig as the file ``parallax train --config`` reads."""
+    atomic_write_json(run_dir / CONFIG_FILE, run.replace(output_dir=str(run_dir)).to_dict())
 
 
 def child_env(progress_path: Path | None = None) -> dict:
@@ -325,6 +355,7 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     """Run one cell's process to its end (or its timeout) and record the outcome."""
     shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
     run_dir.mkdir(parents=True)
+    write_cell_config(run_dir, run)
     progress_path = run_dir / PROGRESS_FILE
     started, t0 = utc_now(), time.monotonic()
     with open(run_dir / LOG_FILE, "wb") as log:
@@ -495,9 +526,49 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
                 display.cell_started(cell)
                 results[i] = run_cell(cell, run, result.run_dir, command_for(run, result.run_dir),
                                       timeout_s, display, poll_s)
+                loss_gap_guard(results, matrix.max_loss_gap, display)
                 write_index(output_dir, matrix, results)
                 display.cell_finished(results[i])
         finally:
             write_index(output_dir, matrix, results)
         display.matrix_finished(results)
     return results
+
+
+# ----------------------------------------------------------------------------- loss guard
+
+def bf16_twin(cell: Cell, results: list[CellResult]) -> CellResult | None:
+    """The cell of the same framework, seed and repeat running the framework's bf16 recipe."""
+    twin = registry.default(cell.framework, "bf16")
+    if twin is None or cell.precision == "bf16":
+        return None
+    return next((r for r in results if (r.cell.framework, r.cell.recipe, r.cell.seed, r.cell.repeat)
+                 == (cell.framework, twin.name, cell.seed, cell.repeat)), None)
+
+
+def loss_gap_guard(results: list[CellResult], max_gap: float, display: Display) -> list[int]:
+    """Check every ok low-precision cell whose ok bf16 twin exists and that has not been
+    checked yet; a final smoothed loss more than ``max_gap`` nats above the twin's turns the
+    cell to failed (its measurements stay). The verdict is stored in run.json under
+    ``guards.loss_gap``. Returns the indices of cells whose status changed."""
+    changed = []
+    for i, result in enumerate(results):
+        twin = bf16_twin(result.cell, results)
+        if result.status != "ok" or twin is None or twin.status != "ok":
+            continue
+        run, base = _try_load(result.run_dir), _try_load(twin.run_dir)
+        if run is None or base is None or "loss_gap" in run.get("guards", {}):
+            continue
+        gap = run["loss"]["final_smoothed"] - base["loss"]["final_smoothed"]
+        verdict = {"twin": twin.cell.id, "gap": gap, "threshold": max_gap, "ok": bool(gap <= max_gap)}
+        run.setdefault("guards", {})["loss_gap"] = verdict
+        if not verdict["ok"]:
+            run["status"] = "failed"
+            run["error"] = (f"numerics guard: final loss {gap:+.3f} nats against its bf16 twin "
+                            f"{twin.cell.id} (threshold {max_gap:g}; --max-loss-gap)")
+            results[i] = CellResult(result.cell, "failed", result.run_dir, run["error"],
+                                    result.elapsed_s, result.reused)
+            display.warning(f"{result.cell.label}: {run['error']}")
+            changed.append(i)
+        write_run(result.run_dir, run, load_steps(result.run_dir))
+    return changed

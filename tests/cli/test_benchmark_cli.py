@@ -35,7 +35,10 @@ def fake_trainer(monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--frameworks", "torch,maxtext"], "unknown framework 'maxtext'; choose one of: torch, jax"),
+    (["--frameworks", "torch,maxtext"], "the maxtext engine is not implemented yet; choose one of: torch, jax"),
+    (["--frameworks", "torch,mxt"], "unknown framework 'mxt'; choose one of: torch, jax, maxtext"),
+    (["--recipes", "te-fp9"], "no framework of torch, jax has a recipe 'te-fp9'"),
+    (["--max-loss-gap", "0"], "--max-loss-gap must be positive"),
     (["--precisions", "bf16,int8"], "unknown precision 'int8'; choose one of: bf16, fp8, nvfp4"),
     (["--precisions", ","], "--precisions is empty"),
     (["--seeds", "0,x"], "--seeds must be comma-separated integers, got '0,x'"),
@@ -58,14 +61,14 @@ def test_benchmark_with_report(tmp_path, capsys, fake_trainer):
     assert main(["benchmark", *TINY, "--frameworks", "torch,jax", "--precisions", "bf16,fp8",
                  "--output-dir", str(out), "--report"]) == 0
     captured = capsys.readouterr()
-    assert "Benchmark" in captured.out and "torch: fp8 over bf16" in captured.out
-    assert "skipped jax fp8 seed 0 rep 0" in captured.err
+    assert "Benchmark" in captured.out and "torch: te-fp8-delayed over bf16" in captured.out
+    assert "skipped jax flax-fp8-delayed seed 0 rep 0" in captured.err
     assert "cells: 3 ok, 1 skipped" in captured.err
     for name in ("report.md", "report.csv", "report.json", "plots/loss.png", "plots/throughput.png",
                  "plots/memory.png", "plots/mfu.png", "index.json", "matrix.json", "environment.json"):
         assert (out / name).exists(), name
     report = (out / "report.md").read_text()
-    assert "| jax | fp8 | skipped |" in report and "![Throughput (95% CI)](plots/throughput.png)" in report
+    assert "| jax | fp8 flax-fp8-delayed | skipped |" in report and "![Throughput (95% CI)](plots/throughput.png)" in report
 
 
 def test_a_crashed_cell_makes_exit_1_and_the_rest_still_runs(tmp_path, capsys, fake_trainer):

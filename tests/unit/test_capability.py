@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from parallax.errors import ParallaxError
+from parallax.precision import PRECISIONS, registry
 from parallax.precision import capability as cap
 
 REAL_ENGINE_PRESENT = cap.engine_present
@@ -40,32 +41,72 @@ def engines_shipped(monkeypatch):
     monkeypatch.setattr(cap, "engine_present", lambda framework: framework in ("torch", "jax"))
 
 
-def cell(framework, precision, probe, packages=GPU_PACKAGES):
-    return cap.capability(framework, precision, probe, packages)
+def cell(framework, name, probe, packages=GPU_PACKAGES, device_index=0):
+    """The capability of a recipe, by name or by format (the framework's default recipe)."""
+    recipe = registry.resolve(framework, name, None) if name in PRECISIONS else registry.get(framework, name)
+    return cap.capability(recipe, probe, packages, device_index)
+
+
+L40S = probe_of("NVIDIA L40S", "8.9")
+WITH_LIBS = dict(GPU_PACKAGES, transformer_engine_torch="2.20.2", torchao="0.18.0")
 
 
 def test_h200_bf16_native_in_both_engines():
     torch = cell("torch", "bf16", H200)
-    assert (torch.status, torch.backend) == ("native", cap.BACKEND[("torch", "bf16")])
+    assert (torch.status, torch.recipe, torch.backend) == ("native", "bf16", registry.get("torch", "bf16").summary)
     assert torch.reason == "GPU 0 (9.0, Hopper) supports bf16 natively"
     jax = cell("jax", "bf16", H200)
-    assert jax.status == "native" and jax.runnable
+    assert jax.status == "native" and jax.runnable and jax.default
 
 
-def test_h200_fp8_is_not_implemented_but_the_hardware_allows_it():
-    c = cell("torch", "fp8", H200)
-    assert c.status == "unavailable" and c.backend is None
-    assert c.reason == (
-        "not implemented in Parallax yet (planned: TransformerEngine DelayedScaling (HYBRID) or torchao float8); "
-        "GPU 0 (9.0, Hopper) supports fp8 natively"
-    )
+def test_h200_fp8_recipes_are_native_once_their_libraries_are_installed():
+    for name in ("te-fp8-delayed", "te-fp8-current", "torchao-fp8-tensorwise", "torchao-fp8-rowwise"):
+        c = cell("torch", name, H200, WITH_LIBS)
+        assert (c.status, c.precision) == ("native", "fp8"), c
+        assert c.reason == "GPU 0 (9.0, Hopper) supports fp8 natively"
+    for name in ("flax-fp8-delayed", "flax-fp8-direct"):
+        assert cell("jax", name, H200).status == "native"
+    assert cell("torch", "fp8", H200, WITH_LIBS).recipe == "te-fp8-delayed"  # the spec's default
+    assert cell("jax", "fp8", H200).recipe == "flax-fp8-delayed"
 
 
-def test_h200_nvfp4_needs_blackwell():
-    c = cell("jax", "nvfp4", H200)
-    assert c.status == "unavailable"
-    assert "not implemented in Parallax yet (planned: TransformerEngine JAX NVFP4BlockScaling)" in c.reason
-    assert "nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it" in c.reason
+def test_a_missing_library_names_its_extra():
+    te = cell("torch", "te-fp8-delayed", H200)
+    assert te.status == "unavailable"
+    assert te.reason.startswith("transformer_engine_torch not installed; pip install 'slm-parallax[te]'")
+    ao = cell("torch", "torchao-fp8-tensorwise", H200)
+    assert ao.reason.startswith("torchao not installed; pip install 'slm-parallax[torchao]'")
+
+
+@pytest.mark.parametrize("probe, expected", [
+    (A100, {"bf16": "native", "te-bf16": "native", "te-fp8-delayed": "unavailable",
+            "torchao-fp8-tensorwise": "unavailable", "torchao-fp8-rowwise": "unavailable"}),
+    (L40S, {"bf16": "native", "te-fp8-delayed": "native", "torchao-fp8-tensorwise": "native",
+            "torchao-fp8-rowwise": "unavailable"}),
+    (H200, {"te-fp8-delayed": "native", "te-fp8-current": "native", "torchao-fp8-rowwise": "native"}),
+    (B200, {"te-fp8-delayed": "native", "torchao-fp8-rowwise": "native"}),
+    (RTX_PRO, {"te-fp8-current": "native", "torchao-fp8-tensorwise": "native"}),
+])
+def test_recipe_selection_per_gpu_capability(probe, expected):
+    for name, status in expected.items():
+        assert cell("torch", name, probe, WITH_LIBS).status == status, name
+
+
+def test_a100_fp8_says_which_capability_the_recipe_needs():
+    c = cell("torch", "te-fp8-delayed", A100, WITH_LIBS)
+    assert c.reason == "te-fp8-delayed needs compute capability 8.9+; GPU 0 (8.0, Ampere) lacks it"
+    rowwise = cell("torch", "torchao-fp8-rowwise", L40S, WITH_LIBS)
+    assert rowwise.reason == "torchao-fp8-rowwise needs compute capability 9.0+; GPU 0 (8.9, Ada) lacks it"
+    assert "flax-fp8-delayed needs compute capability 8.9+" in cell("jax", "fp8", A100).reason
+
+
+def test_h200_nvfp4_is_planned_and_needs_blackwell():
+    c = cell("torch", "nvfp4", H200)
+    assert c.status == "unavailable" and c.recipe == "te-nvfp4"
+    assert "not implemented in Parallax yet (planned: the nvfp4 issue" in c.reason
+    assert "te-nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it" in c.reason
+    emulated = cell("jax", "nvfp4", H200)
+    assert emulated.recipe == "emulated-nvfp4" and "nvfp4 emulated on GPU 0 (9.0, Hopper)" in emulated.reason
 
 
 def test_b200_nvfp4_hardware_allows_it_without_caveat():
@@ -81,11 +122,6 @@ def test_rtx_pro_6000_nvfp4_carries_the_te_caveat():
     assert cell("torch", "bf16", RTX_PRO).status == "native"
 
 
-def test_a100_has_no_fp8():
-    assert "fp8 needs compute capability 8.9+; GPU 0 (8.0, Ampere) lacks it" in cell("torch", "fp8", A100).reason
-    assert cell("torch", "bf16", A100).status == "native"
-
-
 def test_pre_ampere_gpu_has_no_bf16_path():
     c = cell("torch", "bf16", T4)
     assert c.status == "unavailable"
@@ -94,19 +130,18 @@ def test_pre_ampere_gpu_has_no_bf16_path():
 
 def test_cpu_machine_every_gpu_cell_says_no_gpu():
     matrix = cap.capability_matrix(CPU, CPU_PACKAGES)
-    assert [(c.framework, c.precision) for c in matrix] == [
-        (f, p) for f in ("torch", "jax", "maxtext") for p in ("bf16", "fp8", "nvfp4")
-    ]
+    assert [(c.framework, c.recipe) for c in matrix] == [(r.framework, r.name) for r in registry.recipes()]
     for c in matrix:
         assert c.reason.startswith("no NVIDIA GPU found"), c
-    runnable = {(c.framework, c.precision): c.status for c in matrix if c.runnable}
-    assert runnable == {("torch", "bf16"): "cpu", ("jax", "bf16"): "cpu"}
+    runnable = {(c.framework, c.recipe): c.status for c in matrix if c.runnable}
+    assert runnable == {("torch", "bf16"): "cpu", ("jax", "bf16"): "cpu",
+                        ("jax", "flax-fp8-delayed"): "cpu", ("jax", "flax-fp8-direct"): "cpu"}
 
 
 def test_cpu_cell_explains_the_label():
     c = cell("jax", "bf16", CPU, CPU_PACKAGES)
     assert c.status == cap.CPU
-    assert c.backend == cap.BACKEND[("jax", "bf16")] + ", on CPU"
+    assert c.backend == registry.get("jax", "bf16").summary + ", on CPU"
     assert "tiny preset" in c.reason and "not for benchmark numbers" in c.reason
 
 
@@ -166,15 +201,17 @@ def test_device_index_selects_the_gpu():
         {"index": 0, "name": "NVIDIA A100-SXM4-80GB", "compute_capability": "8.0"},
         {"index": 1, "name": "NVIDIA H200", "compute_capability": "9.0"},
     ]}
-    assert "GPU 1 (9.0, Hopper) supports fp8" in cap.capability("torch", "fp8", two, GPU_PACKAGES, 1).reason
-    assert "GPU 0 (8.0, Ampere) lacks it" in cap.capability("torch", "fp8", two, GPU_PACKAGES, 0).reason
+    assert "GPU 1 (9.0, Hopper) supports fp8" in cell("torch", "fp8", two, WITH_LIBS, 1).reason
+    assert "GPU 0 (8.0, Ampere) lacks it" in cell("torch", "fp8", two, WITH_LIBS, 0).reason
 
 
 def test_unknown_framework_or_precision():
     with pytest.raises(ParallaxError, match="unknown framework 'mxnet'"):
         cell("mxnet", "bf16", H200)
-    with pytest.raises(ParallaxError, match="unknown precision 'fp16'"):
+    with pytest.raises(ParallaxError, match="unknown recipe 'fp16' for torch"):
         cell("torch", "fp16", H200)
+    with pytest.raises(ParallaxError, match="unknown precision 'fp16'"):
+        registry.resolve("torch", "fp16", None)
 
 
 def test_engine_present_reads_the_installed_files():

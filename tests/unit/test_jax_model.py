@@ -21,11 +21,15 @@ from parallax.engines.jax import convert, timing  # noqa: E402
 from parallax.engines.jax.model import Llama, RMSNorm, apply_rope, count_params, param_shapes, rope_tables  # noqa: E402
 from parallax.engines.jax.runtime import make_optimizer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-from parallax.precision.jax import jax_precision  # noqa: E402
 from parallax.schedule import lr_at  # noqa: E402
 from parallax.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
+
+
+def train_jax(run, batches, progress=None):
+    engine = get_engine("jax")
+    return engine.train(run, engine.check(run), batches, progress or NullProgress())
 
 
 def tiny_run(**changes) -> RunConfig:
@@ -235,7 +239,7 @@ def test_device_batches_copy_before_the_source_reuses_its_buffer():
 def test_train_records_every_step_and_the_timing_overhead():
     run = tiny_run(steps=5, warmup=1, eval_every=5, eval_batches=1)
     batches = SyntheticBatches(run.seed, run.batch_size, run.seq_len, TINY.vocab_size, run.eval_batches)
-    out = get_engine("jax").train(run, batches, NullProgress())
+    out = train_jax(run, batches)
     assert [s.step for s in out.steps] == list(range(5))
     assert all(np.isfinite(s.loss) and s.step_ms > 0 for s in out.steps)
     assert [s.lr for s in out.steps] == [float(lr_at(k, run.optim, 5)) for k in range(5)]
@@ -252,21 +256,19 @@ def test_train_records_every_step_and_the_timing_overhead():
 
 
 def test_check_returns_the_bf16_label_of_the_device_that_will_run():
-    info = get_engine("jax").check(tiny_run())
+    plan = get_engine("jax").check(tiny_run())
+    info = plan.precision
     # tiny_run trains on the CPU, where XLA computes bf16 dots in float32: emulated.
-    assert (info.precision, info.backend, info.native) == ("bf16", "jax.dtype", False)
+    assert (info.precision, info.backend, info.recipe, info.native) == ("bf16", "flax", "bf16", False)
+    assert plan.recipe.name == "bf16" and plan.device == "cpu:0"
     assert info.details["device_platform"] == "cpu"
     assert info.details["param_dtype"] == "float32" and info.details["compute_dtype"] == "bfloat16"
 
 
-@pytest.mark.parametrize("precision", ["fp8", "nvfp4"])
-def test_low_precisions_are_refused_with_one_line(precision):
+def test_a_planned_recipe_is_refused_with_one_line():
     with pytest.raises(ParallaxError) as err:
-        get_engine("jax").check(tiny_run(precision=precision))
-    assert str(err.value) == (
-        f"precision {precision} is not implemented in the JAX engine yet; this release runs bf16")
-    with pytest.raises(ParallaxError):
-        jax_precision(precision)
+        get_engine("jax").check(tiny_run(precision="nvfp4"))
+    assert str(err.value).startswith("jax recipe 'emulated-nvfp4' is not implemented yet (planned: ")
 
 
 def test_no_compile_is_refused():
@@ -306,7 +308,7 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
     result = load_run(tmp_path)
     assert result["status"] == "ok" and result["framework"]["name"] == "jax"
     assert result["timing"]["measured_steps"] == 3
-    assert result["precision"]["backend"] == "jax.dtype"
+    assert result["precision"]["backend"] == "flax" and result["recipe"]["name"] == "bf16"
     # XLA:CPU computes bf16 matmuls in float32: the record must say emulated, not native.
     assert result["precision"]["native"] is False and result["precision"]["details"]["device_platform"] == "cpu"
     assert result["engine_extra"]["timing_overhead"]["steps_per_round"] == 4
@@ -315,14 +317,15 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
     assert all(s["grad_norm"] > 0 for s in steps)
 
 
-def test_cli_refuses_fp8_for_jax_in_one_line(tmp_path, capsys):
+def test_cli_refuses_a_planned_jax_recipe_in_one_line(tmp_path, capsys):
     from parallax.cli import main
 
-    code = main(["train", "--framework", "jax", "--precision", "fp8", "--model", "tiny", "--seq-len", "32",
+    code = main(["train", "--framework", "jax", "--recipe", "te-fp8-delayed", "--model", "tiny", "--seq-len", "32",
                  "--device", "cpu", "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err == "parallax: error: precision fp8 is not implemented in the JAX engine yet; this release runs bf16\n"
+    assert err.startswith("parallax: error: jax recipe 'te-fp8-delayed' is not implemented yet (planned: ")
+    assert err.count("\n") == 1
     assert not (tmp_path / "run" / "run.json").exists()
 
 
@@ -340,7 +343,7 @@ def test_gpu_bf16_attention_is_cudnn():
 def test_gpu_train_reports_memory_cudnn_and_the_device():
     run = tiny_run(device="gpu", batch_size=4, seq_len=128, steps=6, warmup=2)
     batches = SyntheticBatches(run.seed, run.batch_size, run.seq_len, TINY.vocab_size)
-    out = get_engine("jax").train(run, batches, NullProgress())
+    out = train_jax(run, batches)
     assert out.framework["attention_backend"] == "cudnn" and out.framework["platform"] == "gpu"
     assert out.framework["compute_capability"] and out.framework["preallocate"] == "false"
     assert out.precision.native is True  # bf16 tensor cores (compute capability 8.0+)

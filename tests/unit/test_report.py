@@ -41,7 +41,7 @@ def hand(tmp_path):
     write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.1] * 10, peaks=(0.2, 0.1, None), compile_s=2.25)
     write(tmp_path, "jax", "bf16", 0, [90.0, 110.0] * 5, [2.95, 3.05] * 5)
     skipped = tiny_config(framework="jax", precision="fp8")
-    write_run(tmp_path / "runs" / "jax-fp8-seed0-rep0",
+    write_run(tmp_path / "runs" / "jax-flax-fp8-delayed-seed0-rep0",
               {"status": "skipped", "error": "fp8 needs compute capability 8.9", "config": skipped.to_dict()})
     return tmp_path
 
@@ -82,7 +82,7 @@ def test_cell_statistics_match_hand_computed_values(hand):
 
     jf = cell(r, "jax", "fp8")
     assert jf["status"] == "skipped" and jf["tokens_per_s"] is None
-    assert jf["runs"] == [{"dir": "runs/jax-fp8-seed0-rep0", "seed": 0, "status": "skipped",
+    assert jf["runs"] == [{"dir": "runs/jax-flax-fp8-delayed-seed0-rep0", "seed": 0, "status": "skipped",
                            "error": "fp8 needs compute capability 8.9"}]
 
 
@@ -165,7 +165,7 @@ def test_corrupt_and_truncated_run_files_are_named_and_left_out(hand):
     write(hand, "torch", "bf16", 1, [50.0] * 10, [1.0] * 10)
     corrupt = hand / "runs" / "torch-bf16-seed1-rep0" / "run.json"
     corrupt.write_text(corrupt.read_text()[:200])  # truncated mid-object
-    garbage = hand / "runs" / "torch-fp8-seed2-rep0" / "run.json"
+    garbage = hand / "runs" / "torch-te-fp8-delayed-seed2-rep0" / "run.json"
     garbage.parent.mkdir()
     garbage.write_bytes(b"\x00\xff not json")
     no_steps = write(hand, "jax", "bf16", 3, [50.0] * 10, [1.0] * 10).parent / "steps.jsonl"
@@ -244,7 +244,7 @@ def test_markdown_tables_show_the_record(hand):
     assert "**Cost of fp8 in loss (torch):** ΔLoss = +0.1000 vs bf16" in text and "higher loss" in text
     assert "![Loss curves](plots/loss.png)" in text and "moving-block bootstrap" in text
     skipped = table_rows(text, "Runs without a result")
-    assert skipped == [["runs/jax-fp8-seed0-rep0", "jax", "fp8", "0", "skipped", "fp8 needs compute capability 8.9"]]
+    assert skipped == [["runs/jax-flax-fp8-delayed-seed0-rep0", "jax", "fp8", "0", "skipped", "fp8 needs compute capability 8.9"]]
 
 
 def test_tables_agree_with_the_run_files(tmp_path):

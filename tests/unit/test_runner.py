@@ -65,8 +65,8 @@ def test_cells_run_repeat_then_seed_then_framework_then_precision():
     m = small_matrix(seeds=(0, 1), repeats=2)
     ids = [c.id for c in m.cells()]
     assert len(ids) == 16
-    assert ids[:5] == ["torch-bf16-seed0-rep0", "torch-fp8-seed0-rep0", "jax-bf16-seed0-rep0",
-                       "jax-fp8-seed0-rep0", "torch-bf16-seed1-rep0"]
+    assert ids[:5] == ["torch-bf16-seed0-rep0", "torch-te-fp8-delayed-seed0-rep0", "jax-bf16-seed0-rep0",
+                       "jax-flax-fp8-delayed-seed0-rep0", "torch-bf16-seed1-rep0"]
     assert ids[8] == "torch-bf16-seed0-rep1"
 
 
@@ -79,9 +79,10 @@ def test_matrix_file_holds_the_benchmark_not_the_cells():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"frameworks": ("torch", "maxtextx")}, "unknown framework 'maxtextx'; choose one of: torch, jax"),
-    ({"precisions": ("bf16", "fp4")}, "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
-    ({"precisions": ("bf16", "bf16")}, "--precisions lists 'bf16' twice"),
+    ({"frameworks": ("torch", "maxtextx")}, "unknown framework 'maxtextx'; choose one of: torch, jax, maxtext"),
+    ({"recipes": ("bf16", "fp4")}, "no framework of torch, jax has a recipe 'fp4'; give a format (bf16, fp8, nvfp4)"),
+    ({"recipes": ("bf16", "bf16")}, "--precisions/--recipes lists 'bf16' twice"),
+    ({"max_loss_gap": 0.0}, "--max-loss-gap must be positive"),
     ({"frameworks": ()}, "--frameworks is empty"),
     ({"seeds": ()}, "--seeds is empty"),
     ({"seeds": (-1,)}, "--seeds must not be negative"),
@@ -94,23 +95,15 @@ def test_bad_matrix_is_one_line_naming_the_fix(changes, message):
     assert message in str(err.value)
 
 
-def test_train_command_carries_every_setting(tmp_path):
-    run = tiny_config(framework="jax", precision="fp8", seed=3, peak_tflops=989.0, eval_every=5)
+def test_cell_configuration_travels_as_a_file_that_train_reads_back(tmp_path):
+    from parallax.cli.train import load_config
+
+    run = tiny_config(framework="jax", precision="fp8", recipe="flax-fp8-direct", seed=3, peak_tflops=989.0,
+                      eval_every=5, synthetic=False, data="/d/tokens.bin", epochs=4.0)
     cmd = runner.train_command(run, tmp_path)
-    assert cmd[:4] == [sys.executable, "-m", "parallax", "train"]
-    flags = dict(zip(cmd[4::2], cmd[5::2]))
-    assert flags["--framework"] == "jax" and flags["--precision"] == "fp8" and flags["--seed"] == "3"
-    assert flags["--model"] == "tiny" and flags["--batch-size"] == "4" and flags["--seq-len"] == "32"
-    assert flags["--steps"] == "12" and flags["--warmup"] == "2" and flags["--eval-every"] == "5"
-    assert flags["--output-dir"] == str(tmp_path) and flags["--device"] == "cpu"
-    assert "--synthetic" in cmd and "--no-compile" in cmd and cmd[cmd.index("--peak-tflops") + 1] == "989.0"
-    hf = runner.train_command(tiny_config(synthetic=False, compile=True), tmp_path)
-    assert "--hf" in hf and "--synthetic" not in hf and "--no-compile" not in hf
-    data = runner.train_command(tiny_config(synthetic=False, data="/d/tokens.bin"), tmp_path)
-    assert data[data.index("--data") + 1] == "/d/tokens.bin" and "--hf" not in data
-    assert "--epochs" not in data
-    repeated = runner.train_command(tiny_config(synthetic=False, data="/d/tokens.bin", epochs=4.0), tmp_path)
-    assert repeated[repeated.index("--epochs") + 1] == "4.0"
+    assert cmd == [sys.executable, "-m", "parallax", "train", "--config", str(tmp_path / "config.json")]
+    runner.write_cell_config(tmp_path, run)
+    assert load_config(cmd[-1], {}) == run.replace(output_dir=str(tmp_path))
 
 
 def test_no_compile_applies_to_the_frameworks_that_run_eagerly(tmp_path):
@@ -134,7 +127,7 @@ def test_matrix_of_ok_cells_writes_runs_index_and_environment(tmp_path, monkeypa
     assert [r.status for r in results] == ["ok"] * 4
     for r in results:
         files = sorted(p.name for p in r.run_dir.iterdir())
-        assert files == ["run.json", "run.log", "steps.jsonl"]  # the progress file is removed
+        assert files == ["config.json", "run.json", "run.log", "steps.jsonl"]  # the progress file is removed
         saved = load_run(r.run_dir)
         assert saved["config"]["framework"] == r.cell.framework and saved["config"]["seed"] == 0
         assert len(load_steps(r.run_dir)) == 12
@@ -152,37 +145,37 @@ def test_matrix_of_ok_cells_writes_runs_index_and_environment(tmp_path, monkeypa
 
 
 def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch):
-    m = small_matrix(frameworks=("torch", "jax"), precisions=("bf16", "fp8", "nvfp4"), seeds=(0, 1))
-    plan = {"torch-fp8-seed0": "oom", "torch-fp8-seed1": "oom_silent", "torch-nvfp4-seed0": "crash",
-            "torch-nvfp4-seed1": "failed_json", "jax-fp8": "skip", "jax-nvfp4-seed0": "hang",
-            "jax-nvfp4-seed1": "signal", "jax-bf16-seed1": "zero_no_json"}
+    m = small_matrix(frameworks=("torch", "jax"), recipes=("bf16", "fp8", "nvfp4"), seeds=(0, 1))
+    plan = {"torch-te-fp8-delayed-seed0": "oom", "torch-te-fp8-delayed-seed1": "oom_silent", "torch-te-nvfp4-seed0": "crash",
+            "torch-te-nvfp4-seed1": "failed_json", "jax-fp8": "skip", "jax-emulated-nvfp4-seed0": "hang",
+            "jax-emulated-nvfp4-seed1": "signal", "jax-bf16-seed1": "zero_no_json"}
     results = by_id(run(tmp_path, m, plan, monkeypatch, timeout_s=3))
     status = {k: r.status for k, r in results.items()}
     assert status == {
-        "torch-bf16-seed0-rep0": "ok", "torch-fp8-seed0-rep0": "oom", "torch-nvfp4-seed0-rep0": "failed",
-        "jax-bf16-seed0-rep0": "ok", "jax-fp8-seed0-rep0": "skipped", "jax-nvfp4-seed0-rep0": "timeout",
-        "torch-bf16-seed1-rep0": "ok", "torch-fp8-seed1-rep0": "oom", "torch-nvfp4-seed1-rep0": "failed",
-        "jax-bf16-seed1-rep0": "failed", "jax-fp8-seed1-rep0": "skipped", "jax-nvfp4-seed1-rep0": "failed",
+        "torch-bf16-seed0-rep0": "ok", "torch-te-fp8-delayed-seed0-rep0": "oom", "torch-te-nvfp4-seed0-rep0": "failed",
+        "jax-bf16-seed0-rep0": "ok", "jax-flax-fp8-delayed-seed0-rep0": "skipped", "jax-emulated-nvfp4-seed0-rep0": "timeout",
+        "torch-bf16-seed1-rep0": "ok", "torch-te-fp8-delayed-seed1-rep0": "oom", "torch-te-nvfp4-seed1-rep0": "failed",
+        "jax-bf16-seed1-rep0": "failed", "jax-flax-fp8-delayed-seed1-rep0": "skipped", "jax-emulated-nvfp4-seed1-rep0": "failed",
     }
 
     def saved(cell_id):
         return load_run(results[cell_id].run_dir)
 
-    assert saved("torch-fp8-seed0-rep0")["error"] == "CUDA out of memory at step 3"  # the trainer's own
-    silent = saved("torch-fp8-seed1-rep0")
+    assert saved("torch-te-fp8-delayed-seed0-rep0")["error"] == "CUDA out of memory at step 3"  # the trainer's own
+    silent = saved("torch-te-fp8-delayed-seed1-rep0")
     assert silent["error"].startswith("out of memory (exit code 3)")
     assert "Tried to allocate 2.00 GiB" in silent["error"] and silent["exit_code"] == 3
-    crash = saved("torch-nvfp4-seed0-rep0")
+    crash = saved("torch-te-nvfp4-seed0-rep0")
     assert crash["error"].splitlines()[0] == "exit code 1: RuntimeError: boom"
     assert "Traceback (most recent call last):" in crash["error"]  # the log tail
-    assert saved("torch-nvfp4-seed1-rep0")["error"] == "loss became NaN at step 4"
-    skipped = saved("jax-fp8-seed0-rep0")
+    assert saved("torch-te-nvfp4-seed1-rep0")["error"] == "loss became NaN at step 4"
+    skipped = saved("jax-flax-fp8-delayed-seed0-rep0")
     assert skipped["error"] == SKIP_REASON and skipped["config"]["precision"] == "fp8"
-    timeout = saved("jax-nvfp4-seed0-rep0")
+    timeout = saved("jax-emulated-nvfp4-seed0-rep0")
     assert timeout["error"].splitlines()[0] == "exceeded --timeout-per-run of 3 s after step 12 of 12"
-    assert saved("jax-nvfp4-seed1-rep0")["error"].startswith("killed by SIGKILL")
+    assert saved("jax-emulated-nvfp4-seed1-rep0")["error"].startswith("killed by SIGKILL")
     assert saved("jax-bf16-seed1-rep0")["error"].startswith("exited 0 without writing an ok run.json")
-    hung_pid = int((results["jax-nvfp4-seed0-rep0"].run_dir / "fake.pid").read_text())
+    hung_pid = int((results["jax-emulated-nvfp4-seed0-rep0"].run_dir / "fake.pid").read_text())
     assert not _alive(hung_pid)
     index = json.loads((tmp_path / "index.json").read_text())
     assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "pending": 0}
@@ -201,8 +194,8 @@ def _alive(pid: int) -> bool:
 # ----------------------------------------------------------------------------- output directory
 
 def test_an_output_dir_of_another_configuration_is_refused(tmp_path, monkeypatch):
-    run(tmp_path, small_matrix(precisions=("bf16",), frameworks=("torch",)), {}, monkeypatch)
-    other = small_matrix(precisions=("bf16",), frameworks=("torch",), base=tiny_config(steps=8))
+    run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",)), {}, monkeypatch)
+    other = small_matrix(recipes=("bf16",), frameworks=("torch",), base=tiny_config(steps=8))
     for resume in (False, True):
         with pytest.raises(ParallaxError) as err:
             run(tmp_path, other, {}, monkeypatch, resume=resume)
@@ -211,7 +204,7 @@ def test_an_output_dir_of_another_configuration_is_refused(tmp_path, monkeypatch
 
 
 def test_the_same_configuration_needs_resume(tmp_path, monkeypatch):
-    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
     run(tmp_path, m, {}, monkeypatch)
     with pytest.raises(ParallaxError, match="add --resume to run only the missing cells"):
         run(tmp_path, m, {}, monkeypatch)
@@ -224,7 +217,7 @@ def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
 
 
 def test_a_corrupt_run_file_is_named_and_its_cell_runs_again(tmp_path, monkeypatch):
-    m = small_matrix(precisions=("bf16",))
+    m = small_matrix(recipes=("bf16",))
     calls = tmp_path / "calls.txt"
     run(tmp_path / "out", m, {}, monkeypatch)
     bad = tmp_path / "out" / "runs" / "jax-bf16-seed0-rep0" / "run.json"
@@ -239,7 +232,7 @@ def test_a_corrupt_run_file_is_named_and_its_cell_runs_again(tmp_path, monkeypat
 
 
 def test_an_ok_run_without_its_steps_runs_again(tmp_path, monkeypatch):
-    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
     run(tmp_path, m, {}, monkeypatch)
     (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "steps.jsonl").unlink()
     rec = Recorder()
@@ -255,7 +248,7 @@ def test_a_command_that_cannot_start_fails_its_cell_only(tmp_path, monkeypatch):
         return fake_command(run_config, run_dir)
 
     monkeypatch.setenv("FAKE_TRAIN_PLAN", "{}")
-    results = runner.run_matrix(small_matrix(precisions=("bf16",)), tmp_path / "out", command_for=command_for,
+    results = runner.run_matrix(small_matrix(recipes=("bf16",)), tmp_path / "out", command_for=command_for,
                                 environment=dict, poll_s=0.05)
     assert [r.status for r in results] == ["failed", "ok"]
     assert results[0].error.startswith(f"could not start {tmp_path / 'no-such-interpreter'}")
@@ -273,7 +266,7 @@ def test_resume_after_sigkill_runs_only_the_missing_cells(tmp_path, monkeypatch)
         assert time.monotonic() < deadline, "the fake matrix never reached its hanging cell"
         time.sleep(0.05)
     finished = {c: (out / "runs" / c / "run.json").read_bytes()
-                for c in ("torch-bf16-seed0-rep0", "torch-fp8-seed0-rep0")}
+                for c in ("torch-bf16-seed0-rep0", "torch-te-fp8-delayed-seed0-rep0")}
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     # the cell's process dies with its runner (PR_SET_PDEATHSIG), so a resume never races it
@@ -286,7 +279,7 @@ def test_resume_after_sigkill_runs_only_the_missing_cells(tmp_path, monkeypatch)
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
     results = run(out, small_matrix(), {}, monkeypatch, resume=True)
-    assert calls.read_text().splitlines() == ["jax bf16 0", "jax fp8 0"]
+    assert calls.read_text().splitlines() == ["jax bf16 0", "jax flax-fp8-delayed 0"]
     assert [r.status for r in results] == ["ok"] * 4
     assert [r.reused for r in results] == [True, True, False, False]
     for cell, content in finished.items():
@@ -298,15 +291,15 @@ def test_resume_after_sigkill_runs_only_the_missing_cells(tmp_path, monkeypatch)
 def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
     class Interrupt(Recorder):
         def cell_progress(self, cell, record):
-            if cell.id == "torch-fp8-seed0-rep0" and "step" in record:
+            if cell.id == "torch-te-fp8-delayed-seed0-rep0" and "step" in record:
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, small_matrix(), {"torch-fp8": "hang"}, monkeypatch, display=Interrupt())
     index = json.loads((tmp_path / "index.json").read_text())
     assert [c["status"] for c in index["cells"]] == ["ok", "pending", "pending", "pending"]
-    pid = int((tmp_path / "runs" / "torch-fp8-seed0-rep0" / "fake.pid").read_text()) \
-        if (tmp_path / "runs" / "torch-fp8-seed0-rep0" / "fake.pid").exists() else None
+    pid = int((tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").read_text()) \
+        if (tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").exists() else None
     assert pid is None or not _alive(pid)
 
 
@@ -317,7 +310,7 @@ def test_environment_is_collected_once(tmp_path, monkeypatch):
         calls.append(1)
         return {"n": len(calls)}
 
-    m = small_matrix(precisions=("bf16",), frameworks=("torch",))
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
     run(tmp_path, m, {"torch-bf16": "crash"}, monkeypatch, environment=environment)
     (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json").unlink()
     run(tmp_path, m, {}, monkeypatch, environment=environment, resume=True)
@@ -334,6 +327,7 @@ def test_fake_trainer_is_the_contract(tmp_path):
     # the fake accepts exactly the command line the runner builds for parallax train
     assert FAKE_TRAIN.exists()
     cmd = fake_command(tiny_config(), tmp_path)
+    runner.write_cell_config(tmp_path, tiny_config())
     proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, FAKE_TRAIN_PLAN="{}"))
     assert proc.returncode == 0, proc.stderr
     assert load_run(tmp_path)["status"] == "ok"
@@ -384,3 +378,28 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
     records, offset = progress_file.read_new(path, offset)
     assert records == [{"step": 2, "loss": 3.0}] and offset == path.stat().st_size
     assert progress_file.read_new(tmp_path / "missing", 7) == ([], 7)
+
+
+# ----------------------------------------------------------------------------- the loss guard
+
+def test_loss_guard_fails_a_low_precision_cell_far_above_its_bf16_twin(tmp_path, monkeypatch):
+    m = small_matrix(frameworks=("torch",), recipes=("bf16", "fp8", "torchao-fp8-tensorwise"))
+    results = by_id(run(tmp_path, m, {"torch-te-fp8-delayed": "lossy"}, monkeypatch))
+    bad, good = results["torch-te-fp8-delayed-seed0-rep0"], results["torch-torchao-fp8-tensorwise-seed0-rep0"]
+    assert results["torch-bf16-seed0-rep0"].status == "ok" and good.status == "ok"
+    assert bad.status == "failed" and bad.error.startswith("numerics guard: final loss +1.0")
+    stored = load_run(bad.run_dir)
+    verdict = stored["guards"]["loss_gap"]
+    assert stored["status"] == "failed" and verdict["twin"] == "torch-bf16-seed0-rep0"
+    assert verdict["gap"] == pytest.approx(1.0 + 0.0, abs=0.05) and verdict["ok"] is False
+    assert stored["throughput"]["tokens_per_s"] > 0  # measurements are kept
+    assert load_run(good.run_dir)["guards"]["loss_gap"]["ok"] is True
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["counts"]["failed"] == 1 and index["counts"]["ok"] == 2
+
+
+def test_loss_guard_threshold_is_the_matrix_setting(tmp_path, monkeypatch):
+    m = small_matrix(frameworks=("torch",), recipes=("bf16", "fp8"), max_loss_gap=2.0)
+    results = by_id(run(tmp_path, m, {"torch-te-fp8-delayed": "lossy"}, monkeypatch))
+    assert results["torch-te-fp8-delayed-seed0-rep0"].status == "ok"
+    assert json.loads((tmp_path / "matrix.json").read_text())["max_loss_gap"] == 2.0

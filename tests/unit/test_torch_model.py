@@ -14,6 +14,7 @@ from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.torch import convert  # noqa: E402
 from parallax.engines.torch.engine import TorchEngine, make_optimizer  # noqa: E402
+from parallax.precision import registry  # noqa: E402
 from parallax.engines.torch.model import Llama, apply_rope, rope_tables  # noqa: E402
 from parallax.schedule import lr_at  # noqa: E402
 from parallax.weights import init_weights  # noqa: E402
@@ -28,6 +29,11 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+def train_torch(run, batches, progress=None):
+    engine = TorchEngine()
+    return engine.train(run, engine.check(run), batches, progress or NullProgress())
 
 
 def tiny_run(**changes) -> RunConfig:
@@ -220,7 +226,7 @@ class RepeatedBatch:
 def test_tiny_model_loss_falls_on_a_repeated_batch_through_the_engine_loop():
     run = tiny_run(batch_size=4, seq_len=32, steps=8, warmup=1, optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
     batch = synthetic_batch(0, 0, 4, 32, TINY.vocab_size)
-    out = TorchEngine().train(run, RepeatedBatch(batch), NullProgress())
+    out = train_torch(run, RepeatedBatch(batch), NullProgress())
     losses = [s.loss for s in out.steps]
     assert losses[0] == pytest.approx(math.log(TINY.vocab_size), abs=0.1)  # uniform at init
     assert losses[-1] < losses[0] - 1.0
@@ -240,7 +246,7 @@ def test_engine_train_records_every_step_and_evaluates_on_schedule():
         def phase(self, text):
             progress.append(("phase", text))
 
-    out = TorchEngine().train(run, make_batch_source(run), Recorder())
+    out = train_torch(run, make_batch_source(run), Recorder())
     assert [s.step for s in out.steps] == [0, 1, 2, 3, 4]
     assert all(s.step_ms > 0 and math.isfinite(s.loss) and s.grad_norm > 0 for s in out.steps)
     assert [s.lr for s in out.steps] == [pytest.approx(float(lr_at(k, run.optim, run.steps))) for k in range(5)]
@@ -257,7 +263,7 @@ def test_engine_first_loss_equals_the_reference_loss_of_synthetic_batch_zero():
     from parallax.data.source import make_batch_source
 
     run = tiny_run(steps=2, warmup=1, seed=4)
-    out = TorchEngine().train(run, make_batch_source(run), NullProgress())
+    out = train_torch(run, make_batch_source(run), NullProgress())
     ref = TorchEngine().reference_trainer(run, init_weights(TINY, 4), "bfloat16", "cpu")
     batch = synthetic_batch(4, 0, run.batch_size, run.seq_len, TINY.vocab_size)
     loss, _ = ref.loss_and_grads(batch)
@@ -265,17 +271,44 @@ def test_engine_first_loss_equals_the_reference_loss_of_synthetic_batch_zero():
     assert out.steps[0].loss == pytest.approx(loss, rel=2e-3)
 
 
-def test_check_refuses_fp8_and_nvfp4_honestly():
+def test_check_refuses_what_cannot_run_here_in_one_line():
     from parallax.errors import ParallaxError
 
-    for precision in ("fp8", "nvfp4"):
-        with pytest.raises(ParallaxError, match=f"precision {precision} is not implemented in the torch engine yet"):
-            TorchEngine().check(tiny_run(precision=precision))
+    with pytest.raises(ParallaxError, match="torch recipe 'te-nvfp4' is not implemented yet"):
+        TorchEngine().check(tiny_run(precision="nvfp4"))
+    with pytest.raises(ParallaxError, match="recipe 'torchao-fp8-rowwise' needs an NVIDIA GPU of compute capability 9.0"):
+        TorchEngine().check(tiny_run(precision=None, recipe="torchao-fp8-rowwise"))
 
 
-def test_check_returns_the_bf16_recipe_label():
-    info = TorchEngine().check(tiny_run())
-    assert (info.precision, info.backend, info.recipe) == ("bf16", "torch.autocast", "bf16 autocast over fp32 master weights")
+def test_check_returns_the_plan_train_consumes():
+    plan = TorchEngine().check(tiny_run())
+    info = plan.precision
+    assert (info.precision, info.backend, info.recipe) == ("bf16", "torch.autocast", "bf16")
+    assert plan.recipe.name == "bf16" and plan.device == "cpu" and plan.attention in ("flash", "math")
+
+
+def test_a_planted_zero_gradient_in_a_watched_layer_trips_the_guard(monkeypatch):
+    """The guard watches the gradients of the layers a recipe quantizes; plant a recipe that
+    'quantizes' w_down and a hook that zeroes that gradient, as a broken fp8 backward would."""
+    from parallax.data.source import make_batch_source
+    from parallax.precision.torch.autocast import AutocastHooks
+
+    class ZeroingHooks(AutocastHooks):
+        def quantized(self, module):
+            return [n for n, _ in module.named_parameters() if n.endswith("w_down.weight")]
+
+        def build(self, torch, config, weights, device):
+            module = super().build(torch, config, weights, device)
+            module.layers[1].feed_forward.w_down.weight.register_hook(torch.zeros_like)
+            return module
+
+    monkeypatch.setattr(type(registry.get("torch", "bf16")), "load_hooks", lambda self: ZeroingHooks(self))
+    run = tiny_run(steps=3, warmup=1)
+    out = train_torch(run, make_batch_source(run))
+    assert out.extra["quantized_parameters"] == ["layers.0.feed_forward.w_down.weight",
+                                                 "layers.1.feed_forward.w_down.weight"]
+    assert all(s.bad_layers == ["layers.1.feed_forward.w_down.weight (zero)"] for s in out.steps)
+    assert all(s.grad_norm > 0 for s in out.steps)
 
 
 @pytest.mark.gpu
@@ -283,7 +316,7 @@ def test_gpu_run_uses_cuda_events_fast_attention_and_reports_memory():
     from parallax.data.source import make_batch_source
 
     run = tiny_run(device="cuda", steps=6, warmup=2, batch_size=4, seq_len=128, compile=True)
-    out = TorchEngine().train(run, make_batch_source(run), NullProgress())
+    out = train_torch(run, make_batch_source(run), NullProgress())
     assert out.timing_method.startswith("cuda-events")
     assert out.peak_allocated_bytes > 0 and out.peak_reserved_bytes >= out.peak_allocated_bytes
     major, _ = torch.cuda.get_device_capability()

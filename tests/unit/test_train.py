@@ -11,11 +11,12 @@ from parallax import results, train
 from parallax.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.data.synthetic import synthetic_batch
-from parallax.engines.base import Engine, EngineOutput, EvalRecord, StepRecord
+from parallax.engines.base import Engine, EngineOutput, EvalRecord, Plan, StepRecord
 from parallax.errors import ParallaxError
-from parallax.precision import PrecisionInfo
+from parallax.precision import PrecisionInfo, registry
 
 BF16 = PrecisionInfo("bf16", "fake", "fake recipe", True)
+PLAN = Plan(recipe=registry.get("torch", "bf16"), precision=BF16, device="cpu")
 
 
 def tiny_run(tmp_path, **changes) -> RunConfig:
@@ -29,17 +30,20 @@ class FakeEngine(Engine):
 
     name = "fake"
 
-    def __init__(self, step_ms=None, error: Exception | None = None, losses=None, grad_norm=0.5):
+    def __init__(self, step_ms=None, error: Exception | None = None, losses=None, grad_norm=0.5,
+                 bad_layers=None):
         self.step_ms, self.error, self.losses, self.grad_norm = step_ms, error, losses, grad_norm
+        self.bad_layers = bad_layers or {}  # step -> names
 
     def check(self, run):
-        return BF16
+        return PLAN
 
-    def train(self, run, batches, progress):
+    def train(self, run, plan, batches, progress):
+        assert plan is PLAN  # train consumes what check decided
         if self.error is not None:
             raise self.error
         losses = self.losses or [5.0 - 0.1 * k for k in range(len(self.step_ms))]
-        steps = [StepRecord(k, loss, ms, 1e-4, self.grad_norm)
+        steps = [StepRecord(k, loss, ms, 1e-4, self.grad_norm, self.bad_layers.get(k))
                  for k, (loss, ms) in enumerate(zip(losses, self.step_ms))]
         return EngineOutput(steps=steps, precision=BF16, framework={"name": "fake", "device": "cpu"},
                             timing_method="fake", compile_s=1.5, evals=[EvalRecord(len(steps) - 1, 4.0)])
@@ -102,6 +106,18 @@ def test_all_zero_gradients_are_a_failed_run_with_its_measurements_kept(tmp_path
     assert results.load_run(tmp_path / "run")["status"] == "failed"
 
 
+def test_a_quantized_layer_with_zero_or_nan_gradient_fails_the_run_naming_step_and_layer(tmp_path, use_engine):
+    bad = {2: ["layers.1.attention.wqkv.weight (zero)"], 4: ["layers.0.feed_forward.w_down.weight (nan)"]}
+    use_engine(FakeEngine(step_ms=[50.0] * 6, bad_layers=bad))
+    result = train.run_training(tiny_run(tmp_path))
+    assert result["status"] == "failed" and train.exit_code(result) == 1
+    assert result["error"] == ("numerics guard: quantized layer gradient all zero or not finite at step 2: "
+                               "layers.1.attention.wqkv.weight (zero) (2 of 6 steps)")
+    assert result["throughput"]["tokens_per_s"] == pytest.approx(32 / 0.05)
+    rows = results.load_steps(tmp_path / "run")
+    assert rows[2]["bad_layers"] == bad[2] and "bad_layers" not in rows[3]
+
+
 def test_a_loss_that_turns_nan_is_a_failed_run(tmp_path, use_engine):
     use_engine(FakeEngine(step_ms=[50.0] * 6, losses=[5.0, 4.9, 4.8, float("nan"), float("nan"), float("nan")]))
     result = train.run_training(tiny_run(tmp_path))
@@ -123,7 +139,8 @@ def test_result_is_written_read_back_and_validated(tmp_path, use_engine):
     train.run_training(run)
     loaded = results.load_run(run.output_dir)
     assert loaded["schema"] == results.SCHEMA and loaded["status"] == "ok"
-    assert RunConfig.from_dict(loaded["config"]) == run
+    assert RunConfig.from_dict(loaded["config"]) == run.replace(recipe="bf16")  # the recipe is named
+    assert loaded["recipe"]["name"] == "bf16" and loaded["recipe"]["format"] == "bf16"
     for key in results.REQUIRED_OK_KEYS + ("environment", "model", "per_step", "started_at", "finished_at"):
         assert key in loaded, key
     assert loaded["model"]["parameters"] == run.model_config.param_count()
@@ -141,7 +158,9 @@ def test_a_real_tiny_torch_run_writes_a_valid_result(tmp_path):
     loaded = results.load_run(run.output_dir)
     assert loaded["status"] == "ok" == result["status"]
     assert loaded["framework"]["name"] == "torch" and loaded["framework"]["attention_backend"]
-    assert loaded["precision"]["recipe"] == "bf16 autocast over fp32 master weights"
+    assert loaded["precision"]["recipe"] == "bf16" and loaded["precision"]["backend"] == "torch.autocast"
+    assert loaded["precision"]["details"]["summary"].startswith("torch.autocast(bfloat16) over fp32 master weights")
+    assert loaded["engine_extra"]["quantized_parameters"] == []
     assert loaded["precision"]["native"] in (True, False)
     assert "gpus" in loaded["environment"]
     assert len(results.load_steps(run.output_dir)) == 4

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
+from parallax.config import PRECISIONS, RunConfig
+from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
-from parallax.runner import Matrix, run_matrix
+from parallax.precision import registry
+from parallax.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
 
 DEFAULTS = RunConfig()
 DEFAULT_OUTPUT_DIR = "benchmark_results"
@@ -42,11 +45,17 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 
 
 @click.command()
-@click.option("--frameworks", default=",".join(FRAMEWORKS), show_default=True,
-              help=f"Comma-separated: {', '.join(FRAMEWORKS)}.")
+@click.option("--frameworks", default=",".join(ENGINE_FRAMEWORKS), show_default=True,
+              help=f"Comma-separated: {', '.join(ENGINE_FRAMEWORKS)}.")
 @click.option("--precisions", default=",".join(PRECISIONS), show_default=True,
-              help=f"Comma-separated: {', '.join(PRECISIONS)}. A precision this GPU or installation "
-                   "cannot run is recorded as skipped with the reason.")
+              help=f"Comma-separated formats ({', '.join(PRECISIONS)}): each framework's default recipe "
+                   "of each. A recipe this GPU or installation cannot run is recorded as skipped with the reason.")
+@click.option("--recipes", default="", metavar="LIST",
+              help="More cells: recipe names (e.g. te-fp8-current,torchao-fp8-tensorwise), 'all', or "
+                   "FORMAT:all (every recipe of a format); parallax check-env lists the recipes.")
+@click.option("--max-loss-gap", type=float, default=DEFAULT_MAX_LOSS_GAP, show_default=True,
+              help="Numerics guard: a low-precision cell whose final loss exceeds its bf16 twin's by more "
+                   "than this many nats is recorded as failed.")
 @click.option("--model", default=DEFAULTS.model, show_default=True, help="Model preset.")
 @click.option("--batch-size", type=int, default=DEFAULTS.batch_size, show_default=True)
 @click.option("--seq-len", type=int, default=DEFAULTS.seq_len, show_default=True)
@@ -74,16 +83,18 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet.")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
-def command(frameworks, precisions, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
+def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
             seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
             report, resume, timeout_per_run):
-    """Run the benchmark matrix: every framework × precision × seed × repeat in its own process."""
+    """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
     base = DEFAULTS.replace(model=model, batch_size=batch_size, seq_len=seq_len, steps=steps,
                             warmup=warmup, eval_every=eval_every, eval_batches=eval_batches,
                             compile=not no_compile, device=device, peak_tflops=peak_tflops, epochs=epochs,
                             **data_choice(synthetic, hf, data))
-    matrix = Matrix(split_list(frameworks, "--frameworks"), split_list(precisions, "--precisions"),
-                    split_seeds(seeds), repeats, base).validate()
+    formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
+    selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
+    matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
+                    max_loss_gap).validate()
     console = Console(stderr=True)
     with LiveDisplay(console, steps) as display:
         results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
@@ -152,11 +163,11 @@ class LiveDisplay:
         self.progress.remove_task(self.cell_task)
         colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
         reason = f": {result.error.splitlines()[0]}" if result.error else ""
-        self.console.print(f"[{colour}]{result.status:>7}[/] {result.cell.label} "
-                           f"({result.elapsed_s:.1f} s){reason}", highlight=False)
+        self.console.print(f"[{colour}]{result.status:>7}[/] {escape(result.cell.label)} "
+                           f"({result.elapsed_s:.1f} s){escape(reason)}", highlight=False)
 
     def warning(self, text):
-        self.console.print(f"[yellow]warning:[/] {text}", highlight=False)
+        self.console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False)
 
     def matrix_finished(self, results):
         counts = {}

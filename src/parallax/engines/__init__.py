@@ -4,21 +4,30 @@ from __future__ import annotations
 
 import importlib
 
-from parallax.config import FRAMEWORKS
 from parallax.engines.base import Engine
 from parallax.errors import ParallaxError
+from parallax.precision import registry
 
 _ENGINES = {
     "torch": ("parallax.engines.torch.engine", "TorchEngine"),
     "jax": ("parallax.engines.jax.engine", "JaxEngine"),
 }
+# The frameworks that have an engine in this release (maxtext's adapter is planned).
+ENGINE_FRAMEWORKS = tuple(_ENGINES)
+
+
+def check_engine(framework: str) -> str:
+    """``framework`` if this release has its engine; else a one-line ParallaxError."""
+    registry.check_framework(framework)
+    if framework not in _ENGINES:
+        raise ParallaxError(
+            f"the {framework} engine is not implemented yet; choose one of: {', '.join(ENGINE_FRAMEWORKS)}"
+        )
+    return framework
 
 
 def get_engine(framework: str) -> Engine:
     """The engine of ``framework``; imported lazily so that torch and JAX stay optional."""
-    if framework not in _ENGINES:
-        raise ParallaxError(
-            f"unknown framework '{framework}'; choose one of: {', '.join(FRAMEWORKS)}"
-        )
+    check_engine(framework)
     module, cls = _ENGINES[framework]
     return getattr(importlib.import_module(module), cls)()

@@ -10,7 +10,8 @@ from parallax.precision.recipe import Backend, Recipe
 
 MAXTEXT = Backend("maxtext", distributions=(("maxtext",),), module="maxtext", extra="maxtext",
                   min_version="0.2")
-PLANNED = "the MaxText adapter (parallax train --framework maxtext runs MaxText in a subprocess)"
+PLANNED = ("the MaxText adapter, running MaxText in a subprocess; needs pip install 'slm-parallax[maxtext]', "
+           "Python >= 3.12")
 
 
 def _mode(name: str, fmt: str, summary: str, *, default: bool = False, min_cc=None) -> Recipe:

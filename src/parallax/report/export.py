@@ -11,7 +11,7 @@ from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.results import atomic_write_json, atomic_write_text
 
 COLUMNS = (
-    "framework", "precision", "native", "status", "runs_ok", "runs_total",
+    "framework", "precision", "recipe", "native", "status", "runs_ok", "runs_total",
     "step_ms_median", "step_ms_p10", "step_ms_p90",
     "tokens_per_s", "tokens_per_s_ci_low", "tokens_per_s_ci_high",
     *(f"tflops_{name}" for name in ACCOUNTINGS),
@@ -25,15 +25,15 @@ COLUMNS = (
 
 def rows(record: dict) -> list[dict]:
     """One flat row per cell (the values of the Markdown tables, unformatted)."""
-    deltas = {(d["framework"], d["precision"]): d for d in record["loss_deltas"]}
+    deltas = {(d["framework"], d.get("recipe", d["precision"])): d for d in record["loss_deltas"]}
     out = []
     for c in record["cells"]:
         step, tps = c["step_ms"] or {}, c["tokens_per_s"] or {}
         flops, mem = c["flops"] or {}, c["memory"] or {}
-        final, d = c["final_loss"] or {}, deltas.get((c["framework"], c["precision"])) or {}
+        final, d = c["final_loss"] or {}, deltas.get((c["framework"], c.get("recipe", c["precision"]))) or {}
         primary = flops.get(PRIMARY, {})
         out.append({
-            "framework": c["framework"], "precision": c["precision"],
+            "framework": c["framework"], "precision": c["precision"], "recipe": c.get("recipe"),
             "native": (c["precision_info"] or {}).get("native"), "status": c["status"],
             "runs_ok": c["n_ok"], "runs_total": c["n_runs"],
             "step_ms_median": step.get("median"), "step_ms_p10": step.get("p10"), "step_ms_p90": step.get("p90"),

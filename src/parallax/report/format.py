@@ -60,9 +60,11 @@ def seconds(x) -> str:
 
 
 def precision_label(cell: dict) -> str:
-    """The precision as run: 'fp8 (emulated)' when the format was not native."""
+    """The format and recipe as run: 'fp8 te-fp8-delayed', '(emulated)' when not native."""
     info = cell.get("precision_info") or {}
-    return f"{cell['precision']} (emulated)" if info.get("native") is False else cell["precision"]
+    recipe = cell.get("recipe") or cell["precision"]
+    text = cell["precision"] if recipe == cell["precision"] else f"{cell['precision']} {recipe}"
+    return f"{text} (emulated)" if info.get("native") is False else text
 
 
 def verdict(entry: dict) -> str:

@@ -68,9 +68,12 @@ def _configuration(record: dict) -> str:
         f"- Data: {data}; compiled: {_compiled(cfg)}; device: {cfg.get('device')}",
     ]
     if matrix:
-        lines.append(f"- Matrix: frameworks {', '.join(matrix['frameworks'])}; precisions "
-                     f"{', '.join(matrix['precisions'])}; seeds {', '.join(map(str, matrix['seeds']))}; "
-                     f"{matrix['repeats']} repeat(s) per seed")
+        selectors = matrix.get("recipes") or matrix.get("precisions") or []
+        lines.append(f"- Matrix: frameworks {', '.join(matrix['frameworks'])}; precisions and recipes "
+                     f"{', '.join(selectors)}; seeds {', '.join(map(str, matrix['seeds']))}; "
+                     f"{matrix['repeats']} repeat(s) per seed"
+                     + (f"; loss guard {matrix['max_loss_gap']:g} nats against the bf16 twin"
+                        if "max_loss_gap" in matrix else ""))
     return "## Configuration\n\n" + "\n".join(lines)
 
 
@@ -84,24 +87,25 @@ def _conclusions(record: dict) -> str:
     lines = [] if c["fastest"] else ["- No cell finished with a result."]
     for e in c["fastest"]:
         label = e["precision"] + (" (emulated)" if e["native"] is False else "")
+        stack = f"{e['framework']} {e.get('recipe', '')}".strip()
         if e["runner_up"] is None:
-            lines.append(f"- **Fastest at {label}:** {e['framework']}, {f.num(e['tokens_per_s'])} tokens/s "
+            lines.append(f"- **Fastest at {label}:** {stack}, {f.num(e['tokens_per_s'])} tokens/s "
                          "(the only stack with a result)")
         elif e["distinguishable"]:
-            lines.append(f"- **Fastest at {label}:** {e['framework']}, {f.num(e['tokens_per_s'])} tokens/s, "
+            lines.append(f"- **Fastest at {label}:** {stack}, {f.num(e['tokens_per_s'])} tokens/s, "
                          f"{f.ratio(e['ratio'])} {e['runner_up']} (95% CI {f.ci(e['ci'], f.ratio)})")
         else:
-            lines.append(f"- **At {label}:** {e['framework']} and {e['runner_up']} are not distinguishable: "
+            lines.append(f"- **At {label}:** {stack} and {e['runner_up']} are not distinguishable: "
                          f"{f.ratio(e['ratio'])} (95% CI {f.ci(e['ci'], f.ratio)} includes 1)")
     for d in c["loss_cost"]:
-        lines.append(f"- **Cost of {d['precision']} in loss ({d['framework']}):** ΔLoss = "
+        lines.append(f"- **Cost of {d.get('recipe', d['precision'])} in loss ({d['framework']}):** ΔLoss = "
                      f"{f.delta(d['delta'])} vs {d['baseline']} (95% CI {f.ci(d['ci'], f.delta)}); "
                      f"{f.delta_verdict(d)}")
     for e in c["emulated"]:
-        lines.append(f"- {e['precision']} on {e['framework']} ran **emulated** (not the native format): "
+        lines.append(f"- {e.get('recipe', e['precision'])} on {e['framework']} ran **emulated** (not the native format): "
                      "its loss shows the format's numerics, its speed is not the format's speed")
     for e in c["not_ok"]:
-        lines.append(f"- {e['framework']} {e['precision']}: **{e['status']}** (see below)")
+        lines.append(f"- {e['framework']} {e.get('recipe', e['precision'])}: **{e['status']}** (see below)")
     for note in sorted({n for cell in record["cells"] for n in cell.get("notes") or []}):
         lines.append(f"- Note: {note}")
     return "## Conclusions\n\n" + "\n".join(lines)
@@ -156,11 +160,11 @@ def _speedups(record: dict) -> str:
 
 
 def _loss(record: dict) -> str:
-    deltas = {(d["framework"], d["precision"]): d for d in record["loss_deltas"]}
+    deltas = {(d["framework"], d.get("recipe", d["precision"])): d for d in record["loss_deltas"]}
     rows = []
     for c in record["cells"]:
         final = c["final_loss"] or {}
-        d = deltas.get((c["framework"], c["precision"]))
+        d = deltas.get((c["framework"], c.get("recipe", c["precision"])))
         final_text = ("diverged (NaN)" if final.get("diverged")
                       else f.value_ci(final.get("value"), final.get("ci"), f.loss))
         rows.append([c["framework"], f.precision_label(c), final_text,
@@ -189,10 +193,10 @@ def _flops(record: dict) -> str:
 
 
 def _not_ok(record: dict) -> str:
-    rows = [[run["dir"], c["framework"], c["precision"], run["seed"], run["status"], run["error"] or ""]
+    rows = [[run["dir"], c["framework"], f.precision_label(c), run["seed"], run["status"], run["error"] or ""]
             for c in record["cells"] for run in c["runs"] if run["status"] != "ok"]
     pending = [c for c in record["cells"] if c["counts"].get("pending")]
-    rows += [["–", c["framework"], c["precision"], "–", "pending",
+    rows += [["–", c["framework"], f.precision_label(c), "–", "pending",
               f"{c['counts']['pending']} run(s) not run yet (resume the benchmark)"] for c in pending]
     if not rows:
         return ""
@@ -207,7 +211,7 @@ def _baseline(record: dict) -> str:
     rows = []
     for r in base["rows"]:
         loss = r["loss_difference"]
-        rows.append([r["framework"], r["precision"],
+        rows.append([r["framework"], f"{r['precision']} {r.get('recipe', '')}".strip(),
                      f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
                      f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
                      f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
@@ -19,15 +20,15 @@ def render(record: dict, console: Console | None = None) -> None:
 
 
 def _cells(record: dict) -> Table:
-    deltas = {(d["framework"], d["precision"]): d for d in record["loss_deltas"]}
+    deltas = {(d["framework"], d.get("recipe", d["precision"])): d for d in record["loss_deltas"]}
     t = Table(title="Benchmark", title_justify="left")
     # MFU: the primary FLOPs accounting against the dense datasheet peak of the cell's precision.
-    for col in ("framework", "precision", "runs", "step ms (p10–p90)", "tokens/s (95% CI)",
+    for col in ("framework", "precision · recipe", "runs", "step ms (p10–p90)", "tokens/s (95% CI)",
                 f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
-        t.add_column(col, justify="left" if col in ("framework", "precision", "runs") else "right")
+        t.add_column(col, justify="left" if col in ("framework", "precision · recipe", "runs") else "right")
     for c in record["cells"]:
         step, tps = c["step_ms"], c["tokens_per_s"] or {}
-        d = deltas.get((c["framework"], c["precision"]))
+        d = deltas.get((c["framework"], c.get("recipe", c["precision"])))
         t.add_row(
             c["framework"], f.precision_label(c), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
@@ -49,10 +50,10 @@ def _speedups(record: dict) -> Table:
 
 
 def _notes(record: dict) -> list[str]:
-    lines = [f"[yellow]problem:[/] {p}" for p in record["problems"]]
+    lines = [f"[yellow]problem:[/] {escape(p)}" for p in record["problems"]]
     for c in record["cells"]:
         for run in c["runs"]:
             if run["status"] != "ok":
-                lines.append(f"[red]{run['status']}:[/] {c['framework']} {c['precision']} seed {run['seed']}"
-                             f" — {run['error'] or 'no reason recorded'}")
+                lines.append(f"[red]{run['status']}:[/] {c['framework']} {f.precision_label(c)} seed {run['seed']}"
+                             f" — {escape(run['error'] or 'no reason recorded')}")
     return lines
