@@ -25,8 +25,9 @@ class TorchHooks:
         self.recipe = recipe
 
     # ---- before any GPU work
-    def check(self, torch, device) -> None:
-        """Raise ParallaxError when this recipe cannot run on ``device`` here."""
+    def check(self, torch, device, run=None) -> None:
+        """Raise ParallaxError when this recipe cannot run on ``device`` here, or at the shapes
+        of ``run`` (a RunConfig; None where there is no run, e.g. a parity reference)."""
 
     def native(self, torch, device) -> bool:
         """Whether the recipe's format runs in hardware on ``device``."""
