@@ -98,6 +98,20 @@ def test_te_fp8_shape_checks_name_the_bad_size():
     hooks.check_shapes(tiny_run(batch_size=1, seq_len=8))
 
 
+# ---- every recipe with hooks resolves, without importing its library
+
+def test_every_torch_recipe_with_hooks_loads_its_class():
+    loaded = {}
+    for recipe in registry.of_framework("torch"):
+        if recipe.implemented:
+            hooks = recipe.load_hooks()
+            assert type(hooks).__name__ == recipe.hooks.rpartition(":")[2] and hooks.recipe is recipe
+            loaded[recipe.name] = type(hooks).__name__
+    assert loaded == {"bf16": "AutocastHooks", "te-bf16": "TransformerEngineHooks",
+                      "te-fp8-delayed": "TransformerEngineHooks", "te-fp8-current": "TransformerEngineHooks",
+                      "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks"}
+
+
 def test_te_bf16_quantizes_nothing():
     assert registry.get("torch", "te-bf16").load_hooks().quantized(object()) == []
 
@@ -115,3 +129,67 @@ def test_missing_te_is_one_line_naming_the_extra_through_the_cli(tmp_path):
     assert len(lines) == 1, lines
     assert lines[0].startswith("parallax: error: ") and "pip install 'slm-parallax[te]'" in lines[0]
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+# ---- torchao float8
+
+def torchao_hooks(name: str):
+    pytest.importorskip("torchao")
+    return registry.get("torch", name).load_hooks()
+
+
+@pytest.mark.parametrize("name", TORCHAO_RECIPES)
+def test_torchao_converts_the_four_block_linears_and_keeps_lm_head(name):
+    from torchao.float8.float8_linear import Float8Linear
+
+    hooks = torchao_hooks(name)
+    model = hooks.build(torch, TINY, init_weights(TINY, 0), torch.device("cpu"))
+    converted = [n for n, m in model.named_modules() if isinstance(m, Float8Linear)]
+    assert len(converted) == 4 * TINY.n_layers  # wqkv, wo, w_gate_up, w_down per block
+    for i in range(TINY.n_layers):
+        assert {n for n in converted if n.startswith(f"layers.{i}.")} == {
+            f"layers.{i}.{n}" for n in ("attention.wqkv", "attention.wo", "feed_forward.w_gate_up",
+                                        "feed_forward.w_down")}
+    assert type(model.lm_head) is torch.nn.Linear
+    assert hooks.quantized(model) == [n + ".weight" for n in converted]
+    assert hooks.export(TINY, model, model.state_dict()).keys() == init_weights(TINY, 0).keys()
+
+
+def test_torchao_leaves_linears_off_the_multiple_of_16_alone():
+    hooks = torchao_hooks("torchao-fp8-tensorwise")
+    assert hooks.convertible(torch.nn.Linear(64, 128), "layers.0.attention.wo")
+    assert not hooks.convertible(torch.nn.Linear(60, 128), "layers.0.attention.wo")
+    assert not hooks.convertible(torch.nn.Linear(64, 128), "lm_head")
+    with pytest.raises(ParallaxError, match="batch·seq divisible by 16"):
+        hooks.check(torch, torch.device("cpu"), tiny_run(batch_size=3, seq_len=10))
+
+
+@pytest.mark.parametrize("name", TORCHAO_RECIPES)
+def test_torchao_float8_trains_on_the_cpu_through_the_engine(name):
+    pytest.importorskip("torchao")
+    run = tiny_run(precision="fp8", recipe=name, optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    engine = TorchEngine()
+    plan = engine.check(run)
+    assert (plan.precision.recipe, plan.precision.backend, plan.precision.native) == (name, "torchao", False)
+    assert plan.precision.details["float8_recipe"] == name.rpartition("-")[2]
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = engine.train(run, plan, RepeatedBatch(batch), NullProgress())
+    losses = [s.loss for s in out.steps]
+    assert losses[0] == pytest.approx(math.log(TINY.vocab_size), abs=0.1)
+    assert losses[-1] < losses[0] - 0.5
+    assert all(s.grad_norm > 0 and math.isfinite(s.grad_norm) and s.bad_layers is None for s in out.steps)
+    assert len(out.extra["quantized_parameters"]) == 4 * TINY.n_layers
+    assert not any(n.startswith("lm_head") for n in out.extra["quantized_parameters"])
+
+
+def test_torchao_export_after_a_step_gives_canonical_weights():
+    pytest.importorskip("torchao")
+    run = tiny_run(precision="fp8", recipe="torchao-fp8-tensorwise")
+    plan = TorchEngine().check(run)
+    weights = init_weights(TINY, 1)
+    trainer = Trainer(run, weights, plan.handles["precision"], plan.handles["device"], plan.handles["attention"],
+                      compile=False)
+    trainer.train_step(trainer.upload(synthetic_batch(0, 0, 4, 32, TINY.vocab_size)), 1e-3)
+    after = trainer.hooks.export(TINY, trainer.model, trainer.model.state_dict())
+    assert {k: v.shape for k, v in after.items()} == {k: v.shape for k, v in weights.items()}
+    assert not np.array_equal(after["layers.0.wq"], weights["layers.0.wq"])
