@@ -193,3 +193,78 @@ def test_torchao_export_after_a_step_gives_canonical_weights():
     after = trainer.hooks.export(TINY, trainer.model, trainer.model.state_dict())
     assert {k: v.shape for k, v in after.items()} == {k: v.shape for k, v in weights.items()}
     assert not np.array_equal(after["layers.0.wq"], weights["layers.0.wq"])
+
+
+# ---- the TE model's glue on the CPU, with float32 stand-ins for the three TE modules
+
+class ReferenceTE:
+    """TE's LayerNormLinear / Linear / LayerNormMLP semantics in plain torch (parameter names
+    and [out, in] layout as TE has them; swiglu = silu(first half) · second half), so the
+    TELlama glue, its parameter names and the converters run without TE."""
+
+    class Linear(torch.nn.Module):
+        def __init__(self, n_in, n_out, bias=False, params_dtype=None, device=None):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.empty(n_out, n_in, device=device))
+
+        def forward(self, x):
+            return x @ self.weight.T
+
+    class LayerNormLinear(Linear):
+        def __init__(self, n_in, n_out, eps, bias=False, normalization=None, params_dtype=None, device=None):
+            super().__init__(n_in, n_out, device=device)
+            self.eps, self.layer_norm_weight = eps, torch.nn.Parameter(torch.ones(n_in, device=device))
+
+        def forward(self, x):
+            return super().forward(rms(x, self.layer_norm_weight, self.eps))
+
+    class LayerNormMLP(torch.nn.Module):
+        def __init__(self, d, d_ff, eps, bias=False, normalization=None, activation=None, params_dtype=None,
+                     device=None):
+            super().__init__()
+            self.eps = eps
+            self.layer_norm_weight = torch.nn.Parameter(torch.ones(d, device=device))
+            self.fc1_weight = torch.nn.Parameter(torch.empty(2 * d_ff, d, device=device))
+            self.fc2_weight = torch.nn.Parameter(torch.empty(d, d_ff, device=device))
+
+        def forward(self, x):
+            gate, up = (rms(x, self.layer_norm_weight, self.eps) @ self.fc1_weight.T).chunk(2, dim=-1)
+            return (torch.nn.functional.silu(gate) * up) @ self.fc2_weight.T
+
+
+def rms(x, gain, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+def test_te_model_glue_with_reference_modules_equals_the_plain_model_in_float32():
+    from parallax.engines.torch.model import Llama
+
+    weights = init_weights(TINY, 2)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
+    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    plain = Llama(TINY)
+    plain.load_state_dict(convert.to_torch_state(TINY, weights), strict=True)
+    batch = torch.from_numpy(synthetic_batch(2, 0, 2, 16, TINY.vocab_size))
+    torch.testing.assert_close(model(batch[:, :-1]), plain(batch[:, :-1]), rtol=1e-5, atol=1e-5)
+    loss = model(batch[:, :-1], batch[:, 1:])
+    loss.backward()
+    grads = te_model.from_te_state(TINY, {n: p.grad for n, p in model.named_parameters()})
+    plain(batch[:, :-1], batch[:, 1:]).backward()
+    plain_grads = convert.from_torch_state(TINY, {n: p.grad for n, p in plain.named_parameters()})
+    for name in weights:
+        np.testing.assert_allclose(grads[name], plain_grads[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_te_model_compiled_glue_gives_the_eager_loss_and_keeps_parameter_names():
+    weights = init_weights(TINY, 2)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
+    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    batch = torch.from_numpy(synthetic_batch(2, 0, 2, 16, TINY.vocab_size))
+    eager = model(batch[:, :-1], batch[:, 1:])
+    names = [n for n, _ in model.named_parameters()]
+    model.compile_glue("default")
+    compiled = model(batch[:, :-1], batch[:, 1:])
+    compiled.backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    assert [n for n, _ in model.named_parameters()] == names
+    assert all(p.grad is not None for p in model.parameters())
