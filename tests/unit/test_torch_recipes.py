@@ -3,6 +3,7 @@ resolution, the missing-TE error, torchao's conversion and torchao float8 traini
 
 from __future__ import annotations
 
+import contextlib
 import math
 import subprocess
 import sys
@@ -268,3 +269,76 @@ def test_te_model_compiled_glue_gives_the_eager_loss_and_keeps_parameter_names()
     torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
     assert [n for n, _ in model.named_parameters()] == names
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.fixture
+def stand_in_te(monkeypatch):
+    """A ``transformer_engine`` package made of ReferenceTE, so that TransformerEngineHooks runs
+    on the CPU: ``entered`` lists the fp8 recipes its autocast was entered with."""
+    import dataclasses
+    import enum
+    import types
+
+    recipe_module = types.ModuleType("transformer_engine.common.recipe")
+    recipe_module.Format = enum.Enum("Format", "E4M3 HYBRID")
+    recipe_module.DelayedScaling = dataclasses.make_dataclass(
+        "DelayedScaling", ["fp8_format", "amax_history_len", "amax_compute_algo"])
+    recipe_module.Float8CurrentScaling = dataclasses.make_dataclass("Float8CurrentScaling", ["fp8_format"])
+    pytorch = types.ModuleType("transformer_engine.pytorch")
+    for name in ("Linear", "LayerNormLinear", "LayerNormMLP"):
+        setattr(pytorch, name, getattr(ReferenceTE, name))
+    pytorch.entered, pytorch.fp8_reason = [], None
+
+    def autocast(enabled, recipe):
+        pytorch.entered.append(recipe)
+        return contextlib.nullcontext()
+
+    pytorch.autocast = autocast
+    pytorch.is_fp8_available = lambda return_reason: (pytorch.fp8_reason is None, pytorch.fp8_reason or "")
+    root = types.ModuleType("transformer_engine")
+    root.__version__, root.pytorch = "0.0-stand-in", pytorch
+    root.common = types.ModuleType("transformer_engine.common")
+    root.common.recipe = recipe_module
+    for module in (root, pytorch, root.common, recipe_module):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return pytorch
+
+
+def test_te_hooks_build_run_and_export_with_a_stand_in_te(stand_in_te):
+    hooks = registry.get("torch", "te-fp8-delayed").load_hooks()
+    cpu = torch.device("cpu")
+    hooks.check(torch, cpu, tiny_run())
+    details = hooks.details(torch)
+    assert {k: details[k] for k in ("te_version", "te_recipe", "fp8_format", "amax_history_len",
+                                    "amax_compute_algo", "first_last_layers_bf16")} == {
+        "te_version": "0.0-stand-in", "te_recipe": "DelayedScaling", "fp8_format": "HYBRID",
+        "amax_history_len": 1024, "amax_compute_algo": "max", "first_last_layers_bf16": False}
+    weights = init_weights(TINY, 4)
+    model = hooks.build(torch, TINY, weights, cpu)
+    assert len(hooks.quantized(model)) == 4 * TINY.n_layers
+    assert not any("lm_head" in n or "norm" in n for n in hooks.quantized(model))
+    batch = torch.from_numpy(synthetic_batch(4, 0, 2, 16, TINY.vocab_size))
+    with hooks.context(torch, "cpu"):
+        loss = model(batch[:, :-1], batch[:, 1:])
+    assert math.isfinite(loss.item()) and stand_in_te.entered == [hooks.te_recipe()]
+    exported = hooks.export(TINY, model, model.state_dict())
+    for name, value in weights.items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+
+
+def test_te_hooks_fall_back_to_fp8_autocast_and_report_te_s_reason(stand_in_te):
+    hooks = registry.get("torch", "te-fp8-current").load_hooks()
+
+    def fp8_autocast(enabled, fp8_recipe):  # the name and argument of older TE releases
+        stand_in_te.entered.append(fp8_recipe)
+        return contextlib.nullcontext()
+
+    del stand_in_te.autocast
+    stand_in_te.fp8_autocast = fp8_autocast
+    with hooks.context(torch, "cpu"):
+        pass
+    assert [type(r).__name__ for r in stand_in_te.entered] == ["Float8CurrentScaling"]
+    stand_in_te.fp8_reason = "Device compute capability 8.9 or higher required for FP8 execution."
+    with pytest.raises(ParallaxError, match="TransformerEngine cannot run fp8 on cpu: Device compute capability 8.9"):
+        hooks.check(torch, torch.device("cpu"), tiny_run())
+    assert registry.get("torch", "te-bf16").load_hooks().details(torch)["te_recipe"] is None

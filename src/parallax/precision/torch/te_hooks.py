@@ -44,14 +44,20 @@ def fp8_support(te) -> tuple[bool, str]:
     return check_fp8_support()
 
 
-def te_version(te) -> str | None:
-    version = getattr(te, "__version__", None)
+def te_version() -> str | None:
+    """TE's own ``__version__``, else that of the installed distribution (the torch extension
+    is often built from its sdist without the ``transformer_engine`` meta-package)."""
+    import transformer_engine
+
+    version = getattr(transformer_engine, "__version__", None)
     if version:
         return str(version)
-    try:
-        return importlib.metadata.version("transformer_engine")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    for name in ("transformer_engine", "transformer_engine_torch"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 class TransformerEngineHooks(TorchHooks):
@@ -103,8 +109,7 @@ class TransformerEngineHooks(TorchHooks):
         return bf16_native(torch, device)
 
     def details(self, torch) -> dict:
-        te = import_te()
-        info = {**super().details(torch), "te_version": te_version(te), "te_recipe": None,
+        info = {**super().details(torch), "te_version": te_version(), "te_recipe": None,
                 "first_last_layers_bf16": False}
         recipe = self.te_recipe()
         if recipe is not None:
