@@ -82,8 +82,9 @@ def forward(name: str, weights, batch, device):
     model = hooks.build(torch, TINY, weights, device)
     attention = probe_attention(torch, device, torch.bfloat16, TINY, batch.shape[1] - 1)
     tokens = torch.from_numpy(batch).to(device)
-    with hooks.context(torch, device.type), attention_context(attention):
+    with torch.no_grad(), hooks.context(torch, device.type), attention_context(attention):
         logits = model(tokens[:, :-1]).float()
+    with hooks.context(torch, device.type), attention_context(attention):  # one forward per fp8 autocast
         loss = model(tokens[:, :-1], tokens[:, 1:])
     loss.backward()
     grads = hooks.export(TINY, model, {n: p.grad for n, p in model.named_parameters()})
