@@ -310,7 +310,7 @@ class TorchEngine(Engine):
         cc = "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
-        precision = for_recipe(torch, recipe, device)
+        precision = for_recipe(torch, recipe, device, run)
         attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
         return Plan(recipe=recipe, precision=precision.info, device=str(device),
                     attention=ATTENTION_NAMES[attention],

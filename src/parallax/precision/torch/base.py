@@ -2,8 +2,8 @@
 (``engines/torch/model.py``) under ``torch.autocast(bfloat16)`` over float32 master weights,
 compiled whole with torch.compile.
 
-A recipe overrides what it changes: TransformerEngine builds its own modules (``te.py``),
-torchao converts the plain model's linears (``torchao.py``). Every method receives ``torch``
+A recipe overrides what it changes: TransformerEngine builds its own modules (``te_hooks.py``),
+torchao converts the plain model's linears (``torchao_hooks.py``). Every method receives ``torch``
 (imported by the engine) so that importing a recipe module never imports torch.
 """
 
@@ -25,8 +25,9 @@ class TorchHooks:
         self.recipe = recipe
 
     # ---- before any GPU work
-    def check(self, torch, device) -> None:
-        """Raise ParallaxError when this recipe cannot run on ``device`` here."""
+    def check(self, torch, device, run=None) -> None:
+        """Raise ParallaxError when this recipe cannot run on ``device`` here, or at the shapes
+        of ``run`` (a RunConfig; None where there is no run, e.g. a parity reference)."""
 
     def native(self, torch, device) -> bool:
         """Whether the recipe's format runs in hardware on ``device``."""

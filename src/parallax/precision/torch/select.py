@@ -20,10 +20,11 @@ class TorchPrecision:
         return self.hooks.context(torch, device_type)
 
 
-def for_recipe(torch, recipe: Recipe, device) -> TorchPrecision:
-    """The recipe's hooks, checked against ``device``; ParallaxError when it cannot run."""
+def for_recipe(torch, recipe: Recipe, device, run=None) -> TorchPrecision:
+    """The recipe's hooks, checked against ``device`` (and ``run``'s shapes); ParallaxError
+    when it cannot run."""
     hooks = recipe.load_hooks()
-    hooks.check(torch, device)
+    hooks.check(torch, device, run)
     details = {**hooks.details(torch), "device_type": device.type}
     info = PrecisionInfo.of(recipe, native=hooks.native(torch, device), details=details)
     return TorchPrecision(info, hooks.compute_dtype(torch), hooks)

@@ -1,0 +1,182 @@
+"""The LLaMA decoder of ``model.py`` with its blocks built from TransformerEngine modules.
+
+Each block holds the three TE modules whose GEMMs TE can run in fp8:
+
+- ``attention.qkv``: ``te.LayerNormLinear(d, 3d, normalization="RMSNorm")``, the attention
+  RMSNorm fused into the QKV projection (its ``layer_norm_weight`` is ``attention_norm``);
+- ``attention.wo``: ``te.Linear(d, d)``;
+- ``feed_forward``: ``te.LayerNormMLP(d, d_ff, normalization="RMSNorm", activation="swiglu")``:
+  the FFN RMSNorm (``layer_norm_weight`` = ``ffn_norm``), fc1 = [w_gate; w_up] (out dim), SwiGLU,
+  fc2 = w_down.
+
+Between them runs our own torch code, the same as the plain model's: the head split and the
+half-split RoPE in float32 (``split_heads``), causal SDPA with the backend the engine chose.
+Embedding, final RMSNorm, lm_head and the float32 loss are plain torch (``Head``), in bf16
+under autocast: the first and last layers are never fp8.
+
+SwiGLU order: TE's ``swiglu`` applies SiLU to the *first* half of fc1's output and multiplies
+by the second (TransformerEngine ``tests/pytorch/test_numerics.py``: ``TorchGLU`` computes
+``act(x[..., :n/2]) * x[..., n/2:]`` and ``test_layernorm_mlp_accuracy`` checks
+``LayerNormMLP(activation="swiglu")`` against it with ``fc1_weight`` copied unchanged). So
+``fc1_weight`` is ``[w_gate; w_up]``, the layout of the plain model's ``w_gate_up``.
+
+Parameters are float32 master weights (``params_dtype=torch.float32``); TE, like nn.Linear,
+takes its compute dtype from ``torch.autocast``. The converters at the bottom work on plain
+state dicts with TE's parameter names, so they need neither TE nor a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from parallax.config import ModelConfig
+from parallax.engines.torch.model import RMSNorm, apply_rope
+from parallax.rope import rope_tables
+from parallax.weights import check_canonical
+
+# The TE linear weights of one block, whose GEMMs run in fp8 under an fp8 recipe.
+TE_LINEAR_WEIGHTS = ("attention.qkv.weight", "attention.wo.weight",
+                     "feed_forward.fc1_weight", "feed_forward.fc2_weight")
+
+
+def split_heads(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads: int, head_dim: int):
+    """[B, S, 3·H·hd] → q, k, v as [B, H, S, hd] for SDPA, RoPE applied to q and k."""
+    batch, seq, _ = qkv.shape
+    q, k, v = qkv.view(batch, seq, 3, n_heads, head_dim).unbind(2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+
+class Attention(nn.Module):
+    def __init__(self, te, config: ModelConfig, device):
+        super().__init__()
+        self.n_heads, self.head_dim = config.n_heads, config.head_dim
+        d, width = config.d_model, config.n_heads * config.head_dim
+        self.qkv = te.LayerNormLinear(d, 3 * width, eps=config.norm_eps, bias=False, normalization="RMSNorm",
+                                      params_dtype=torch.float32, device=device)
+        self.wo = te.Linear(width, d, bias=False, params_dtype=torch.float32, device=device)
+
+    def forward(self, h, cos, sin, split):
+        q, k, v = split(self.qkv(h), cos, sin, self.n_heads, self.head_dim)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        batch, _, seq, _ = out.shape
+        return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
+
+
+class Block(nn.Module):
+    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device):
+        super().__init__()
+        self.attention = Attention(te, config, device)
+        self.feed_forward = te.LayerNormMLP(config.d_model, config.d_ff, eps=config.norm_eps, bias=False,
+                                            normalization="RMSNorm", activation="swiglu",
+                                            params_dtype=torch.float32, device=device)
+        self.compute_dtype = compute_dtype
+
+    def forward(self, h, cos, sin, split):
+        h = h + self.attention(h, cos, sin, split).to(self.compute_dtype)
+        return h + self.feed_forward(h).to(self.compute_dtype)
+
+
+class Head(nn.Module):
+    """Final RMSNorm, lm_head and the float32 cross-entropy: plain torch, compiled as one."""
+
+    def __init__(self, config: ModelConfig, compute_dtype: torch.dtype, device):
+        super().__init__()
+        self.norm = RMSNorm(config.d_model, config.norm_eps, compute_dtype).to(device)
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, device=device)
+
+    def forward(self, h, targets=None):
+        logits = self.lm_head(self.norm(h))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten().long())
+
+
+class TELlama(nn.Module):
+    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device):
+        super().__init__()
+        self.config, self.compute_dtype = config, compute_dtype
+        self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model, device=device)
+        self.layers = nn.ModuleList(Block(te, config, compute_dtype, device) for _ in range(config.n_layers))
+        self.head = Head(config, compute_dtype, device)
+        self.split = split_heads  # compile_glue() swaps in a compiled one
+        cos, sin = rope_tables(config.max_seq_len, config.head_dim, config.rope_theta)
+        self.register_buffer("rope_cos", torch.from_numpy(cos).to(device), persistent=False)
+        self.register_buffer("rope_sin", torch.from_numpy(sin).to(device), persistent=False)
+
+    def compile_glue(self, mode: str) -> None:
+        """torch.compile the pure-torch pieces: the head split + RoPE (one function shared by
+        every layer) and the head (norm, lm_head, loss). The TE modules stay eager."""
+        self.split = torch.compile(split_heads, mode=mode)
+        self.head.compile(mode=mode)  # in place: parameter names unchanged
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        seq = tokens.shape[1]
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        h = self.tok_embeddings(tokens).to(self.compute_dtype)
+        for layer in self.layers:
+            h = layer(h, cos, sin, self.split)
+        return self.head(h, targets)
+
+
+# ---- canonical weights ([in, out], parallax.weights) <-> the TE model's state (weights [out, in])
+
+def _linear(w: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(np.asarray(w, dtype=np.float32).T))
+
+
+def _tensor(w: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.array(w, dtype=np.float32))
+
+
+def to_te_state(model: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    """The ``TELlama`` parameters (float32, CPU) holding canonical ``weights``; exact."""
+    check_canonical(model, weights)
+    state = {
+        "tok_embeddings.weight": _tensor(weights["tok_embeddings"]),
+        "head.norm.weight": _tensor(weights["norm"]),
+        "head.lm_head.weight": _linear(weights["lm_head"]),
+    }
+    for i in range(model.n_layers):
+        p = f"layers.{i}."
+        qkv = np.concatenate([weights[p + n] for n in ("wq", "wk", "wv")], axis=1)
+        state[p + "attention.qkv.layer_norm_weight"] = _tensor(weights[p + "attention_norm"])
+        state[p + "attention.qkv.weight"] = _linear(qkv)
+        state[p + "attention.wo.weight"] = _linear(weights[p + "wo"])
+        gate_up = np.concatenate([weights[p + "w_gate"], weights[p + "w_up"]], axis=1)
+        state[p + "feed_forward.layer_norm_weight"] = _tensor(weights[p + "ffn_norm"])
+        state[p + "feed_forward.fc1_weight"] = _linear(gate_up)
+        state[p + "feed_forward.fc2_weight"] = _linear(weights[p + "w_down"])
+    return state
+
+
+def from_te_state(model: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Canonical float32 arrays from a ``TELlama`` state dict (or its gradients); TE's
+    ``_extra_state`` entries (fp8 scales and amax history) are not weights and are dropped."""
+
+    def arr(name: str) -> np.ndarray:
+        return state[name].detach().to("cpu", torch.float32).numpy().copy()
+
+    def linear(name: str) -> np.ndarray:
+        return np.ascontiguousarray(arr(name).T)
+
+    width, d_ff = model.n_heads * model.head_dim, model.d_ff
+    out = {"tok_embeddings": arr("tok_embeddings.weight")}
+    for i in range(model.n_layers):
+        p = f"layers.{i}."
+        out[p + "attention_norm"] = arr(p + "attention.qkv.layer_norm_weight")
+        qkv = linear(p + "attention.qkv.weight")
+        for j, n in enumerate(("wq", "wk", "wv")):
+            out[p + n] = np.ascontiguousarray(qkv[:, j * width:(j + 1) * width])
+        out[p + "wo"] = linear(p + "attention.wo.weight")
+        out[p + "ffn_norm"] = arr(p + "feed_forward.layer_norm_weight")
+        gate_up = linear(p + "feed_forward.fc1_weight")
+        out[p + "w_gate"] = np.ascontiguousarray(gate_up[:, :d_ff])
+        out[p + "w_up"] = np.ascontiguousarray(gate_up[:, d_ff:])
+        out[p + "w_down"] = linear(p + "feed_forward.fc2_weight")
+    out["norm"] = arr("head.norm.weight")
+    out["lm_head"] = linear("head.lm_head.weight")
+    return out

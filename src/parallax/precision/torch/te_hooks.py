@@ -1,0 +1,166 @@
+"""TransformerEngine hooks: the TE model of ``engines/torch/te_model.py``, in bf16 or under TE's fp8 autocast.
+
+A linear layer costs three GEMMs per step: the forward y = x·Wᵀ, and in the backward the input
+gradient dx = dy·W and the weight gradient dW = dyᵀ·x. An fp8 recipe feeds all three to the
+tensor cores in fp8, each operand with a float32 scale. ``Format.HYBRID`` picks the format by
+role: E4M3 (3 mantissa bits, max 448) for x and W, which need precision; E5M2 (2 mantissa bits,
+max 57344) for the gradients dy, which need range. The recipes differ in where the scale comes
+from: ``DelayedScaling`` from the largest |value| seen over the last ``amax_history_len`` steps
+(one step late, no extra pass over the tensor), ``Float8CurrentScaling`` from the tensor's own
+amax every GEMM (one more reduction, no history to go stale).
+
+fp8 covers the four TE linears of every block (QKV, output, fc1, fc2); embedding, lm_head and
+the loss stay bf16/float32. ``te-bf16`` runs the same modules with no fp8 autocast, so
+"TE vs plain torch" and "what fp8 buys inside TE" are separate comparisons. TE's modules run
+eager (DelayedScaling does not support torch.compile); the pure-torch glue is compiled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+
+from parallax.errors import ParallaxError
+from parallax.precision.torch.base import TorchHooks, bf16_native, linear_weights
+
+FP8_TOKENS_MULTIPLE = 8  # TE fp8 GEMMs: the product of the leading dims (batch·seq) ...
+FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
+
+
+def import_te():
+    import transformer_engine.pytorch as te
+
+    return te
+
+
+def fp8_support(te) -> tuple[bool, str]:
+    """TE's own answer (available, reason): ``te.is_fp8_available`` in newer releases,
+    ``transformer_engine.pytorch.fp8.check_fp8_support`` in older ones."""
+    probe = getattr(te, "is_fp8_available", None)
+    if probe is not None:
+        return probe(return_reason=True)
+    from transformer_engine.pytorch.fp8 import check_fp8_support
+
+    return check_fp8_support()
+
+
+def te_version() -> str | None:
+    """TE's own ``__version__``, else that of the installed distribution (the torch extension
+    is often built from its sdist without the ``transformer_engine`` meta-package)."""
+    import transformer_engine
+
+    version = getattr(transformer_engine, "__version__", None)
+    if version:
+        return str(version)
+    for name in ("transformer_engine", "transformer_engine_torch"):
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+class TransformerEngineHooks(TorchHooks):
+    def __init__(self, recipe):
+        super().__init__(recipe)
+        self.fp8 = recipe.params.get("te_recipe") is not None
+        self._te_recipe = None
+
+    def te_recipe(self):
+        """The ``transformer_engine.common.recipe`` object of this recipe (None for te-bf16)."""
+        if self.fp8 and self._te_recipe is None:
+            from transformer_engine.common import recipe as te_recipes
+
+            params = self.recipe.params
+            fmt = getattr(te_recipes.Format, params["fp8_format"])
+            if params["te_recipe"] == "DelayedScaling":
+                self._te_recipe = te_recipes.DelayedScaling(
+                    fp8_format=fmt, amax_history_len=params["amax_history_len"],
+                    amax_compute_algo=params["amax_compute_algo"])
+            else:
+                self._te_recipe = getattr(te_recipes, params["te_recipe"])(fp8_format=fmt)
+        return self._te_recipe
+
+    # ---- before any GPU work
+    def check(self, torch, device, run=None) -> None:
+        if not self.fp8:
+            return
+        if run is not None:
+            self.check_shapes(run)
+        available, reason = fp8_support(import_te())
+        if not available:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run fp8 on "
+                                f"{device}: {reason} (pick a bf16 recipe: parallax check-env lists them)")
+
+    def check_shapes(self, run) -> None:
+        model, tokens = run.model_config, run.batch_size * run.seq_len
+        if tokens % FP8_TOKENS_MULTIPLE:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs batch·seq divisible by "
+                                f"{FP8_TOKENS_MULTIPLE}; {run.batch_size}·{run.seq_len} = {tokens} is not")
+        for name in ("d_model", "d_ff"):
+            size = getattr(model, name)
+            if size % FP8_DIM_MULTIPLE:
+                raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs {name} divisible by "
+                                    f"{FP8_DIM_MULTIPLE}; model '{model.name}' has {name} {size}")
+
+    def native(self, torch, device) -> bool:
+        if self.fp8:
+            return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
+        return bf16_native(torch, device)
+
+    def details(self, torch) -> dict:
+        info = {**super().details(torch), "te_version": te_version(), "te_recipe": None,
+                "first_last_layers_bf16": False}
+        recipe = self.te_recipe()
+        if recipe is not None:
+            info["te_recipe"] = type(recipe).__name__
+            info["fp8_format"] = recipe.fp8_format.name
+            for name in ("amax_history_len", "amax_compute_algo"):
+                if hasattr(recipe, name):
+                    info[name] = getattr(recipe, name)
+        return info
+
+    # ---- the model
+    def build(self, torch, config, weights, device):
+        from parallax.engines.torch.te_model import TELlama, to_te_state
+
+        module = TELlama(import_te(), config, self.compute_dtype(torch), device)
+        missing, unexpected = module.load_state_dict(to_te_state(config, weights), strict=False)
+        missing = [k for k in missing if not k.endswith("_extra_state")]  # fp8 metadata, not weights
+        if missing or unexpected:
+            raise RuntimeError(f"TE model state does not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        return module
+
+    def export(self, config, module, tensors: dict):
+        from parallax.engines.torch.te_model import from_te_state
+
+        return from_te_state(config, tensors)
+
+    def compile(self, torch, module, mode: str):
+        module.compile_glue(mode)
+        return module
+
+    def compile_info(self) -> str:
+        return ("torch.compile of the pure-torch glue only: the head split + RoPE of every layer and the "
+                "final RMSNorm + lm_head + float32 cross-entropy; TE modules, SDPA and the embedding eager")
+
+    def context(self, torch, device_type: str):
+        recipe = self.te_recipe()
+        if recipe is None:
+            return super().context(torch, device_type)
+        return self._fp8_context(torch, device_type, recipe)
+
+    @contextlib.contextmanager
+    def _fp8_context(self, torch, device_type: str, recipe):
+        te = import_te()
+        if hasattr(te, "autocast"):
+            fp8 = te.autocast(enabled=True, recipe=recipe)
+        else:  # TE releases before the rename
+            fp8 = te.fp8_autocast(enabled=True, fp8_recipe=recipe)
+        with super().context(torch, device_type), fp8:
+            yield
+
+    def quantized(self, module) -> list[str]:
+        from parallax.engines.torch.te_model import TE_LINEAR_WEIGHTS
+
+        return linear_weights(module, TE_LINEAR_WEIGHTS) if self.fp8 else []

@@ -1,0 +1,142 @@
+"""The torch fp8 recipes on a real GPU (H200): TransformerEngine and torchao float8 train the tiny
+preset, TE in bf16 matches the plain model from the same canonical weights, export gives the
+canonical layout back. Skipped where there is no GPU; a recipe whose library is absent is skipped
+with its name (tools/gpu-carry/ brings TE and torchao to the device)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.data.synthetic import synthetic_batch  # noqa: E402
+from parallax.engines.base import NullProgress  # noqa: E402
+from parallax.engines.torch.engine import TorchEngine, Trainer, attention_context, probe_attention  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
+from parallax.precision import registry  # noqa: E402
+from parallax.precision.torch.select import for_recipe  # noqa: E402
+from parallax.weights import init_weights  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TINY = get_preset("tiny")
+RECIPES = ("te-bf16", "te-fp8-delayed", "te-fp8-current", "torchao-fp8-tensorwise", "torchao-fp8-rowwise")
+
+
+def recipe_run(name: str, **changes) -> RunConfig:
+    recipe = registry.get("torch", name)
+    pytest.importorskip(recipe.backend.module, reason=f"{recipe.backend.name} is not installed")
+    base = dict(model="tiny", precision=recipe.format, recipe=name, batch_size=8, seq_len=128, steps=20,
+                warmup=2, compile=True, device="cuda", optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    return RunConfig(**{**base, **changes})
+
+
+class RepeatedBatch:
+    description = "repeated"
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __iter__(self):
+        while True:
+            yield self.batch
+
+    def eval_batches(self):
+        return [self.batch]
+
+    def close(self):
+        pass
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_recipe_trains_the_tiny_model_and_labels_itself_native(name):
+    run = recipe_run(name)
+    engine = TorchEngine()
+    plan = engine.check(run)
+    assert (plan.precision.recipe, plan.precision.native) == (name, True)
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = engine.train(run, plan, RepeatedBatch(batch), NullProgress())
+    losses = [s.loss for s in out.steps]
+    assert len(losses) == run.steps and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < losses[0] - 1.0, losses
+    assert all(math.isfinite(s.grad_norm) and s.grad_norm > 0 and s.bad_layers is None for s in out.steps)
+    quantized = out.extra["quantized_parameters"]
+    assert len(quantized) == (0 if name == "te-bf16" else 4 * TINY.n_layers), quantized
+    assert not any("lm_head" in n for n in quantized)
+    assert out.precision.to_dict()["recipe"] == name
+    if name.startswith("te-"):
+        assert out.framework["compile_scope"].startswith("torch.compile of the pure-torch glue")
+        assert out.precision.details["te_version"] and out.precision.details["first_last_layers_bf16"] is False
+
+
+def forward(name: str, weights, batch, device):
+    """Logits, loss and canonical gradients of one forward/backward of ``name``'s model, eager."""
+    recipe = registry.get("torch", name)
+    pytest.importorskip(recipe.backend.module, reason=f"{recipe.backend.name} is not installed")
+    precision = for_recipe(torch, recipe, device)
+    hooks = precision.hooks
+    model = hooks.build(torch, TINY, weights, device)
+    attention = probe_attention(torch, device, torch.bfloat16, TINY, batch.shape[1] - 1)
+    tokens = torch.from_numpy(batch).to(device)
+    with torch.no_grad(), hooks.context(torch, device.type), attention_context(attention):
+        logits = model(tokens[:, :-1]).float()
+    with hooks.context(torch, device.type), attention_context(attention):  # one forward per fp8 autocast
+        loss = model(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    grads = hooks.export(TINY, model, {n: p.grad for n, p in model.named_parameters()})
+    return logits, float(loss), grads
+
+
+def relative_error(a, b) -> float:
+    a, b = (torch.as_tensor(x, dtype=torch.float32) for x in (a, b))
+    return float((a - b).norm() / b.norm())
+
+
+def test_te_bf16_matches_the_plain_bf16_model_from_the_same_weights():
+    # Validates the converters and the SwiGLU order: a swapped gate/up changes the logits by O(1).
+    device = torch.device("cuda", 0)
+    weights = init_weights(TINY, 5)
+    batch = synthetic_batch(5, 0, 4, 128, TINY.vocab_size)
+    plain_logits, plain_loss, plain_grads = forward("bf16", weights, batch, device)
+    te_logits, te_loss, te_grads = forward("te-bf16", weights, batch, device)
+    assert relative_error(te_logits, plain_logits) < 2e-2
+    assert abs(te_loss - plain_loss) < 1e-2
+    for name in ("layers.0.wq", "layers.1.wo", "layers.0.w_gate", "layers.1.w_up", "layers.0.w_down",
+                 "layers.1.attention_norm", "layers.0.ffn_norm", "tok_embeddings", "lm_head"):
+        assert relative_error(te_grads[name], plain_grads[name]) < 5e-2, name
+
+
+def test_te_fp8_loss_is_close_to_bf16_at_the_same_weights():
+    device = torch.device("cuda", 0)
+    weights = init_weights(TINY, 6)
+    batch = synthetic_batch(6, 0, 4, 128, TINY.vocab_size)
+    _, bf16_loss, _ = forward("te-bf16", weights, batch, device)
+    for name in ("te-fp8-delayed", "te-fp8-current"):
+        _, loss, grads = forward(name, weights, batch, device)
+        assert loss == pytest.approx(bf16_loss, rel=1e-2), name
+        assert all(np.isfinite(g).all() for g in grads.values()), name
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_export_after_a_step_gives_the_canonical_layout(name):
+    run = recipe_run(name, compile=False)
+    plan = TorchEngine().check(run)
+    weights = init_weights(TINY, 1)
+    trainer = Trainer(run, weights, plan.handles["precision"], plan.handles["device"], plan.handles["attention"],
+                      compile=False)
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    trainer.train_step(trainer.upload(batch), 1e-3)
+    after = trainer.hooks.export(TINY, trainer.model, trainer.model.state_dict())
+    assert {k: v.shape for k, v in after.items()} == {k: v.shape for k, v in weights.items()}
+    assert all(v.dtype == np.float32 for v in after.values())
+    assert not np.array_equal(after["layers.0.w_gate"], weights["layers.0.w_gate"])
+
+
+def test_te_fp8_refuses_a_token_count_off_the_multiple_of_8():
+    run = recipe_run("te-fp8-delayed", batch_size=3, seq_len=10)
+    with pytest.raises(ParallaxError, match="batch·seq divisible by 8"):
+        TorchEngine().check(run)

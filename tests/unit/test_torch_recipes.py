@@ -1,0 +1,344 @@
+"""The torch fp8 recipes on the CPU: TransformerEngine's weight layout (no TE needed), hook
+resolution, the missing-TE error, torchao's conversion and torchao float8 training steps."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.data.synthetic import synthetic_batch  # noqa: E402
+from parallax.engines.base import NullProgress  # noqa: E402
+from parallax.engines.torch import convert, te_model  # noqa: E402
+from parallax.engines.torch.engine import TorchEngine, Trainer  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
+from parallax.precision import registry  # noqa: E402
+from parallax.weights import init_weights  # noqa: E402
+
+TINY = get_preset("tiny")
+TORCHAO_RECIPES = ("torchao-fp8-tensorwise", "torchao-fp8-rowwise")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)  # the CI machine is shared
+    yield
+    torch.set_num_threads(previous)
+
+
+def tiny_run(**changes) -> RunConfig:
+    base = dict(model="tiny", batch_size=4, seq_len=32, steps=6, warmup=1, compile=False, device="cpu")
+    return RunConfig(**{**base, **changes})
+
+
+class RepeatedBatch:
+    description = "repeated"
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def __iter__(self):
+        while True:
+            yield self.batch
+
+    def eval_batches(self):
+        return [self.batch]
+
+    def close(self):
+        pass
+
+
+# ---- TransformerEngine: the layout, without TE
+
+def test_te_state_round_trips_the_canonical_weights_exactly():
+    weights = init_weights(TINY, seed=3)
+    state = te_model.to_te_state(TINY, weights)
+    d, ff = TINY.d_model, TINY.d_ff
+    assert state["layers.0.attention.qkv.weight"].shape == (3 * d, d)  # TE stores [out, in]
+    assert state["layers.0.attention.qkv.layer_norm_weight"].shape == (d,)
+    assert state["layers.1.feed_forward.fc1_weight"].shape == (2 * ff, d)
+    assert state["layers.1.feed_forward.fc2_weight"].shape == (d, ff)
+    assert len(state) == 3 + 6 * TINY.n_layers  # per block: 2 norm gains, qkv, wo, fc1, fc2
+    state["layers.0.attention.qkv._extra_state"] = torch.zeros(4)  # TE's fp8 metadata: ignored
+    back = te_model.from_te_state(TINY, state)
+    assert set(back) == set(weights)
+    for name, value in weights.items():
+        assert back[name].dtype == np.float32
+        np.testing.assert_array_equal(back[name], value, err_msg=name)
+
+
+def test_te_fused_weights_are_the_plain_models_fused_weights():
+    # fc1 = [w_gate; w_up]: TE's swiglu gates with the first half (te_model.py says where TE says so).
+    weights = init_weights(TINY, seed=0)
+    te, plain = te_model.to_te_state(TINY, weights), convert.to_torch_state(TINY, weights)
+    for i in range(TINY.n_layers):
+        p = f"layers.{i}."
+        pairs = [("attention.qkv.weight", "attention.wqkv.weight"), ("attention.wo.weight", "attention.wo.weight"),
+                 ("feed_forward.fc1_weight", "feed_forward.w_gate_up.weight"),
+                 ("feed_forward.fc2_weight", "feed_forward.w_down.weight"),
+                 ("attention.qkv.layer_norm_weight", "attention_norm.weight"),
+                 ("feed_forward.layer_norm_weight", "ffn_norm.weight")]
+        for te_name, plain_name in pairs:
+            torch.testing.assert_close(te[p + te_name], plain[p + plain_name], rtol=0, atol=0)
+    np.testing.assert_array_equal(te["layers.0.feed_forward.fc1_weight"][:TINY.d_ff].numpy(),
+                                  weights["layers.0.w_gate"].T)
+
+
+def test_te_fp8_shape_checks_name_the_bad_size():
+    hooks = registry.get("torch", "te-fp8-delayed").load_hooks()
+    with pytest.raises(ParallaxError, match=r"batch·seq divisible by 8; 3·10 = 30 is not"):
+        hooks.check_shapes(tiny_run(batch_size=3, seq_len=10))
+    hooks.check_shapes(tiny_run(batch_size=1, seq_len=8))
+
+
+# ---- every recipe with hooks resolves, without importing its library
+
+def test_every_torch_recipe_with_hooks_loads_its_class():
+    loaded = {}
+    for recipe in registry.of_framework("torch"):
+        if recipe.implemented:
+            hooks = recipe.load_hooks()
+            assert type(hooks).__name__ == recipe.hooks.rpartition(":")[2] and hooks.recipe is recipe
+            loaded[recipe.name] = type(hooks).__name__
+    assert loaded == {"bf16": "AutocastHooks", "te-bf16": "TransformerEngineHooks",
+                      "te-fp8-delayed": "TransformerEngineHooks", "te-fp8-current": "TransformerEngineHooks",
+                      "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks"}
+
+
+def test_te_bf16_quantizes_nothing():
+    assert registry.get("torch", "te-bf16").load_hooks().quantized(object()) == []
+
+
+def test_missing_te_is_one_line_naming_the_extra_through_the_cli(tmp_path):
+    # A fresh interpreter where TransformerEngine cannot be imported, as on a machine without it.
+    script = ("import sys; sys.modules['transformer_engine'] = None\n"
+              "from parallax.cli import main\n"
+              "sys.exit(main(['train', '--framework', 'torch', '--recipe', 'te-fp8-delayed', '--model', 'tiny',"
+              " '--batch-size', '2', '--seq-len', '16', '--steps', '3', '--warmup', '1', '--device', 'cpu',"
+              f" '--output-dir', {str(tmp_path / 'run')!r}]))")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("parallax: error: ") and "pip install 'slm-parallax[te]'" in lines[0]
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+# ---- torchao float8
+
+def torchao_hooks(name: str):
+    pytest.importorskip("torchao")
+    return registry.get("torch", name).load_hooks()
+
+
+@pytest.mark.parametrize("name", TORCHAO_RECIPES)
+def test_torchao_converts_the_four_block_linears_and_keeps_lm_head(name):
+    from torchao.float8.float8_linear import Float8Linear
+
+    hooks = torchao_hooks(name)
+    model = hooks.build(torch, TINY, init_weights(TINY, 0), torch.device("cpu"))
+    converted = [n for n, m in model.named_modules() if isinstance(m, Float8Linear)]
+    assert len(converted) == 4 * TINY.n_layers  # wqkv, wo, w_gate_up, w_down per block
+    for i in range(TINY.n_layers):
+        assert {n for n in converted if n.startswith(f"layers.{i}.")} == {
+            f"layers.{i}.{n}" for n in ("attention.wqkv", "attention.wo", "feed_forward.w_gate_up",
+                                        "feed_forward.w_down")}
+    assert type(model.lm_head) is torch.nn.Linear
+    assert hooks.quantized(model) == [n + ".weight" for n in converted]
+    assert hooks.export(TINY, model, model.state_dict()).keys() == init_weights(TINY, 0).keys()
+
+
+def test_torchao_leaves_linears_off_the_multiple_of_16_alone():
+    hooks = torchao_hooks("torchao-fp8-tensorwise")
+    assert hooks.convertible(torch.nn.Linear(64, 128), "layers.0.attention.wo")
+    assert not hooks.convertible(torch.nn.Linear(60, 128), "layers.0.attention.wo")
+    assert not hooks.convertible(torch.nn.Linear(64, 128), "lm_head")
+    with pytest.raises(ParallaxError, match="batch·seq divisible by 16"):
+        hooks.check(torch, torch.device("cpu"), tiny_run(batch_size=3, seq_len=10))
+
+
+@pytest.mark.parametrize("name", TORCHAO_RECIPES)
+def test_torchao_float8_trains_on_the_cpu_through_the_engine(name):
+    pytest.importorskip("torchao")
+    run = tiny_run(precision="fp8", recipe=name, optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    engine = TorchEngine()
+    plan = engine.check(run)
+    assert (plan.precision.recipe, plan.precision.backend, plan.precision.native) == (name, "torchao", False)
+    assert plan.precision.details["float8_recipe"] == name.rpartition("-")[2]
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = engine.train(run, plan, RepeatedBatch(batch), NullProgress())
+    losses = [s.loss for s in out.steps]
+    assert losses[0] == pytest.approx(math.log(TINY.vocab_size), abs=0.1)
+    assert losses[-1] < losses[0] - 0.5
+    assert all(s.grad_norm > 0 and math.isfinite(s.grad_norm) and s.bad_layers is None for s in out.steps)
+    assert len(out.extra["quantized_parameters"]) == 4 * TINY.n_layers
+    assert not any(n.startswith("lm_head") for n in out.extra["quantized_parameters"])
+
+
+def test_torchao_export_after_a_step_gives_canonical_weights():
+    pytest.importorskip("torchao")
+    run = tiny_run(precision="fp8", recipe="torchao-fp8-tensorwise")
+    plan = TorchEngine().check(run)
+    weights = init_weights(TINY, 1)
+    trainer = Trainer(run, weights, plan.handles["precision"], plan.handles["device"], plan.handles["attention"],
+                      compile=False)
+    trainer.train_step(trainer.upload(synthetic_batch(0, 0, 4, 32, TINY.vocab_size)), 1e-3)
+    after = trainer.hooks.export(TINY, trainer.model, trainer.model.state_dict())
+    assert {k: v.shape for k, v in after.items()} == {k: v.shape for k, v in weights.items()}
+    assert not np.array_equal(after["layers.0.wq"], weights["layers.0.wq"])
+
+
+# ---- the TE model's glue on the CPU, with float32 stand-ins for the three TE modules
+
+class ReferenceTE:
+    """TE's LayerNormLinear / Linear / LayerNormMLP semantics in plain torch (parameter names
+    and [out, in] layout as TE has them; swiglu = silu(first half) · second half), so the
+    TELlama glue, its parameter names and the converters run without TE."""
+
+    class Linear(torch.nn.Module):
+        def __init__(self, n_in, n_out, bias=False, params_dtype=None, device=None):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.empty(n_out, n_in, device=device))
+
+        def forward(self, x):
+            return x @ self.weight.T
+
+    class LayerNormLinear(Linear):
+        def __init__(self, n_in, n_out, eps, bias=False, normalization=None, params_dtype=None, device=None):
+            super().__init__(n_in, n_out, device=device)
+            self.eps, self.layer_norm_weight = eps, torch.nn.Parameter(torch.ones(n_in, device=device))
+
+        def forward(self, x):
+            return super().forward(rms(x, self.layer_norm_weight, self.eps))
+
+    class LayerNormMLP(torch.nn.Module):
+        def __init__(self, d, d_ff, eps, bias=False, normalization=None, activation=None, params_dtype=None,
+                     device=None):
+            super().__init__()
+            self.eps = eps
+            self.layer_norm_weight = torch.nn.Parameter(torch.ones(d, device=device))
+            self.fc1_weight = torch.nn.Parameter(torch.empty(2 * d_ff, d, device=device))
+            self.fc2_weight = torch.nn.Parameter(torch.empty(d, d_ff, device=device))
+
+        def forward(self, x):
+            gate, up = (rms(x, self.layer_norm_weight, self.eps) @ self.fc1_weight.T).chunk(2, dim=-1)
+            return (torch.nn.functional.silu(gate) * up) @ self.fc2_weight.T
+
+
+def rms(x, gain, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain
+
+
+def test_te_model_glue_with_reference_modules_equals_the_plain_model_in_float32():
+    from parallax.engines.torch.model import Llama
+
+    weights = init_weights(TINY, 2)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
+    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    plain = Llama(TINY)
+    plain.load_state_dict(convert.to_torch_state(TINY, weights), strict=True)
+    batch = torch.from_numpy(synthetic_batch(2, 0, 2, 16, TINY.vocab_size))
+    torch.testing.assert_close(model(batch[:, :-1]), plain(batch[:, :-1]), rtol=1e-5, atol=1e-5)
+    loss = model(batch[:, :-1], batch[:, 1:])
+    loss.backward()
+    grads = te_model.from_te_state(TINY, {n: p.grad for n, p in model.named_parameters()})
+    plain(batch[:, :-1], batch[:, 1:]).backward()
+    plain_grads = convert.from_torch_state(TINY, {n: p.grad for n, p in plain.named_parameters()})
+    for name in weights:
+        np.testing.assert_allclose(grads[name], plain_grads[name], rtol=1e-4, atol=1e-6, err_msg=name)
+
+
+def test_te_model_compiled_glue_gives_the_eager_loss_and_keeps_parameter_names():
+    weights = init_weights(TINY, 2)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
+    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    batch = torch.from_numpy(synthetic_batch(2, 0, 2, 16, TINY.vocab_size))
+    eager = model(batch[:, :-1], batch[:, 1:])
+    names = [n for n, _ in model.named_parameters()]
+    model.compile_glue("default")
+    compiled = model(batch[:, :-1], batch[:, 1:])
+    compiled.backward()
+    torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-5)
+    assert [n for n, _ in model.named_parameters()] == names
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.fixture
+def stand_in_te(monkeypatch):
+    """A ``transformer_engine`` package made of ReferenceTE, so that TransformerEngineHooks runs
+    on the CPU: ``entered`` lists the fp8 recipes its autocast was entered with."""
+    import dataclasses
+    import enum
+    import types
+
+    recipe_module = types.ModuleType("transformer_engine.common.recipe")
+    recipe_module.Format = enum.Enum("Format", "E4M3 HYBRID")
+    recipe_module.DelayedScaling = dataclasses.make_dataclass(
+        "DelayedScaling", ["fp8_format", "amax_history_len", "amax_compute_algo"])
+    recipe_module.Float8CurrentScaling = dataclasses.make_dataclass("Float8CurrentScaling", ["fp8_format"])
+    pytorch = types.ModuleType("transformer_engine.pytorch")
+    for name in ("Linear", "LayerNormLinear", "LayerNormMLP"):
+        setattr(pytorch, name, getattr(ReferenceTE, name))
+    pytorch.entered, pytorch.fp8_reason = [], None
+
+    def autocast(enabled, recipe):
+        pytorch.entered.append(recipe)
+        return contextlib.nullcontext()
+
+    pytorch.autocast = autocast
+    pytorch.is_fp8_available = lambda return_reason: (pytorch.fp8_reason is None, pytorch.fp8_reason or "")
+    root = types.ModuleType("transformer_engine")
+    root.__version__, root.pytorch = "0.0-stand-in", pytorch
+    root.common = types.ModuleType("transformer_engine.common")
+    root.common.recipe = recipe_module
+    for module in (root, pytorch, root.common, recipe_module):
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+    return pytorch
+
+
+def test_te_hooks_build_run_and_export_with_a_stand_in_te(stand_in_te):
+    hooks = registry.get("torch", "te-fp8-delayed").load_hooks()
+    cpu = torch.device("cpu")
+    hooks.check(torch, cpu, tiny_run())
+    details = hooks.details(torch)
+    assert {k: details[k] for k in ("te_version", "te_recipe", "fp8_format", "amax_history_len",
+                                    "amax_compute_algo", "first_last_layers_bf16")} == {
+        "te_version": "0.0-stand-in", "te_recipe": "DelayedScaling", "fp8_format": "HYBRID",
+        "amax_history_len": 1024, "amax_compute_algo": "max", "first_last_layers_bf16": False}
+    weights = init_weights(TINY, 4)
+    model = hooks.build(torch, TINY, weights, cpu)
+    assert len(hooks.quantized(model)) == 4 * TINY.n_layers
+    assert not any("lm_head" in n or "norm" in n for n in hooks.quantized(model))
+    batch = torch.from_numpy(synthetic_batch(4, 0, 2, 16, TINY.vocab_size))
+    with hooks.context(torch, "cpu"):
+        loss = model(batch[:, :-1], batch[:, 1:])
+    assert math.isfinite(loss.item()) and stand_in_te.entered == [hooks.te_recipe()]
+    exported = hooks.export(TINY, model, model.state_dict())
+    for name, value in weights.items():
+        np.testing.assert_array_equal(exported[name], value, err_msg=name)
+
+
+def test_te_hooks_fall_back_to_fp8_autocast_and_report_te_s_reason(stand_in_te):
+    hooks = registry.get("torch", "te-fp8-current").load_hooks()
+
+    def fp8_autocast(enabled, fp8_recipe):  # the name and argument of older TE releases
+        stand_in_te.entered.append(fp8_recipe)
+        return contextlib.nullcontext()
+
+    del stand_in_te.autocast
+    stand_in_te.fp8_autocast = fp8_autocast
+    with hooks.context(torch, "cpu"):
+        pass
+    assert [type(r).__name__ for r in stand_in_te.entered] == ["Float8CurrentScaling"]
+    stand_in_te.fp8_reason = "Device compute capability 8.9 or higher required for FP8 execution."
+    with pytest.raises(ParallaxError, match="TransformerEngine cannot run fp8 on cpu: Device compute capability 8.9"):
+        hooks.check(torch, torch.device("cpu"), tiny_run())
+    assert registry.get("torch", "te-bf16").load_hooks().details(torch)["te_recipe"] is None
