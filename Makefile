@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch that this project's CI machines carry; GPU machines bring their own.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,jax,data,dev
+EXTRAS ?= torch,jax,torchao,data,dev
 JOBS ?= 2
 
 .PHONY: setup run test test-cpp test-py clean

@@ -14,6 +14,7 @@ import parallax
 from parallax import envinfo
 from parallax.cli import main
 from parallax.precision import capability as cap
+from parallax.precision import registry
 
 from conftest import gpu_available
 
@@ -57,7 +58,7 @@ def test_text_on_a_cpu_machine(fake_probe, capsys):
     code, out, err = run(capsys)
     assert code == 0 and err == ""
     assert f"no NVIDIA GPU found ({CPU_ERROR})" in out
-    assert "Framework × precision (no GPU)" in out
+    assert "Precision recipes (no GPU)" in out
     assert "GPUs" not in out
     for name in envinfo.PACKAGES:
         assert name in out
@@ -76,11 +77,11 @@ def test_json_on_a_cpu_machine(fake_probe, capsys):
     assert report["hardware"] == []
     assert report["ceilings"] is None
     assert report["environment"]["cuda_driver"]["error"] == CPU_ERROR
-    cells = {(c["framework"], c["precision"]): c for c in report["capability"]}
-    assert len(cells) == 9
+    cells = {(c["framework"], c["recipe"]): c for c in report["capability"]}
+    assert len(cells) == len(registry.recipes()) == len(report["recipes"])
     assert all(c["reason"].startswith("no NVIDIA GPU found") for c in cells.values())
     assert cells[("maxtext", "bf16")]["status"] == "unavailable"
-    expected = cap.capability("jax", "bf16", CPU_PROBE, report["environment"]["packages"])
+    expected = cap.capability(registry.get("jax", "bf16"), CPU_PROBE, report["environment"]["packages"])
     assert cells[("jax", "bf16")] == expected.to_dict()
 
 
@@ -93,7 +94,7 @@ def test_text_with_an_h200(fake_probe, capsys):
     for text in ("h200-sxm", "Hopper", "9.0", "140.4 GiB / 139.7 GiB", "1980 (1980) MHz", "700 W",
                  "989 / 1979 / –", "bf16, fp8"):
         assert text in row, text
-    assert "Framework × precision (GPU 0)" in out
+    assert "Precision recipes (GPU 0)" in out
     assert "no NVIDIA GPU found" not in out
 
 
@@ -239,7 +240,7 @@ def test_subprocess_json_on_this_machine():
     assert report["gpu_found"] == bool(report["environment"]["gpus"])
     if not report["gpu_found"]:
         assert report["no_gpu_reason"].startswith("no NVIDIA GPU found (")
-    assert len(report["capability"]) == 9
+    assert len(report["capability"]) == len(registry.recipes())
 
 
 def test_check_env_imports_neither_torch_nor_jax():

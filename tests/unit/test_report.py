@@ -15,6 +15,7 @@ from fixtures.fake_runs import generated_steps, steps_from, tiny_config, write_o
 
 from parallax.compare import build_comparison
 from parallax.errors import ParallaxError
+from parallax.precision import registry
 from parallax.report import export, markdown, terminal, write_report
 from parallax.results import write_run
 from parallax.runner import Matrix
@@ -28,9 +29,11 @@ def losses(tail: list[float]) -> list[float]:
 
 
 def write(root, framework, precision, seed, measured_ms, tail_losses, **kw):
-    run = tiny_config(framework=framework, precision=precision, seed=seed)
+    """An ok run of the framework's default recipe of ``precision``."""
+    recipe = registry.default(framework, precision).name
+    run = tiny_config(framework=framework, precision=precision, recipe=recipe, seed=seed)
     steps = steps_from(WARMUP_MS + measured_ms, losses(tail_losses), run.warmup)
-    return write_ok_run(root / "runs" / f"{framework}-{precision}-seed{seed}-rep0", run, steps, **kw)
+    return write_ok_run(root / "runs" / f"{framework}-{recipe}-seed{seed}-rep0", run, steps, **kw)
 
 
 @pytest.fixture
@@ -40,7 +43,7 @@ def hand(tmp_path):
           memory=(2**30, 2**31), evals=[{"step": 11, "loss": 3.2, "perplexity": math.exp(3.2)}])
     write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.1] * 10, peaks=(0.2, 0.1, None), compile_s=2.25)
     write(tmp_path, "jax", "bf16", 0, [90.0, 110.0] * 5, [2.95, 3.05] * 5)
-    skipped = tiny_config(framework="jax", precision="fp8")
+    skipped = tiny_config(framework="jax", precision="fp8", recipe="flax-fp8-delayed")
     write_run(tmp_path / "runs" / "jax-flax-fp8-delayed-seed0-rep0",
               {"status": "skipped", "error": "fp8 needs compute capability 8.9", "config": skipped.to_dict()})
     return tmp_path
@@ -89,12 +92,12 @@ def test_cell_statistics_match_hand_computed_values(hand):
 def test_speedups_and_loss_deltas(hand):
     r = build_comparison(hand, n_boot=500)
     by_label = {s["label"]: s for s in r["speedups"]}
-    fp8 = by_label["torch: fp8 over bf16"]
+    fp8 = by_label["torch: te-fp8-delayed over bf16"]
     assert fp8["ratio"] == pytest.approx(1.25) and fp8["ci"] == pytest.approx([1.25, 1.25])
     assert fp8["distinguishable"]
     jax = by_label["bf16: jax over torch"]
     assert jax["ratio"] == 1.0 and jax["ci"][0] < 1.0 < jax["ci"][1] and not jax["distinguishable"]
-    assert set(by_label) == {"torch: fp8 over bf16", "bf16: jax over torch"}  # jax fp8 has no result
+    assert set(by_label) == {"torch: te-fp8-delayed over bf16", "bf16: jax over torch"}  # jax fp8 has no result
 
     (delta,) = r["loss_deltas"]
     assert (delta["framework"], delta["precision"]) == ("torch", "fp8")
@@ -104,7 +107,8 @@ def test_speedups_and_loss_deltas(hand):
     fastest = {e["precision"]: e for e in r["conclusions"]["fastest"]}
     assert fastest["fp8"]["framework"] == "torch" and fastest["fp8"]["runner_up"] is None
     assert not fastest["bf16"]["distinguishable"]
-    assert r["conclusions"]["not_ok"] == [{"framework": "jax", "precision": "fp8", "status": "skipped"}]
+    assert r["conclusions"]["not_ok"] == [{"framework": "jax", "recipe": "flax-fp8-delayed", "precision": "fp8",
+                                           "status": "skipped"}]
 
 
 def test_a_loss_delta_whose_interval_includes_zero_says_so(tmp_path):
@@ -153,10 +157,11 @@ def test_emulated_precision_is_labelled(tmp_path):
     write(tmp_path, "jax", "bf16", 0, [100.0] * 10, [3.0] * 10)
     write(tmp_path, "jax", "fp8", 0, [90.0] * 10, [3.0] * 10, native=False)
     r = build_comparison(tmp_path, n_boot=200)
-    assert r["conclusions"]["emulated"] == [{"framework": "jax", "precision": "fp8"}]
+    assert r["conclusions"]["emulated"] == [{"framework": "jax", "recipe": "flax-fp8-delayed", "precision": "fp8"}]
     text = markdown.render(r)
-    assert table_rows(text, "Throughput")[1][1] == "fp8 (emulated)"
-    assert "fp8 on jax ran **emulated**" in text and "Fastest at fp8 (emulated):** jax" in text
+    assert table_rows(text, "Throughput")[1][1] == "fp8 flax-fp8-delayed (emulated)"
+    assert "flax-fp8-delayed on jax ran **emulated**" in text
+    assert "Fastest at fp8 (emulated):** jax flax-fp8-delayed" in text
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -216,11 +221,13 @@ def test_matrix_cells_without_runs_are_pending(hand):
     m = Matrix(("torch", "jax"), ("bf16", "fp8", "nvfp4"), (0,), 1, tiny_config())
     (hand / "matrix.json").write_text(json.dumps(m.to_dict()))
     r = build_comparison(hand, n_boot=200)
-    assert [(c["framework"], c["precision"]) for c in r["cells"]][:3] == [
-        ("torch", "bf16"), ("torch", "fp8"), ("torch", "nvfp4")]
+    # grouped by format, then framework
+    assert [(c["framework"], c["recipe"]) for c in r["cells"]] == [
+        ("torch", "bf16"), ("jax", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "flax-fp8-delayed"),
+        ("torch", "te-nvfp4"), ("jax", "emulated-nvfp4")]
     assert cell(r, "jax", "nvfp4")["status"] == "pending"
     rows = table_rows(markdown.render(r), "Runs without a result")
-    assert ["–", "torch", "nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
+    assert ["–", "torch", "nvfp4 te-nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
 
 
 # ----------------------------------------------------------------------------- renderers
@@ -231,20 +238,21 @@ def test_markdown_tables_show_the_record(hand):
     rows = table_rows(text, "Throughput")
     assert rows[0] == ["torch", "bf16", "ok", "100.0 (100.0–100.0)", "1,280 (1,280–1,280)", "0.011", "10.5%",
                        "1.00 GiB / 2.00 GiB", "1.5 s"]
-    assert rows[1][:5] == ["torch", "fp8", "ok", "80.00 (80.00–80.00)", "1,600 (1,600–1,600)"]
-    assert rows[2][3] == "100.0 (90.00–110.0)"
-    assert rows[3] == ["jax", "fp8", "skipped", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
+    assert rows[1][3] == "100.0 (90.00–110.0)"
+    assert rows[2][:5] == ["torch", "fp8 te-fp8-delayed", "ok", "80.00 (80.00–80.00)", "1,600 (1,600–1,600)"]
+    assert rows[3] == ["jax", "fp8 flax-fp8-delayed", "skipped", "n/a", "n/a", "n/a", "n/a", "n/a", "n/a"]
     speed = table_rows(text, "Speedups")
-    assert speed[0] == ["torch: fp8 over bf16", "1.250× (1.250×–1.250×)", "faster"]
+    assert speed[0] == ["torch: te-fp8-delayed over bf16", "1.250× (1.250×–1.250×)", "faster"]
     assert speed[1][2] == "no clear difference (CI includes 1)"
     loss = table_rows(text, "Loss")
     assert loss[0] == ["torch", "bf16", "3.0000", "–", "3.2000", "24.53"]
-    assert loss[1][3] == "+0.1000 (+0.1000–+0.1000)"
-    assert "**Fastest at fp8:** torch, 1,600 tokens/s (the only stack with a result)" in text
-    assert "**Cost of fp8 in loss (torch):** ΔLoss = +0.1000 vs bf16" in text and "higher loss" in text
+    assert loss[2][3] == "+0.1000 (+0.1000–+0.1000)"
+    assert "**Fastest at fp8:** torch te-fp8-delayed, 1,600 tokens/s (the only stack with a result)" in text
+    assert "**Cost of te-fp8-delayed in loss (torch):** ΔLoss = +0.1000 vs bf16" in text and "higher loss" in text
     assert "![Loss curves](plots/loss.png)" in text and "moving-block bootstrap" in text
     skipped = table_rows(text, "Runs without a result")
-    assert skipped == [["runs/jax-flax-fp8-delayed-seed0-rep0", "jax", "fp8", "0", "skipped", "fp8 needs compute capability 8.9"]]
+    assert skipped == [["runs/jax-flax-fp8-delayed-seed0-rep0", "jax", "fp8 flax-fp8-delayed", "0", "skipped",
+                        "fp8 needs compute capability 8.9"]]
 
 
 def test_tables_agree_with_the_run_files(tmp_path):
@@ -316,4 +324,4 @@ def test_terminal_shows_the_table(hand):
     terminal.render(build_comparison(hand, n_boot=200), console)
     out = console.export_text()
     assert "1,280 (1,280–1,280)" in out and "1.250×" in out
-    assert "skipped: jax fp8 seed 0 — fp8 needs compute capability 8.9" in out
+    assert "skipped: jax fp8 flax-fp8-delayed seed 0 — fp8 needs compute capability 8.9" in out

@@ -17,6 +17,7 @@ from parallax import __version__, envinfo, hardware
 from parallax.config import PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.precision import capability as cap
+from parallax.precision import registry
 
 _DEFAULTS = RunConfig()
 
@@ -69,6 +70,7 @@ def build_report(probe: dict, device: int) -> dict:
         "environment": env,  # includes the probe: cuda_driver, nvml, gpus
         "hardware": [dict(index=d["index"], **hardware.resolve_device(d).to_dict()) for d in probe["devices"]],
         "capability": [c.to_dict() for c in cap.capability_matrix(probe, env["packages"], device)],
+        "recipes": [r.to_dict() for r in registry.recipes()],
         "ceilings": None,
     }
 
@@ -188,13 +190,16 @@ def _render_versions(env: dict, console: Console) -> None:
 
 def _render_capability(report: dict, console: Console) -> None:
     where = f"GPU {report['selected_device']}" if report["gpu_found"] else "no GPU"
-    table = Table(title=f"Framework × precision ({where})", title_justify="left")
-    for col in ("framework", "precision", "status", "backend", "reason"):
+    table = Table(title=f"Precision recipes ({where}); * = the framework's default for --precision",
+                  title_justify="left")
+    for col in ("framework", "precision", "recipe", "status", "what runs", "reason"):
         table.add_column(col, overflow="fold")
     colour = {cap.NATIVE: "green", cap.EMULATED: "yellow", cap.CPU: "cyan", cap.UNAVAILABLE: "red"}
     for c in report["capability"]:
         status = f"[{colour[c['status']]}]{c['status']}[/]"
-        table.add_row(c["framework"], c["precision"], status, escape(c["backend"] or "–"), escape(c["reason"]))
+        recipe = c["recipe"] + (" *" if c.get("default") else "")
+        table.add_row(c["framework"], c["precision"], escape(recipe), status, escape(c["backend"] or "–"),
+                      escape(c["reason"]))
     console.print(table)
 
 

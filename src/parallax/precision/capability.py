@@ -176,16 +176,23 @@ def capability_matrix(
             if r.framework in frameworks and r.format in precisions]
 
 
+def require_implemented(recipe: Recipe) -> None:
+    """A one-line ParallaxError for a recipe Parallax lists but cannot run yet."""
+    from parallax.errors import ParallaxError
+
+    if not recipe.implemented:
+        raise ParallaxError(f"{recipe.framework} recipe '{recipe.name}' is not implemented yet "
+                            f"(planned: {recipe.planned}); parallax check-env lists what runs")
+
+
 def require(recipe: Recipe, platform: str, compute_capability=None, device_name: str = "") -> None:
     """Raise a one-line ParallaxError, before any GPU work, when ``recipe`` cannot run on the
     device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
     library (naming the extra), a CPU run of a GPU-only recipe, too old a GPU. Nothing falls
     back to another recipe."""
-    from parallax.errors import ParallaxError, require_module
+    from parallax.errors import require_module
 
-    if not recipe.implemented:
-        raise ParallaxError(f"{recipe.framework} recipe '{recipe.name}' is not implemented yet "
-                            f"(planned: {recipe.planned}); parallax check-env lists what runs")
+    require_implemented(recipe)
     if recipe.backend.module:
         require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)
     if platform == "cpu":

@@ -24,11 +24,12 @@ class JaxEngine(Engine):
         from parallax.precision import capability
         from parallax.precision.jax.select import for_recipe, on_device
 
+        recipe = run.recipe_spec
+        capability.require_implemented(recipe)
         if not run.compile:
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
-        recipe = run.recipe_spec
         import_jax()
         device = resolve_device(run.device)
         cc = getattr(device, "compute_capability", None)
