@@ -11,9 +11,9 @@ import importlib.metadata
 import platform
 import socket
 import sys
-from datetime import datetime, timezone
 
 from parallax import __version__
+from parallax.timestamps import utc_now  # noqa: F401 (envinfo.utc_now, as before)
 
 # Distribution names (importlib.metadata normalises '-' and '_').
 PACKAGES = (
@@ -65,10 +65,6 @@ def probe_gpus() -> dict:
         return gpu.probe()
     except Exception as exc:  # a broken native module must not stop check-env from reporting it
         return no_gpu_probe(f"GPU probe failed: {type(exc).__name__}: {exc}")
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def environment(probe: dict | None = None) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from parallax.cache import CACHE_DIR_ENV, cache_root  # noqa: F401 (gpu.CACHE_DIR_ENV, as before)
 from parallax.config import PRECISIONS, ModelConfig
-from parallax.envinfo import utc_now
+from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.results import atomic_write_json
 

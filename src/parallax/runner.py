@@ -43,7 +43,7 @@ from typing import Callable, Protocol
 
 from parallax import __version__, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
-from parallax.envinfo import utc_now
+from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.precision import registry
 from parallax.results import (  # noqa: F401 (the layout constants, re-exported for callers)

@@ -24,7 +24,7 @@ from parallax.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.engines import get_engine
 from parallax.engines.base import EngineOutput, NullProgress, Progress
-from parallax.envinfo import utc_now
+from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.precision import PrecisionInfo
 from parallax.results import write_run

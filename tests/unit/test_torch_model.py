@@ -276,8 +276,8 @@ def test_check_refuses_what_cannot_run_here_in_one_line():
 
     with pytest.raises(ParallaxError, match="torch recipe 'te-nvfp4' is not implemented yet"):
         TorchEngine().check(tiny_run(precision="nvfp4"))
-    with pytest.raises(ParallaxError, match="recipe 'torchao-fp8-rowwise' needs an NVIDIA GPU of compute capability 9.0"):
-        TorchEngine().check(tiny_run(precision=None, recipe="torchao-fp8-rowwise"))
+    with pytest.raises(ParallaxError, match="recipe 'te-fp8-current' needs an NVIDIA GPU of compute capability 8.9"):
+        TorchEngine().check(tiny_run(precision=None, recipe="te-fp8-current"))
 
 
 def test_check_returns_the_plan_train_consumes():

@@ -32,7 +32,7 @@ from parallax.config import DataConfig
 from parallax.data.sources import HFDataset, Piece, Source, corpus_files, file_source
 from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
 from parallax.data.tokenizer import EOT, check_tokenizer, eos_id, load_tokenizer, train_tokenizer
-from parallax.envinfo import utc_now
+from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError, require_module
 
 FORMAT = "parallax.tokens/1"

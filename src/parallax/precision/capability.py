@@ -190,20 +190,18 @@ def require(recipe: Recipe, platform: str, compute_capability=None, device_name:
     device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
     library (naming the extra), a CPU run of a GPU-only recipe, too old a GPU. Nothing falls
     back to another recipe."""
-    from parallax.errors import require_module
+    from parallax.errors import ParallaxError, require_module
 
     require_implemented(recipe)
-    if recipe.backend.module:
-        require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)
-    if platform == "cpu":
-        if not recipe.cpu:
-            need = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
-            raise ParallaxError(f"recipe '{recipe.name}' needs an NVIDIA GPU of compute capability {need}+; "
-                                "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
-        return
+    if platform == "cpu" and not recipe.cpu:
+        need = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
+        raise ParallaxError(f"recipe '{recipe.name}' needs an NVIDIA GPU of compute capability {need}+; "
+                            "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
     have = hardware.cc_tuple(compute_capability)
-    if recipe.min_cc and have is not None and have < recipe.min_cc:
+    if platform != "cpu" and recipe.min_cc and have is not None and have < recipe.min_cc:
         need = ".".join(map(str, recipe.min_cc))
         raise ParallaxError(
             f"recipe '{recipe.name}' needs compute capability {need}+; {device_name or 'this GPU'} is "
             f"{hardware.cc_string(compute_capability)} (pick a bf16 recipe: parallax check-env lists them)")
+    if recipe.backend.module:
+        require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)
