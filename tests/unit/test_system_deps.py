@@ -41,7 +41,8 @@ def machine(tmp_path):
         env = dict(os.environ, PATH=str(fake_bin), FAKE_INSTALLED=" ".join(installed),
                    PYTHON=sys.executable, CXX=cxx)
         apt_log.unlink(missing_ok=True)
-        proc = subprocess.run([shutil.which("bash"), str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=60)
+        proc = subprocess.run([shutil.which("bash"), str(SCRIPT), *args], capture_output=True, text=True, env=env,
+                              timeout=60)
         calls = apt_log.read_text().splitlines() if apt_log.exists() else []
         return proc, calls
 
