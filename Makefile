@@ -7,9 +7,19 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= torch,jax,torchao,data,dev
 JOBS ?= 2
 
-.PHONY: setup run test test-cpp test-py clean
+.PHONY: setup system-deps system-deps-tests run test test-cpp test-py clean
+
+# System packages (a C++ compiler, python3-venv, GoogleTest): installed with apt-get when
+# missing and run as root, else one line saying what to install. Idempotent and silent when
+# nothing is missing.
+system-deps:
+	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh
+
+system-deps-tests:
+	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh --tests
 
 $(VENV)/.setup-done: pyproject.toml CMakeLists.txt
+	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
@@ -24,10 +34,12 @@ run: setup
 
 test: setup test-cpp test-py
 
-test-cpp:
-	cmake -S . -B build/cpp -G Ninja -DPARALLAX_BUILD_PYTHON=OFF -DPARALLAX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
-	cmake --build build/cpp -j $(JOBS)
-	ctest --test-dir build/cpp --output-on-failure -j $(JOBS)
+# CMake and Ninja are the venv's (PyPI, the `dev` extra): Debian 12's cmake is too old.
+test-cpp: setup system-deps-tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" cmake -S . -B build/cpp -G Ninja -DPARALLAX_BUILD_PYTHON=OFF \
+		-DPARALLAX_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release
+	PATH="$(abspath $(VENV))/bin:$$PATH" cmake --build build/cpp -j $(JOBS)
+	PATH="$(abspath $(VENV))/bin:$$PATH" ctest --test-dir build/cpp --output-on-failure -j $(JOBS)
 
 test-py: setup
 	$(PY) -m pytest -q tests

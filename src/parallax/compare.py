@@ -5,7 +5,10 @@ under ``results_dir`` and returns one JSON-ready dict that every renderer (termi
 plots, CSV/JSON) draws from, so the numbers in all of them agree by construction.
 
 A file that cannot be read (corrupt, truncated, wrong schema, an ok run without its steps) is
-named in ``problems`` and left out — never averaged in. Runs whose configurations differ
+named in ``problems`` and ``corrupt`` and left out — never averaged in; a run folder of the
+matrix whose file is corrupt shows its cell as ``corrupt`` (not ``pending``). ``parallax
+compare`` warns for each and exits 2 after writing what it can. ``index.json`` is derived from
+the run folders and never read for numbers: a corrupt one is a warning only. Runs whose configurations differ
 (other than framework, recipe, seed) are refused: they are not one benchmark.
 
 Per cell (framework × recipe; the recipe's format is the cell's precision) over its ok runs
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,9 +41,11 @@ from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
 from parallax.precision import registry
-from parallax.results import CELL_FIELDS, ENVIRONMENT_FILE, MATRIX_FILE, RUN_FILE, load_run, load_steps
+from parallax.results import (CELL_FIELDS, ENVIRONMENT_FILE, INDEX_FILE, INDEX_SCHEMA, MATRIX_FILE, RUN_FILE, RUNS_DIR,
+                              load_run, load_steps)
 
 SCHEMA = "parallax.comparison/1"
+CORRUPT = "corrupt"  # the status of a matrix run whose result file cannot be read
 SMOOTH_WINDOW = 10
 BASELINE_FRAMEWORK = "torch"
 BASELINE_PRECISION = "bf16"
@@ -118,42 +124,83 @@ class CellData:
 
 # ----------------------------------------------------------------------------- loading
 
-def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[str]]:
-    """Every readable run under ``results_dir``, and one line per file that was left out."""
-    runs, problems = [], []
+@dataclass
+class Corrupt:
+    """A result file that could not be used, and the run folder it belongs to."""
+
+    run_dir: Path
+    message: str  # names the file; also one of the comparison's ``problems``
+
+
+def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[Corrupt]]:
+    """Every readable run under ``results_dir``, and every file that was left out."""
+    runs, corrupt = [], []
     for path in sorted(Path(results_dir).rglob(RUN_FILE)):
         try:
             run = load_run(path)
         except ParallaxError as exc:
-            problems.append(f"{exc}; left out")
+            corrupt.append(Corrupt(path.parent, f"{exc}; left out"))
             continue
         missing = [k for k in CONFIG_KEYS if k not in (run["config"] if isinstance(run["config"], dict) else {})]
         if missing:
-            problems.append(f"{path}: config lacks {missing}; left out")
+            corrupt.append(Corrupt(path.parent, f"{path}: config lacks {missing}; left out"))
             continue
         loaded = LoadedRun(path.parent, run)
         if run["status"] == "ok":
             try:
                 loaded.steps = load_steps(path.parent)
             except (ParallaxError, FileNotFoundError) as exc:
-                problems.append(f"{exc if isinstance(exc, ParallaxError) else f'{exc.filename}: missing'}"
-                                "; the ok run is left out")
+                reason = exc if isinstance(exc, ParallaxError) else f"{exc.filename}: missing"
+                corrupt.append(Corrupt(path.parent, f"{reason}; the ok run is left out"))
                 continue
             if not _measured(loaded):
-                problems.append(f"{path.parent / 'steps.jsonl'}: no measured steps; the ok run is left out")
+                corrupt.append(Corrupt(path.parent, f"{path.parent / 'steps.jsonl'}: no measured steps; "
+                                                    "the ok run is left out"))
                 continue
         runs.append(loaded)
-    return runs, problems
+    return runs, corrupt
 
 
-def _read_json(path: Path, problems: list[str]) -> dict | None:
+def _read_json(path: Path, corrupt: list[Corrupt]) -> dict | None:
     if not path.exists():
         return None
     try:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
-        problems.append(f"{path}: corrupt or truncated JSON; left out")
+        corrupt.append(Corrupt(path.parent, f"{path}: corrupt or truncated JSON; left out"))
         return None
+
+
+def _index_problem(results_dir: Path) -> str | None:
+    """index.json is derived from the run folders (the runner rewrites it); say when it is
+    unreadable, since nothing else reads it."""
+    path = results_dir / INDEX_FILE
+    if not path.exists():
+        return None
+    try:
+        index = json.loads(path.read_text())
+        if isinstance(index, dict) and index.get("schema") == INDEX_SCHEMA:
+            return None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        pass
+    return (f"{path}: corrupt or not a Parallax index; ignored (the report is built from the run folders, "
+            "and 'parallax benchmark --resume' rewrites it)")
+
+
+# A run folder of the matrix: runs/<framework>-<recipe>-seed<N>-rep<M> (runner.Cell.id); framework
+# names have no '-', recipe names may.
+CELL_DIR = re.compile(r"^(?P<framework>[^-]+)-(?P<recipe>.+)-seed(?P<seed>\d+)-rep(?P<repeat>\d+)$")
+
+
+def _corrupt_run(item: Corrupt, root: Path) -> LoadedRun | None:
+    """A stand-in run of status ``corrupt`` for a matrix run folder whose file is corrupt, so
+    that its cell shows it instead of counting it pending."""
+    match = CELL_DIR.match(item.run_dir.name)
+    if match is None or item.run_dir.parent != root / RUNS_DIR:
+        return None
+    config = {"framework": match["framework"], "recipe": match["recipe"],
+              "precision": _format_of(match["framework"], match["recipe"]), "seed": int(match["seed"])}
+    return LoadedRun(item.run_dir, {"status": CORRUPT, "config": config, "error": item.message})
 
 
 def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
@@ -413,6 +460,16 @@ def speedups(cells: dict, level: float) -> list[dict]:
     return out
 
 
+def _format_of(framework: str, recipe: str) -> str:
+    """The format of a recipe by name (a name that is a format is its own)."""
+    if recipe in PRECISIONS:
+        return recipe
+    try:
+        return registry.get(framework, recipe).format
+    except ParallaxError:
+        return recipe
+
+
 def _default_name(framework: str, fmt: str) -> str:
     """The name of the framework's default recipe of ``fmt`` (the format itself if unknown)."""
     try:
@@ -529,6 +586,7 @@ class Analysis:
     matrix: dict | None
     environment: dict
     problems: list[str]
+    corrupt: list[Corrupt] = field(default_factory=list)
 
 
 def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
@@ -536,23 +594,28 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise ParallaxError(f"{results_dir}: no such results directory; pass the --output-dir of a benchmark")
-    runs, problems = load_results(results_dir)
-    matrix = _read_json(results_dir / MATRIX_FILE, problems)
+    runs, corrupt = load_results(results_dir)
+    matrix = _read_json(results_dir / MATRIX_FILE, corrupt)
     if not runs and matrix is None:
         raise ParallaxError(f"{results_dir} holds no readable run.json; run 'parallax benchmark' first"
-                            + (f" ({len(problems)} unreadable files)" if problems else ""))
+                            + (f" ({len(corrupt)} unreadable files)" if corrupt else ""))
     config = shared_config(runs, results_dir)
-    cells = _group(runs, matrix, results_dir)
+    stand_ins = [r for r in (_corrupt_run(c, results_dir) for c in corrupt) if r is not None]
+    cells = _group(runs + stand_ins, matrix, results_dir)
     for cell in cells.values():
         analyse_cell(cell, n_boot, level)
-    environment = _read_json(results_dir / ENVIRONMENT_FILE, problems)
+    environment = _read_json(results_dir / ENVIRONMENT_FILE, corrupt)
+    problems = [c.message for c in corrupt]
+    index_problem = _index_problem(results_dir)
+    if index_problem:
+        problems.append(index_problem)
     if environment is None:
         environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
     gpus = sorted({environment_summary(r.run["environment"])["gpu"] for r in runs if r.run.get("environment")})
     if len(gpus) > 1:  # e.g. a matrix resumed on another machine
         problems.append(f"the runs were made on different GPUs ({'; '.join(gpus)}); their numbers are not "
                         "one benchmark")
-    return Analysis(results_dir, cells, config, matrix, environment, problems)
+    return Analysis(results_dir, cells, config, matrix, environment, problems, corrupt)
 
 
 def _group(runs: list[LoadedRun], matrix: dict | None, root: Path) -> dict:
@@ -599,6 +662,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "loss_deltas": deltas,
         "conclusions": conclusions(current.cells, deltas, level),
         "problems": list(current.problems),
+        "corrupt": [c.message for c in current.corrupt],
         "statistics": {"method": STATS_METHOD.format(n_boot=n_boot), "bootstraps": n_boot,
                        "level": level, "smooth_window": SMOOTH_WINDOW,
                        "primary_accounting": PRIMARY_ACCOUNTING},
@@ -608,12 +672,18 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         base = analyse(baseline_dir, n_boot, level)
         record["baseline"] = baseline_comparison(current, base, n_boot, level)
         record["problems"] += [f"baseline: {p}" for p in base.problems]
+        record["corrupt"] += [f"baseline: {c.message}" for c in base.corrupt]
     return record
 
 
 def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: float) -> dict:
     """Each cell against the same cell of another results directory (another GPU, version)."""
-    rows = []
+    rows, notes = [], []
+    same_steps = current.config.get("steps") == base.config.get("steps")
+    if not same_steps:
+        notes.append(f"the baseline ran {base.config.get('steps')} steps, these runs {current.config.get('steps')}: "
+                     "losses are not compared (they are at different steps of different schedules); "
+                     "tokens/s, step-time and memory ratios are")
     for key, cell in current.cells.items():
         other = base.cells.get(key)
         if not (_has_speed(cell) and _has_speed(other)):
@@ -623,9 +693,9 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
                "step_ms_ratio": cell.record["step_ms"]["median"] / other.record["step_ms"]["median"],
                "memory_ratio": _safe_ratio(cell.record["memory"]["peak_reserved_bytes"],
                                            other.record["memory"]["peak_reserved_bytes"])}
-        row["loss_difference"] = loss_difference(cell, other, n_boot, level)
+        row["loss_difference"] = loss_difference(cell, other, n_boot, level) if same_steps else None
         rows.append(row)
-    return {"results_dir": str(base.results_dir), "rows": rows,
+    return {"results_dir": str(base.results_dir), "rows": rows, "notes": notes,
             "config_differences": differences(*_comparable(base.config, current.config)),
             "environment_differences": environment_differences(base.environment, current.environment)}
 

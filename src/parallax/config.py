@@ -81,6 +81,27 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
+# What `train` and `benchmark` run when --model is not given: "auto" picks GPU_MODEL where the
+# native probe finds an NVIDIA GPU, else CPU_MODEL on the CPU (see parallax.cli.defaults).
+AUTO_MODEL = "auto"
+DEFAULT_MODEL = AUTO_MODEL
+GPU_MODEL, CPU_MODEL = "llama-100m", "tiny"
+
+
+@dataclass(frozen=True)
+class PresetSizes:
+    """The batch size and sequence length a preset runs with unless the user gives them."""
+
+    batch_size: int
+    seq_len: int
+
+
+PRESET_SIZES: dict[str, PresetSizes] = {
+    "llama-100m": PresetSizes(batch_size=32, seq_len=1024),  # the spec's benchmark shape
+    "tiny": PresetSizes(batch_size=8, seq_len=128),  # seconds per step on a CPU
+}
+
+
 def get_preset(name: str) -> ModelConfig:
     try:
         return PRESETS[name]
@@ -88,6 +109,11 @@ def get_preset(name: str) -> ModelConfig:
         raise ParallaxError(
             f"unknown model preset '{name}'; choose one of: {', '.join(PRESETS)}"
         ) from None
+
+
+def preset_sizes(name: str) -> PresetSizes:
+    get_preset(name)  # an unknown name is the same one-line error
+    return PRESET_SIZES[name]
 
 
 @dataclass(frozen=True)
@@ -138,9 +164,9 @@ class RunConfig:
     framework: str = "torch"
     precision: str = "bf16"  # the number format; its framework's default recipe unless ``recipe``
     recipe: str | None = None  # a recipe name of the registry (parallax check-env lists them)
-    model: str = "llama-100m"
-    batch_size: int = 32
-    seq_len: int = 1024
+    model: str = GPU_MODEL  # a resolved preset; the command line's default is DEFAULT_MODEL
+    batch_size: int = PRESET_SIZES[GPU_MODEL].batch_size
+    seq_len: int = PRESET_SIZES[GPU_MODEL].seq_len
     steps: int = 200
     warmup: int = 20
     seed: int = 0
@@ -154,6 +180,12 @@ class RunConfig:
     output_dir: str = "runs/latest"
     peak_tflops: float | None = None
     optim: OptimConfig = field(default_factory=OptimConfig)
+
+    @classmethod
+    def for_preset(cls, model: str, **given) -> "RunConfig":
+        """A run of preset ``model``: its batch size and sequence length unless ``given``."""
+        sizes = preset_sizes(model)
+        return cls(model=model, **{"batch_size": sizes.batch_size, "seq_len": sizes.seq_len, **given})
 
     @property
     def model_config(self) -> ModelConfig:
@@ -212,6 +244,11 @@ class RunConfig:
             )
         if self.seq_len % 2:
             raise ParallaxError(f"--seq-len must be even for RoPE, got {self.seq_len}")
+        if self.eval_every < 0:
+            raise ParallaxError(f"--eval-every must be 0 (never) or positive, got {self.eval_every}")
+        if self.eval_batches <= 0:
+            raise ParallaxError(f"--eval-batches must be positive, got {self.eval_batches} "
+                                "(to skip evaluation, use --eval-every 0)")
         if self.epochs is not None and self.epochs <= 0:
             raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:

@@ -42,6 +42,7 @@ STEPS_FILE = "steps.jsonl"
 #   matrix.json, environment.json, index.json, runs/<cell id>/{config.json, run.json, steps.jsonl, run.log}
 MATRIX_FILE = "matrix.json"
 INDEX_FILE = "index.json"
+INDEX_SCHEMA = "parallax.index/2"
 ENVIRONMENT_FILE = "environment.json"
 RUNS_DIR = "runs"
 CONFIG_FILE = "config.json"

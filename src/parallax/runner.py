@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from parallax import __version__, progress_file
+from parallax import __version__, lifeline, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError
@@ -51,6 +51,7 @@ from parallax.results import (  # noqa: F401 (the layout constants, re-exported 
     CONFIG_FILE,
     ENVIRONMENT_FILE,
     INDEX_FILE,
+    INDEX_SCHEMA,
     LOG_FILE,
     MATRIX_FILE,
     RUN_FILE,
@@ -64,7 +65,6 @@ from parallax.results import (  # noqa: F401 (the layout constants, re-exported 
 from parallax.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train` exits with
 
 MATRIX_SCHEMA = "parallax.matrix/2"
-INDEX_SCHEMA = "parallax.index/2"
 PROGRESS_FILE = "progress.jsonl"
 LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
@@ -223,7 +223,7 @@ def write_cell_config(run_dir: Path, run: RunConfig) -> None:
 
 
 def child_env(progress_path: Path | None = None) -> dict:
-    env = dict(os.environ)
+    env = lifeline.name_runner(dict(os.environ))  # the cell dies with this process
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"  # JAX must not claim 75% of the GPU up front
     env["PYTHONUNBUFFERED"] = "1"  # the log is complete up to a crash
     if progress_path is not None:
@@ -362,7 +362,7 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
         try:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=child_env(progress_path),
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True)
         except OSError as exc:  # e.g. the interpreter vanished: this cell fails, the matrix goes on
             info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": 0.0, "exit_code": None}
             status, error = _write_outcome(run_dir, run, "failed", f"could not start {command[0]}: {exc}",
@@ -462,22 +462,6 @@ def _crash_reason(code: int, run_dir: Path) -> str:
         return f"killed by {name}{hint}"
     rows = [r for r in log_tail(run_dir / LOG_FILE).splitlines() if r.strip()]
     return f"exit code {code}: {rows[-1].strip()}" if rows else f"exit code {code}"
-
-
-def _die_with_parent() -> None:
-    """In the child: ask Linux to kill it when the runner dies, even by SIGKILL, so that a
-    resumed benchmark never races an orphaned cell."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    parent = os.getppid()
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the runner died before prctl took effect
-        os._exit(1)
 
 
 def _kill_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:

@@ -67,8 +67,9 @@ def exit_code(result: dict) -> int:
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
 
 
-def writable_output_dir(path: str) -> Path:
-    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it."""
+def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
+    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it and
+    the ``option`` that set it."""
     run_dir = Path(path)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -77,9 +78,23 @@ def writable_output_dir(path: str) -> Path:
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise ParallaxError(
-            f"output directory '{path}' is not writable ({reason}); pass --output-dir with a writable path"
+            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
         ) from None
     return run_dir
+
+
+def writable_report(path: str | Path, option: str) -> Path:
+    """A file that a command writes at its end (a report, a JSON export): its folder is created
+    and proved writable now, so that bad input fails before the work."""
+    path = Path(path)
+    if path.is_dir():
+        raise ParallaxError(f"{option} '{path}' is a directory; pass a file name, e.g. {path / 'report.md'}")
+    try:
+        writable_output_dir(path.parent, option)
+    except ParallaxError:
+        raise ParallaxError(f"{option} '{path}' cannot be written (its folder '{path.parent}' is not writable); "
+                            f"pass {option} with a writable path") from None
+    return path
 
 
 def capture_environment() -> dict:

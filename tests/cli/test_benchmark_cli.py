@@ -15,7 +15,7 @@ from fixtures.cli import one_error_line
 from fixtures.matrix import fake_command
 
 from parallax import runner
-from parallax.cli import main
+from parallax.cli import defaults, main
 
 TINY = ["--model", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "12", "--warmup", "2",
         "--no-compile", "--device", "cpu"]
@@ -105,13 +105,122 @@ def test_compare_writes_report_and_ratios_to_a_baseline(tmp_path, capsys, fake_t
     capsys.readouterr()
     report = tmp_path / "cmp" / "report.md"
     assert main(["compare", "--results-dir", str(a), "--baseline", str(b), "--output-report", str(report),
-                 "--bootstraps", "200"]) == 0
-    out = capsys.readouterr().out
-    assert "problem:" in out and "extra/run.json" in out
+                 "--bootstraps", "200"]) == 2  # the report is written; the corrupt file makes the exit 2
+    captured = capsys.readouterr()
+    assert "Against the baseline" in captured.out and "1.000× (1.000×–1.000×)" in captured.out  # in the terminal
+    err = captured.err.strip().splitlines()
+    assert err[0].startswith(f"parallax: warning: {a / 'runs' / 'extra' / 'run.json'}: corrupt or truncated JSON")
+    assert err[-1].startswith("parallax: error: 1 corrupt result file(s), named above, were left out of the report")
     text = report.read_text()
     assert "## Against the baseline" in text and "1.000× (1.000×–1.000×)" in text  # same fake numbers
     assert "## Problems" in text
     assert (tmp_path / "cmp" / "plots" / "loss.png").exists() and (tmp_path / "cmp" / "report.csv").exists()
+
+
+def test_plain_benchmark_on_a_cpu_runs_tiny_at_its_own_sizes(tmp_path, capsys, fake_trainer, monkeypatch):
+    """No --model: 'auto' (as in train): tiny at 8 × 128 on the CPU, said in one line."""
+    monkeypatch.setattr(defaults, "gpu_found", lambda: False)
+    out = tmp_path / "out"
+    assert main(["benchmark", "--frameworks", "torch", "--precisions", "bf16", "--steps", "4", "--warmup", "1",
+                 "--output-dir", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert ("parallax: no NVIDIA GPU found; benchmarking the 'tiny' preset on the CPU (batch 8, seq 128) "
+            "instead of llama-100m") in err.splitlines()
+    run = json.loads((out / "matrix.json").read_text())["run"]
+    assert (run["model"], run["batch_size"], run["seq_len"], run["device"]) == ("tiny", 8, 128, "cpu")
+
+
+def test_benchmark_accepts_model_auto_and_a_preset_alone(tmp_path, capsys, fake_trainer, monkeypatch):
+    monkeypatch.setattr(defaults, "gpu_found", lambda: True)
+    base = ["benchmark", "--frameworks", "torch", "--precisions", "bf16", "--steps", "4", "--warmup", "1"]
+    assert main([*base, "--model", "auto", "--output-dir", str(tmp_path / "gpu")]) == 0
+    assert ("parallax: NVIDIA GPU found; benchmarking llama-100m (batch 32, seq 1024); --model tiny for a quick run"
+            in capsys.readouterr().err.splitlines())
+    run = json.loads((tmp_path / "gpu" / "matrix.json").read_text())["run"]
+    assert (run["model"], run["batch_size"], run["seq_len"], run["device"]) == ("llama-100m", 32, 1024, "auto")
+    assert main([*base, "--model", "tiny", "--output-dir", str(tmp_path / "tiny")]) == 0
+    assert "parallax: NVIDIA GPU found" not in capsys.readouterr().err  # a preset named is no choice to report
+    run = json.loads((tmp_path / "tiny" / "matrix.json").read_text())["run"]
+    assert (run["model"], run["batch_size"], run["seq_len"]) == ("tiny", 8, 128)
+
+
+def test_benchmark_refuses_an_unwritable_output_dir_before_any_cell(tmp_path, capsys, fake_trainer, monkeypatch):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(blocker / "out")]) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"parallax: error: output directory '{blocker / 'out'}' is not writable (")
+    assert line.endswith("); pass --output-dir with a writable path")
+    assert not calls.exists()
+
+
+def test_compare_against_a_baseline_of_another_step_count(tmp_path, capsys, fake_trainer):
+    """Was a broadcast ValueError: the ratios are shown (in the terminal too), the losses, made at
+    different steps of different schedules, are not compared, and the difference is said."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(a)]) == 0
+    short = [*TINY]
+    short[short.index("--steps") + 1] = "6"
+    assert main(["benchmark", *short, "--precisions", "bf16", "--output-dir", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--results-dir", str(a), "--baseline", str(b), "--bootstraps", "200"]) == 0
+    captured = capsys.readouterr()
+    out = " ".join(captured.out.split())
+    assert "Against the baseline" in out and "differs from the baseline: steps 6 → 12" in out
+    assert "note: the baseline ran 6 steps, these runs 12: losses are not compared" in out
+    rows = [line for line in captured.out.splitlines() if line.startswith("│ torch") or line.startswith("│ jax")]
+    assert any("×" in row for row in rows)
+    assert captured.err == ""
+
+
+def test_compare_refuses_an_unwritable_report_before_the_work(tmp_path, capsys, fake_trainer, monkeypatch):
+    a = tmp_path / "a"
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(a)]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr("parallax.compare.build_comparison", lambda *a, **k: pytest.fail("the work started"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    report = blocker / "report.md"
+    assert main(["compare", "--results-dir", str(a), "--output-report", str(report)]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: --output-report '{report}' cannot be written (its folder "
+                                      f"'{blocker}' is not writable); pass --output-report with a writable path")
+    assert main(["compare", "--results-dir", str(a), "--output-report", str(tmp_path)]) == 2
+    assert "is a directory" in one_error_line(capsys)
+
+
+def test_a_corrupt_cell_is_shown_corrupt_warned_and_exits_2(tmp_path, capsys, fake_trainer):
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(out)]) == 0
+    corrupt = out / "runs" / "jax-bf16-seed0-rep0" / "run.json"
+    corrupt.write_text(corrupt.read_text()[:100])  # truncated
+    capsys.readouterr()
+    report = tmp_path / "report.md"
+    assert main(["compare", "--results-dir", str(out), "--output-report", str(report), "--bootstraps", "200"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    warnings = [line for line in err if line.startswith("parallax: warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"parallax: warning: {corrupt}: corrupt or truncated JSON")
+    assert err[-1] == ("parallax: error: 1 corrupt result file(s), named above, were left out of the report; "
+                       "re-run those cells with 'parallax benchmark --resume' (or delete the files)")
+    jax_row = next(line for line in captured.out.splitlines() if line.startswith("│ jax"))
+    assert "corrupt" in jax_row and "pending" not in captured.out
+    saved = json.loads(report.with_suffix(".json").read_text())
+    assert [(c["framework"], c["status"]) for c in saved["cells"]] == [("torch", "ok"), ("jax", "corrupt")]
+    assert saved["corrupt"] == [warnings[0].removeprefix("parallax: warning: ")]
+    assert "| jax | bf16 | corrupt |" in report.read_text()
+
+
+def test_a_garbage_index_json_is_a_warning_not_silence(tmp_path, capsys, fake_trainer):
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(out)]) == 0
+    (out / "index.json").write_text("\x00 garbage")
+    capsys.readouterr()
+    assert main(["compare", "--results-dir", str(out), "--bootstraps", "200"]) == 0  # nothing is read from it
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"parallax: warning: {out / 'index.json'}: corrupt or not a Parallax index; ignored (the report "
+                   "is built from the run folders, and 'parallax benchmark --resume' rewrites it)"]
 
 
 def test_compare_of_a_missing_directory(tmp_path, capsys):
@@ -151,7 +260,10 @@ def test_tiny_matrix_end_to_end_with_real_engines(tmp_path):
     assert saved["config"]["compiled"] == {"torch": False, "jax": True}
     assert [s["label"] for s in saved["speedups"]] == ["bf16: jax over torch"]
     assert (out / "plots" / "loss.png").stat().st_size > 5000
-    assert "| torch | bf16 | ok |" in (out / "report.md").read_text()
+    # bf16 on the CPU is labelled as the engine records it (torch's CPU bf16 is 'emulated')
+    torch_cell = saved["cells"][0]
+    label = "bf16 (emulated)" if torch_cell["precision_info"]["native"] is False else "bf16"
+    assert f"| torch | {label} | ok |" in (out / "report.md").read_text()
 
 
 # ----------------------------------------------------------------------------- scripts

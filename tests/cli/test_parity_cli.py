@@ -9,6 +9,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
+from fixtures.cli import one_error_line  # noqa: E402
+
 from parallax import parity  # noqa: E402
 from parallax.cli import main  # noqa: E402
 
@@ -45,3 +47,18 @@ def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
     assert main(["parity", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("parallax: error: ") and message in err
+
+
+@pytest.mark.parametrize("where", ["file-as-folder", "directory"])
+def test_an_unwritable_json_path_is_refused_before_the_run(tmp_path, capsys, monkeypatch, where):
+    monkeypatch.setattr("parallax.cli.parity.run_parity", lambda *a: pytest.fail("the run started"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    path = blocker / "parity.json" if where == "file-as-folder" else tmp_path
+    assert main(["parity", "--json", str(path)]) == 2
+    line = one_error_line(capsys)
+    if where == "directory":
+        assert line.startswith("parallax: error: Invalid value for '--json'") and "is a directory" in line
+    else:
+        assert line == (f"parallax: error: --json '{path}' cannot be written (its folder '{blocker}' is not writable); "
+                        "pass --json with a writable path")

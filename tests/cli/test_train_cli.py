@@ -11,6 +11,7 @@ from fixtures.cli import one_error_line
 
 from parallax import results
 from parallax.cli import main
+from parallax.cli import defaults
 from parallax.cli import train as train_cli
 
 TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
@@ -36,6 +37,10 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--device", "tpu"], "unknown --device 'tpu'"),
     (["--epochs", "0"], "--epochs must be positive, got 0"),
     (["--batch-size", "two"], "Invalid value for '--batch-size'"),
+    (["--eval-every", "-1"], "--eval-every must be 0 (never) or positive, got -1"),
+    (["--eval-every", "2", "--eval-batches", "0"],
+     "--eval-batches must be positive, got 0 (to skip evaluation, use --eval-every 0)"),
+    (["--eval-batches", "0"], "--eval-batches must be positive, got 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys, args, message):
     pytest.importorskip("torch")
@@ -86,7 +91,7 @@ def test_train_runs_and_prints_a_summary(tmp_path, capsys):
 
 def test_model_auto_without_a_gpu_trains_tiny_on_the_cpu_and_says_so(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    monkeypatch.setattr(train_cli, "_gpu_found", lambda: False)
+    monkeypatch.setattr(defaults, "gpu_found", lambda: False)
     out = tmp_path / "run"
     code = main(["train", "--model", "auto", "--steps", "2", "--warmup", "1", "--no-compile",
                  "--output-dir", str(out)])
@@ -98,28 +103,29 @@ def test_model_auto_without_a_gpu_trains_tiny_on_the_cpu_and_says_so(tmp_path, c
 
 
 def test_model_auto_with_a_gpu_is_llama_100m_with_the_defaults(monkeypatch):
-    monkeypatch.setattr(train_cli, "_gpu_found", lambda: True)
-    run = train_cli.build_run({"model": "auto", "synthetic": False, "data": None, "hf": False,
-                               "no_compile": False, "batch_size": None})
+    monkeypatch.setattr(defaults, "gpu_found", lambda: True)
+    run, note = train_cli.build_run({"model": "auto", "synthetic": False, "data": None, "hf": False,
+                                     "no_compile": False, "batch_size": None})
+    assert note == "NVIDIA GPU found; training llama-100m (batch 32, seq 1024); --model tiny for a quick run"
     assert run.model == "llama-100m"
     assert (run.batch_size, run.seq_len, run.compile) == (32, 1024, True)  # RunConfig's defaults
 
 
 def test_model_auto_keeps_sizes_the_user_gave(monkeypatch):
-    monkeypatch.setattr(train_cli, "_gpu_found", lambda: False)
-    run = train_cli.build_run({"model": "auto", "synthetic": False, "data": None, "hf": False,
-                               "no_compile": True, "seq_len": 64})
+    monkeypatch.setattr(defaults, "gpu_found", lambda: False)
+    run, _ = train_cli.build_run({"model": "auto", "synthetic": False, "data": None, "hf": False,
+                                  "no_compile": True, "seq_len": 64})
     assert (run.model, run.batch_size, run.seq_len, run.compile) == ("tiny", 8, 64, False)
 
 
 def test_data_options_map_onto_the_run_config():
     base = {"synthetic": False, "data": None, "hf": False, "no_compile": False}
-    assert train_cli.build_run(dict(base)).synthetic is True
-    run = train_cli.build_run({**base, "data": "corpus/"})
+    assert train_cli.build_run(dict(base))[0].synthetic is True
+    run, _ = train_cli.build_run({**base, "data": "corpus/"})
     assert (run.synthetic, run.data) == (False, "corpus/")
-    run = train_cli.build_run({**base, "hf": True})
+    run, _ = train_cli.build_run({**base, "hf": True})
     assert (run.synthetic, run.data) == (False, None)
-    assert train_cli.build_run({**base, "epochs": 2.5}).epochs == 2.5
+    assert train_cli.build_run({**base, "epochs": 2.5})[0].epochs == 2.5
 
 
 @pytest.mark.slow
@@ -132,3 +138,89 @@ def test_compiled_train_smoke(tmp_path, capsys):
     assert code == 0, capsys.readouterr().err
     run = results.load_run(out)
     assert run["framework"]["compiled"] is True and run["config"]["compile"] is True
+
+
+def test_plain_train_on_a_cpu_trains_tiny_and_says_so(tmp_path, capsys, monkeypatch):
+    """No --model: 'auto', so a CPU-only machine trains tiny at its own 8 × 128, not llama-100m."""
+    pytest.importorskip("torch")
+    monkeypatch.setattr(defaults, "gpu_found", lambda: False)
+    out = tmp_path / "run"
+    code = main(["train", "--steps", "2", "--warmup", "1", "--no-compile", "--output-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    notes = [line for line in captured.err.splitlines() if line.startswith("parallax: no NVIDIA GPU")]
+    assert notes == ["parallax: no NVIDIA GPU found; training the 'tiny' preset on the CPU (batch 8, seq 128) "
+                     "instead of llama-100m"]
+    config = results.load_run(out)["config"]
+    assert (config["model"], config["batch_size"], config["seq_len"], config["device"]) == ("tiny", 8, 128, "cpu")
+
+
+def test_a_preset_brings_its_own_batch_and_sequence_length():
+    base = {"synthetic": False, "data": None, "hf": False, "no_compile": False}
+    run, note = train_cli.build_run({**base, "model": "tiny"})
+    assert (run.model, run.batch_size, run.seq_len, run.device, note) == ("tiny", 8, 128, "auto", None)
+    run, note = train_cli.build_run({**base, "model": "llama-100m"})
+    assert (run.batch_size, run.seq_len, note) == (32, 1024, None)
+    run, _ = train_cli.build_run({**base, "model": "tiny", "batch_size": 2, "seq_len": 64})
+    assert (run.batch_size, run.seq_len) == (2, 64)  # what the user gives wins
+
+
+def test_model_tiny_alone_is_valid(tmp_path, capsys):
+    """--model tiny without --seq-len used to fail: the default 1024 exceeded tiny's 128."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    code = main(["train", "--model", "tiny", "--steps", "2", "--warmup", "1", "--no-compile", "--device", "cpu",
+                 "--output-dir", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert (results.load_run(out)["config"]["seq_len"], results.load_run(out)["config"]["batch_size"]) == (128, 8)
+
+
+def test_a_too_long_sequence_for_the_preset_is_still_one_line(tmp_path, capsys):
+    code = main(["train", "--model", "tiny", "--seq-len", "256", "--output-dir", str(tmp_path / "run")])
+    assert code == 2
+    assert one_error_line(capsys) == ("parallax: error: --seq-len 256 exceeds the 'tiny' preset's maximum 128; "
+                                      "lower --seq-len or pick another --model")
+
+
+def test_bad_input_with_model_auto_is_still_one_line(tmp_path, capsys, monkeypatch):
+    """The note of --model auto comes only once the input is known to be good."""
+    monkeypatch.setattr(defaults, "gpu_found", lambda: False)
+    assert main(["train", "--batch-size", "0", "--output-dir", str(tmp_path / "run")]) == 2
+    assert one_error_line(capsys) == "parallax: error: --batch-size must be positive, got 0"
+
+
+def test_train_help_shows_the_defaults_of_run_config(capsys):
+    from parallax.config import RunConfig
+
+    assert main(["train", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
+    d = RunConfig()
+    for option, value in (("--framework", d.framework), ("--precision", d.precision), ("--steps", d.steps),
+                          ("--warmup", d.warmup), ("--seed", d.seed), ("--eval-every", d.eval_every),
+                          ("--eval-batches", d.eval_batches), ("--device", d.device),
+                          ("--output-dir", d.output_dir)):
+        after = text.split(option, 1)[1]
+        assert f"[default: {value}]" in after.split(" --", 1)[0], option
+    assert "[default: auto]" in text
+    assert "[default: the preset's: llama-100m 32, tiny 8]" in text
+    assert "[default: the preset's: llama-100m 1024, tiny 128]" in text
+
+
+def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypatch):
+    """Its 2.45 MB yield 9,422 distinct BPE tokens, not 10,000: the vocabulary is filled with
+    reserved tokens, with a warning that says so, and the run trains."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    from fixtures.samples import SUBSET, needs_samples
+
+    needs_samples()
+    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "run"
+    code = main(["train", *TINY, "--data", str(SUBSET), "--steps", "3", "--warmup", "1", "--output-dir", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert ("parallax: warning: the training text yields only 9,422 distinct BPE tokens; the vocabulary is filled "
+            "up to 10,000 with 578 reserved tokens that never occur") in captured.err
+    assert "--tokenizer-sample-mb" not in captured.err
+    run = results.load_run(out)
+    assert run["status"] == "ok" and run["config"]["data"] == str(SUBSET)

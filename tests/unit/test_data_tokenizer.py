@@ -66,8 +66,22 @@ def test_round_trip_is_lossless(tokenizer, corpus):
 
 
 def test_a_too_small_corpus_cannot_make_10000_tokens(corpus):
-    with pytest.raises(ParallaxError, match=r"yields only [\d,]+ distinct BPE tokens, not 10,000"):
+    with pytest.raises(ParallaxError, match=r"yields only [\d,]+ distinct BPE tokens, not 10,000: give more text"):
         train_tokenizer(corpus[:200], 10_000)
+
+
+def test_padding_fills_the_vocabulary_with_reserved_tokens_that_never_occur(corpus):
+    from parallax.data.tokenizer import check_tokenizer, reserved_tokens
+
+    small = corpus[:200]
+    tokenizer = train_tokenizer(small, 10_000, pad=True)
+    check_tokenizer(tokenizer, 10_000, "padded")  # exactly 10,000 contiguous ids, <|endoftext|> 0
+    reserved = reserved_tokens(tokenizer)
+    assert 0 < reserved < 10_000 and tokenizer.get_vocab_size(with_added_tokens=True) == 10_000
+    assert tokenizer.token_to_id("<|reserved_0|>") == 10_000 - reserved
+    ids = {i for text in small for i in tokenizer.encode(text, add_special_tokens=False).ids}
+    assert max(ids) < 10_000 - reserved  # the text never produces one
+    assert train_tokenizer(small, 10_000, pad=True).to_str() == tokenizer.to_str()  # deterministic
 
 
 def test_given_tokenizer_must_match_the_model_vocabulary(tokenizer, tmp_path):

@@ -380,6 +380,39 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
     assert progress_file.read_new(tmp_path / "missing", 7) == ([], 7)
 
 
+def test_cells_start_without_forking_a_process_that_runs_jax(tmp_path):
+    """The runner may have imported JAX (check-env, a test session): starting a cell must not
+    fork it (JAX warns that fork after its threads start can deadlock). The death signal is
+    taken in the child instead (``parallax.lifeline``)."""
+    pytest.importorskip("jax")
+    script = ("import sys, warnings; sys.path.insert(0, %r)\n"
+              "warnings.simplefilter('error')\n"  # the fork warning would fail the cell's start
+              "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()\n"
+              "from pathlib import Path\n"
+              "from fixtures.matrix import fake_command, small_matrix\n"
+              "from parallax.runner import run_matrix\n"
+              "rs = run_matrix(small_matrix(recipes=('bf16',)), Path(sys.argv[1]), command_for=fake_command,\n"
+              "                environment=lambda: {'fake': True}, poll_s=0.05)\n"
+              "print([r.status for r in rs])\n") % str(FIXTURES.parent)
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu", FAKE_TRAIN_PLAN="{}"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['ok', 'ok']"
+    assert "os.fork()" not in proc.stderr
+
+
+def test_a_cell_whose_runner_is_gone_exits_at_once(tmp_path):
+    """The runner's pid in the environment is not the child's parent: the child stops."""
+    code = ("import os; os.environ['PARALLAX_RUNNER_PID'] = '1' if os.getppid() != 1 else '2'\n"
+            "from parallax.lifeline import die_with_runner; die_with_runner(); print('still here')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    proc = subprocess.run([sys.executable, "-c", "from parallax.lifeline import die_with_runner; "
+                           "die_with_runner(); print('still here')"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PARALLAX_RUNNER_PID": str(os.getpid())})
+    assert (proc.returncode, proc.stdout.strip()) == (0, "still here")
+
+
 # ----------------------------------------------------------------------------- the loss guard
 
 def test_loss_guard_fails_a_low_precision_cell_far_above_its_bf16_twin(tmp_path, monkeypatch):

@@ -10,11 +10,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from parallax.config import PRECISIONS, RunConfig
+from parallax.cli import defaults
+from parallax.config import AUTO_MODEL, DEFAULT_MODEL, PRECISIONS, RunConfig
 from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.precision import registry
 from parallax.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
+from parallax.train import writable_output_dir
 
 DEFAULTS = RunConfig()
 DEFAULT_OUTPUT_DIR = "benchmark_results"
@@ -56,9 +58,11 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--max-loss-gap", type=float, default=DEFAULT_MAX_LOSS_GAP, show_default=True,
               help="Numerics guard: a low-precision cell whose final loss exceeds its bf16 twin's by more "
                    "than this many nats is recorded as failed.")
-@click.option("--model", default=DEFAULTS.model, show_default=True, help="Model preset.")
-@click.option("--batch-size", type=int, default=DEFAULTS.batch_size, show_default=True)
-@click.option("--seq-len", type=int, default=DEFAULTS.seq_len, show_default=True)
+@click.option("--model", default=DEFAULT_MODEL, show_default=True, help=defaults.model_help())
+@click.option("--batch-size", type=int, default=None,
+              help=f"Sequences per step.  [default: {defaults.sizes_help('batch_size')}]")
+@click.option("--seq-len", type=int, default=None,
+              help=f"Tokens per sequence.  [default: {defaults.sizes_help('seq_len')}]")
 @click.option("--steps", type=int, default=DEFAULTS.steps, show_default=True,
               help="Training steps per run, warm-up included.")
 @click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True,
@@ -76,7 +80,8 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--eval-batches", type=int, default=DEFAULTS.eval_batches, show_default=True)
 @click.option("--no-compile", is_flag=True,
               help="Run torch eagerly (no torch.compile); JAX always compiles its step with XLA.")
-@click.option("--device", default=DEFAULTS.device, show_default=True)
+@click.option("--device", default=None, help=f"auto, cpu, cuda or cuda:N.  [default: {DEFAULTS.device}; "
+              f"cpu where --model {AUTO_MODEL} finds no GPU]")
 @click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s for MFU on an unknown GPU.")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
 @click.option("--report", is_flag=True, help="Write report.md, plots and a CSV/JSON export at the end.")
@@ -87,16 +92,18 @@ def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, se
             seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
             report, resume, timeout_per_run):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
-    base = DEFAULTS.replace(model=model, batch_size=batch_size, seq_len=seq_len, steps=steps,
-                            warmup=warmup, eval_every=eval_every, eval_batches=eval_batches,
-                            compile=not no_compile, device=device, peak_tflops=peak_tflops, epochs=epochs,
-                            **data_choice(synthetic, hf, data))
+    sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}
+    base, note = defaults.run_config(
+        {"model": model, **sizes, "steps": steps, "warmup": warmup, "eval_every": eval_every,
+         "eval_batches": eval_batches, "compile": not no_compile, "peak_tflops": peak_tflops, "epochs": epochs,
+         **data_choice(synthetic, hf, data)}, doing="benchmarking")
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
                     max_loss_gap).validate()
+    writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
-    with LiveDisplay(console, steps) as display:
+    with LiveDisplay(console, steps, note) as display:
         results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
                              display=display)
     summarise(Path(output_dir), report)
@@ -109,8 +116,11 @@ def summarise(output_dir: Path, report: bool) -> None:
     from parallax.compare import build_comparison
     from parallax.report import terminal, write_report
 
+    from parallax.cli.compare import warn_problems
+
     record = build_comparison(output_dir)
-    terminal.render(record, Console())
+    terminal.render(record)
+    warn_problems(record)
     if report:
         written = write_report(record, output_dir / "report.md")
         Console(stderr=True).print(f"report: {written['report']}", highlight=False)
@@ -119,8 +129,9 @@ def summarise(output_dir: Path, report: bool) -> None:
 class LiveDisplay:
     """The matrix's live progress: one bar over all cells with an ETA, one for the cell that runs."""
 
-    def __init__(self, console: Console, steps: int):
+    def __init__(self, console: Console, steps: int, note: str | None = None):
         self.console, self.steps = console, steps
+        self.note = note  # what --model auto chose: said once the matrix is known to be good
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=console, transient=True)
@@ -136,6 +147,8 @@ class LiveDisplay:
         self.progress.stop()
 
     def matrix_started(self, matrix, results):
+        if self.note:
+            self.console.print(f"parallax: {self.note}", highlight=False, soft_wrap=True)
         todo = [r for r in results if r.status == "pending"]
         reused = len(results) - len(todo)
         if reused:

@@ -8,6 +8,8 @@ import click
 from rich.console import Console
 
 from parallax import stats
+from parallax.errors import ParallaxError
+from parallax.train import writable_output_dir, writable_report
 
 
 @click.command()
@@ -26,9 +28,26 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps):
     from parallax.compare import build_comparison
     from parallax.report import terminal, write_report
 
+    if output_report:  # before the work, as `train` checks its --output-dir
+        writable_report(Path(output_report), "--output-report")
+        if plots_dir:
+            writable_output_dir(plots_dir, "--plots-dir")
     record = build_comparison(Path(results_dir), Path(baseline) if baseline else None, n_boot=bootstraps)
-    terminal.render(record, Console())
+    terminal.render(record)
+    corrupt = warn_problems(record)
     if output_report:
         written = write_report(record, Path(output_report), Path(plots_dir) if plots_dir else None)
-        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False)
+        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False,
+                                   soft_wrap=True)
+    if corrupt:  # the report covers the readable files; the exit status tells scripts it is not whole
+        raise ParallaxError(f"{corrupt} corrupt result file(s), named above, were left out of the report; "
+                            "re-run those cells with 'parallax benchmark --resume' (or delete the files)")
     return 0
+
+
+def warn_problems(record: dict) -> int:
+    """Each problem of the record as one ``parallax: warning:`` line on stderr; return how many
+    were corrupt result files."""
+    for problem in record["problems"]:
+        click.echo(f"parallax: warning: {problem}", err=True)
+    return len(record.get("corrupt") or [])

@@ -1,6 +1,8 @@
 """``parallax train``: one training run with a live progress bar, a summary table and a result.
 
-Options left out take RunConfig's defaults (``config.py`` is their only home). Exit codes:
+Options left out take RunConfig's defaults (``config.py`` is their only home); ``--model``
+defaults to ``auto`` and a preset brings its own batch size and sequence length
+(``parallax.cli.defaults``). ``--help`` shows every default. Exit codes:
 0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory.
 """
 
@@ -8,12 +10,12 @@ from __future__ import annotations
 
 import click
 
-from parallax.config import FRAMEWORKS, PRECISIONS, PRESETS, RunConfig
+from parallax.cli import defaults
+from parallax.config import DEFAULT_MODEL, PRECISIONS, RunConfig
+from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 
-AUTO_MODEL = "auto"
-# What `--model auto` trains without a GPU: the tiny preset, small enough for a CPU.
-CPU_FALLBACK = {"model": "tiny", "batch_size": 8, "seq_len": 128, "device": "cpu"}
+DEFAULTS = RunConfig()
 
 
 def _data_choice(synthetic: bool, data: str | None, hf: bool) -> dict:
@@ -25,28 +27,6 @@ def _data_choice(synthetic: bool, data: str | None, hf: bool) -> dict:
     if hf:
         return {"synthetic": False, "data": None}
     return {}
-
-
-def _gpu_found() -> bool:
-    from parallax import envinfo
-
-    return bool(envinfo.probe_gpus()["devices"])
-
-
-def _resolve_auto_model(given: dict) -> dict:
-    """``--model auto``: llama-100m where the native probe finds an NVIDIA GPU, else tiny on
-    the CPU (batch 8, seq 128 unless given), saying so."""
-    if given.get("model") != AUTO_MODEL:
-        return given
-    if _gpu_found():
-        return {**given, "model": "llama-100m"}
-    resolved = {**CPU_FALLBACK, **{k: v for k, v in given.items() if k != "model"}}
-    click.echo(
-        f"parallax: no NVIDIA GPU found; training the 'tiny' preset on the CPU "
-        f"(batch {resolved['batch_size']}, seq {resolved['seq_len']}) instead of llama-100m",
-        err=True,
-    )
-    return resolved
 
 
 def load_config(path: str, options: dict) -> RunConfig:
@@ -64,49 +44,72 @@ def load_config(path: str, options: dict) -> RunConfig:
         raise ParallaxError(f"--config {path} is not a run configuration ({exc}); write it with RunConfig.to_dict") from None
 
 
-def build_run(options: dict) -> RunConfig:
-    """The RunConfig of the command line; options not given keep RunConfig's defaults."""
+def build_run(options: dict) -> tuple[RunConfig, str | None]:
+    """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
+    batch size and sequence length unless given, RunConfig's defaults for the rest; and the
+    line that says what ``auto`` chose."""
     data = _data_choice(options.pop("synthetic"), options.pop("data"), options.pop("hf"))
     if options.pop("no_compile"):
         options["compile"] = False
     given = {k: v for k, v in options.items() if v is not None}
     if "recipe" in given and "precision" not in given:
         given["precision"] = None  # the recipe's own format
-    return RunConfig(**_resolve_auto_model(given), **data)
+    return defaults.run_config({**given, **data})
+
+
+def _shown(text) -> str:
+    """The help text's '[default: ...]' of an option left None (so that build_run sees only what
+    the user gave)."""
+    return f"  [default: {text}]"
+
+
+def _default(field: str) -> str:
+    """'[default: ...]' with RunConfig's value of ``field``."""
+    return _shown(getattr(DEFAULTS, field))
 
 
 @click.command("train")
-@click.option("--framework", metavar="NAME", help=f"Engine: {', '.join(FRAMEWORKS)}.")
+@click.option("--framework", metavar="NAME", help=f"Engine: {', '.join(ENGINE_FRAMEWORKS)}." + _default("framework"))
 @click.option("--precision", metavar="NAME",
-              help=f"Number format: {', '.join(PRECISIONS)} (the framework's default recipe for it).")
+              help=f"Number format: {', '.join(PRECISIONS)}, run by the framework's default recipe for it."
+                   + _default("precision"))
 @click.option("--recipe", metavar="NAME",
-              help="A precision recipe by name, e.g. te-fp8-current (parallax check-env lists them).")
-@click.option("--model", metavar="PRESET",
-              help=f"Model preset ({', '.join(PRESETS)}) or 'auto': llama-100m on a GPU, else tiny on the CPU.")
-@click.option("--batch-size", type=int, help="Sequences per step.")
-@click.option("--seq-len", type=int, help="Tokens per sequence.")
-@click.option("--steps", type=int, help="Optimizer steps in all, warmup included.")
-@click.option("--warmup", type=int, help="First steps left out of the throughput statistics.")
-@click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches.")
+              help="A precision recipe by name, e.g. te-fp8-current (parallax check-env lists them)."
+                   + _shown("the default recipe of --precision"))
+@click.option("--model", metavar="PRESET", help=defaults.model_help() + _shown(DEFAULT_MODEL))
+@click.option("--batch-size", type=int, help="Sequences per step." + _shown(defaults.sizes_help("batch_size")))
+@click.option("--seq-len", type=int, help="Tokens per sequence." + _shown(defaults.sizes_help("seq_len")))
+@click.option("--steps", type=int, help="Optimizer steps in all, warmup included." + _default("steps"))
+@click.option("--warmup", type=int, help="First steps left out of the throughput statistics." + _default("warmup"))
+@click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches." + _default("seed"))
 @click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
 @click.option("--data", metavar="PATH", help="Train on a prepared token directory or a raw corpus.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub.")
-@click.option("--epochs", type=float, help="Passes over the training tokens allowed (--data/--hf; default: at most one).")
-@click.option("--eval-every", type=int, help="Validation loss every N steps and at the end (0: never).")
-@click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation.")
+@click.option("--epochs", type=float,
+              help="Passes over the training tokens allowed (--data/--hf)." + _shown("at most one"))
+@click.option("--eval-every", type=int,
+              help="Validation loss every N steps and at the end (0: never)." + _default("eval_every"))
+@click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation." + _default("eval_batches"))
 @click.option("--no-compile", is_flag=True, help="Run eagerly (torch): no torch.compile.")
-@click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N.")
-@click.option("--peak-tflops", type=float, help="Dense peak TFLOP/s of the run's precision, for MFU.")
-@click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go.")
+@click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N." + _default("device"))
+@click.option("--peak-tflops", type=float,
+              help="Dense peak TFLOP/s of the run's precision, for MFU." + _shown("the GPU's datasheet peak"))
+@click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go." + _default("output_dir"))
 @click.option("--config", "config_file", metavar="FILE",
-              help="A run configuration (JSON, as run.json's 'config'); other options are not allowed with it.")
+              help="A whole run configuration (JSON, as run.json's 'config'; what benchmark hands each cell); "
+                   "no other option goes with it.")
 def command(config_file, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax import progress_file
     from parallax.progress import LiveProgress, print_summary
     from parallax.train import exit_code, run_training
 
-    run = load_config(config_file, options) if config_file else build_run(options)
+    if config_file:
+        run = load_config(config_file, options)
+    else:
+        run, note = build_run(options)
+        run.validate()  # bad input stays one error line: the note comes after it
+        defaults.say(note)
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
         result = run_training(run, progress_file.attach(live))
     print_summary(result, run.output_dir)

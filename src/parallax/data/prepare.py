@@ -31,7 +31,8 @@ from parallax import __version__
 from parallax.config import DataConfig
 from parallax.data.sources import HFDataset, Piece, Source, corpus_files, file_source
 from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
-from parallax.data.tokenizer import EOT, check_tokenizer, eos_id, load_tokenizer, train_tokenizer
+from parallax.data.tokenizer import (EOT, check_tokenizer, eos_id, load_tokenizer, reserved_tokens,
+                                     train_tokenizer)
 from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError, require_module
 
@@ -376,10 +377,11 @@ def _get_tokenizer(corpus: Corpus, options: DataConfig, staging: Path, log: Log)
     log(f"training a {options.vocab_size:,}-token byte-level BPE on up to {options.tokenizer_sample_mb:g} MB of training text")
     start = time.perf_counter()
     texts = _TokenizerTexts(corpus, limit)
-    tokenizer = train_tokenizer(_non_empty(texts, corpus), options.vocab_size)
+    tokenizer = train_tokenizer(_non_empty(texts, corpus), options.vocab_size, pad=True)
     check_tokenizer(tokenizer, options.vocab_size, "the trained tokenizer")
     tokenizer.save(str(staging / TOKENIZER_FILE))
     return tokenizer, {"origin": "trained", "sample_mb": options.tokenizer_sample_mb,
+                       "reserved_tokens": reserved_tokens(tokenizer),
                        "train_seconds": round(time.perf_counter() - start, 3)}
 
 
@@ -408,6 +410,12 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     writers, seconds = _tokenize_into(staging, corpus, tokenizer, options.vocab_size, eos, show_progress)
     input_bytes = sum(s.bytes_read for s in corpus.train + corpus.valid)
     warnings = sorted({w for s in corpus.train + corpus.valid for w in s.warnings})
+    reserved = tokenizer_origin.get("reserved_tokens", 0)
+    if reserved:
+        warnings.append(
+            f"the training text yields only {options.vocab_size - reserved:,} distinct BPE tokens; the vocabulary is "
+            f"filled up to {options.vocab_size:,} with {reserved:,} reserved tokens that never occur "
+            "(more text, e.g. several files or a directory, gives a full vocabulary)")
     _check_splits(writers, corpus, inputs)
 
     meta = {

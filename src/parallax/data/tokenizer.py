@@ -20,9 +20,14 @@ def _tokenizers():
     return require_module("tokenizers", "data")
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int):
-    """A new byte-level BPE trained on ``texts``; ParallaxError when the text is too small to
-    yield exactly ``vocab_size`` tokens."""
+RESERVED = "<|reserved_{}|>"
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, pad: bool = False):
+    """A new byte-level BPE trained on ``texts``. When the text is too small to yield
+    ``vocab_size`` distinct tokens: with ``pad``, the vocabulary is filled up to ``vocab_size``
+    with reserved special tokens (``reserved_tokens`` counts them; they never occur in text, so
+    the model's extra embedding rows are never used); without, a ParallaxError."""
     tk = _tokenizers()
     tokenizer = tk.Tokenizer(tk.models.BPE())
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -35,12 +40,20 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int):
     )
     tokenizer.train_from_iterator(texts, trainer)
     got = tokenizer.get_vocab_size(with_added_tokens=True)
-    if got != vocab_size:
+    if got < vocab_size and pad:
+        tokenizer.add_special_tokens([RESERVED.format(i) for i in range(vocab_size - got)])
+    elif got != vocab_size:
         raise ParallaxError(
-            f"the training text yields only {got:,} distinct BPE tokens, not {vocab_size:,}: "
-            "give a larger corpus (or a larger --tokenizer-sample-mb), or pass --tokenizer tokenizer.json"
+            f"the training text yields only {got:,} distinct BPE tokens, not {vocab_size:,}: give more text "
+            "(several files or a directory), or pass --tokenizer tokenizer.json"
         )
     return tokenizer
+
+
+def reserved_tokens(tokenizer) -> int:
+    """How many reserved tokens ``train_tokenizer(pad=True)`` added to fill the vocabulary."""
+    return sum(1 for t in tokenizer.get_added_tokens_decoder().values()
+               if t.content.startswith("<|reserved_") and t.content.endswith("|>"))
 
 
 def load_tokenizer(path: str | Path, vocab_size: int):

@@ -222,6 +222,8 @@ def _baseline(record: dict) -> str:
                          ("Environment differences", base["environment_differences"])):
         if items:
             text += f"\n\n{title} (baseline → this run):\n\n" + "\n".join(f"- {i}" for i in items)
+    for note in base.get("notes") or []:
+        text += f"\n\nNote: {note}."
     return text
 
 

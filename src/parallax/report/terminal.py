@@ -10,11 +10,23 @@ from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.report import format as f
 
 
+def console_for_output() -> Console:
+    """stdout; wide enough for the tables when it is a file or a pipe (not a terminal)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
+
+
 def render(record: dict, console: Console | None = None) -> None:
-    console = console or Console()
+    """The tables and the failed runs. The record's problems are not printed here: the command
+    says them on stderr, one warning line each (``parallax.cli.compare.warn_problems``)."""
+    console = console or console_for_output()
     console.print(_cells(record))
     if record["speedups"]:
         console.print(_speedups(record))
+    if record.get("baseline"):
+        console.print(_baseline(record["baseline"]))
+        for line in _baseline_notes(record["baseline"]):
+            console.print(line, highlight=False, soft_wrap=True)
     for line in _notes(record):
         console.print(line, highlight=False, soft_wrap=True)
 
@@ -49,8 +61,30 @@ def _speedups(record: dict) -> Table:
     return t
 
 
+def _baseline(base: dict) -> Table:
+    t = Table(title="Against the baseline (this run ÷ baseline)", caption=f"baseline: {base['results_dir']}",
+              caption_justify="left", title_justify="left")
+    for col in ("framework", "precision", "tokens/s ratio (95% CI)", "step time ratio", "reserved memory ratio",
+                "final loss − baseline (95% CI)"):
+        t.add_column(col, justify="left" if col in ("framework", "precision") else "right")
+    for r in base["rows"]:
+        loss = r["loss_difference"]
+        t.add_row(r["framework"], r["precision"],
+                  f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
+                  f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
+                  f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA)
+    return t
+
+
+def _baseline_notes(base: dict) -> list[str]:
+    lines = [f"differs from the baseline: {d}" for d in base["config_differences"] + base["environment_differences"]]
+    if not base["rows"]:
+        lines.append("no cell has ok runs in both directories: no ratio to show")
+    return lines + [f"note: {n}" for n in base.get("notes") or []]
+
+
 def _notes(record: dict) -> list[str]:
-    lines = [f"[yellow]problem:[/] {escape(p)}" for p in record["problems"]]
+    lines = []
     for c in record["cells"]:
         for run in c["runs"]:
             if run["status"] != "ok":
