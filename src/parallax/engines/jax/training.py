@@ -10,8 +10,7 @@ import numpy as np
 
 from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, bad_gradients, eval_due
-from parallax.engines.jax import timing
-from parallax.engines.jax import convert
+from parallax.engines.jax import convert, timing
 from parallax.engines.jax.convert import to_flax
 from parallax.engines.jax.runtime import (
     build_model,
