@@ -12,6 +12,7 @@ which has no event API, reads the host clock when step k's loss becomes ready.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol
@@ -96,6 +97,14 @@ class EngineOutput:
     peak_reserved_bytes: int | None = None
     evals: list[EvalRecord] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+
+
+def bad_gradients(names: list[str], norms: list[float]) -> list[str] | None:
+    """The quantized layers whose gradient norm is exactly zero or not finite, or None
+    (``StepRecord.bad_layers``; every engine's numerics guard)."""
+    bad = [f"{name} ({'zero' if norm == 0.0 else norm})" for name, norm in zip(names, norms)
+           if norm == 0.0 or not math.isfinite(norm)]
+    return bad or None
 
 
 def eval_due(run: RunConfig, step: int) -> bool:

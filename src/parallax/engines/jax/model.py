@@ -17,6 +17,9 @@ training, float32 for CPU parity). Where the numerics are fixed (identical in th
 Parameter tree (``convert.py`` maps it to and from the canonical layout):
 tok_embeddings/embedding, layers_{i}/{attention_norm,ffn_norm}/scale,
 layers_{i}/{wq,wk,wv,wo,w_gate,w_up,w_down}/kernel ([in, out]), norm/scale, lm_head/kernel.
+A recipe's dot_general class adds its variables beside them in its own collection, e.g.
+Flax fp8's ``_overwrite_with_gradient``: layers_{i}/<linear>/<Op>_0/{input,kernel,
+output_grad}_{scale,amax_history} (``<Op>`` the class name).
 """
 
 from __future__ import annotations
@@ -72,16 +75,25 @@ class Embedding(nn.Module):
         return jnp.take(table, tokens, axis=0).astype(self.dtype)
 
 
-def _dense(features: int, dtype, name: str) -> nn.Dense:
+# The block linears a precision recipe may quantize, in the order the numerics guard reads them.
+BLOCK_LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
+
+
+def _dense(features: int, dtype, name: str, dot_general_cls=None) -> nn.Dense:
     # Initial values come from parallax.weights through convert.py; this initializer only
-    # gives model.init shapes.
-    return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=jnp.float32, name=name)
+    # gives model.init shapes. ``dot_general_cls`` None is Flax's default, lax.dot_general.
+    return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=jnp.float32, name=name,
+                    dot_general_cls=dot_general_cls)
 
 
 class Block(nn.Module):
     config: ModelConfig
     dtype: Any
     attention: str
+    dot_general_cls: Any = None  # of the BLOCK_LINEARS; None: XLA's own dot
+
+    def _linear(self, features: int, name: str) -> nn.Dense:
+        return _dense(features, self.dtype, name, self.dot_general_cls)
 
     @nn.compact
     def __call__(self, x, cos, sin):
@@ -90,25 +102,29 @@ class Block(nn.Module):
         heads, hd = cfg.n_heads, cfg.head_dim
 
         h = RMSNorm(cfg.norm_eps, self.dtype, name="attention_norm")(x)
-        q = _dense(heads * hd, self.dtype, "wq")(h).reshape(batch, seq, heads, hd)
-        k = _dense(heads * hd, self.dtype, "wk")(h).reshape(batch, seq, heads, hd)
-        v = _dense(heads * hd, self.dtype, "wv")(h).reshape(batch, seq, heads, hd)
+        q = self._linear(heads * hd, "wq")(h).reshape(batch, seq, heads, hd)
+        k = self._linear(heads * hd, "wk")(h).reshape(batch, seq, heads, hd)
+        v = self._linear(heads * hd, "wv")(h).reshape(batch, seq, heads, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         a = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.attention)
-        x = x + _dense(cfg.d_model, self.dtype, "wo")(a.reshape(batch, seq, heads * hd))
+        x = x + self._linear(cfg.d_model, "wo")(a.reshape(batch, seq, heads * hd))
 
         h = RMSNorm(cfg.norm_eps, self.dtype, name="ffn_norm")(x)
-        gate = _dense(cfg.d_ff, self.dtype, "w_gate")(h)
-        up = _dense(cfg.d_ff, self.dtype, "w_up")(h)
-        return x + _dense(cfg.d_model, self.dtype, "w_down")(nn.silu(gate) * up)
+        gate = self._linear(cfg.d_ff, "w_gate")(h)
+        up = self._linear(cfg.d_ff, "w_up")(h)
+        return x + self._linear(cfg.d_model, "w_down")(nn.silu(gate) * up)
 
 
 class Llama(nn.Module):
-    """tokens [B, S] int -> logits [B, S, vocab] float32."""
+    """tokens [B, S] int -> logits [B, S, vocab] float32. ``dot_general_cls`` (a precision
+    recipe's, e.g. Flax's fp8 ops) goes to the block linears only: the embedding and lm_head
+    stay in ``dtype``, as in the torch recipes. Its variables, if any, live in their own
+    collections; ``params`` is the same tree with or without it."""
 
     config: ModelConfig
     dtype: Any = jnp.bfloat16
     attention: str = "xla"
+    dot_general_cls: Any = None
 
     @nn.compact
     def __call__(self, tokens):
@@ -116,15 +132,16 @@ class Llama(nn.Module):
         cos, sin = rope_tables(tokens.shape[1], cfg.head_dim, cfg.rope_theta)
         x = Embedding(cfg.vocab_size, cfg.d_model, self.dtype, name="tok_embeddings")(tokens)
         for i in range(cfg.n_layers):
-            x = Block(cfg, self.dtype, self.attention, name=f"layers_{i}")(x, cos, sin)
+            x = Block(cfg, self.dtype, self.attention, self.dot_general_cls, name=f"layers_{i}")(x, cos, sin)
         x = RMSNorm(cfg.norm_eps, self.dtype, name="norm")(x)
         logits = _dense(cfg.vocab_size, self.dtype, "lm_head")(x)
         return logits.astype(jnp.float32)
 
 
-def loss_fn(model: Llama, params, batch):
-    """Mean cross-entropy over all B·S tokens of a [B, S+1] batch (inputs [:, :-1], targets [:, 1:])."""
-    logits = model.apply({"params": params}, batch[:, :-1])
+def loss_fn(model: Llama, params, batch, extra=None):
+    """Mean cross-entropy over all B·S tokens of a [B, S+1] batch (inputs [:, :-1], targets [:, 1:]).
+    ``extra``: the recipe's other variable collections ({name: tree}), e.g. fp8 scales."""
+    logits = model.apply({"params": params, **(extra or {})}, batch[:, :-1])
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
 
 

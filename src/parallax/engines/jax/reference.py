@@ -26,6 +26,7 @@ class JaxReferenceTrainer:
         self._params = jax.device_put(to_flax(weights, config), self.device)
         tx = make_optimizer(run.optim, run.steps)
         self._opt_state = jax.device_put(tx.init(self._params), self.device)
+        self._extra = {}  # reference runs use XLA's dots: no recipe variables
         model = self.model
         self._logits = jax.jit(lambda p, tokens: model.apply({"params": p}, tokens))
         self._loss_and_grads = jax.jit(jax.value_and_grad(lambda p, b: loss_fn(model, p, b)))
@@ -56,7 +57,8 @@ class JaxReferenceTrainer:
 
     def step(self, batch: np.ndarray) -> float:
         with self._precision():
-            self._params, self._opt_state, metrics = self._step(self._params, self._opt_state, self._put(batch))
+            self._params, self._extra, self._opt_state, metrics = self._step(
+                self._params, self._extra, self._opt_state, self._put(batch))
         return float(metrics[0])
 
     def params(self) -> dict[str, np.ndarray]:

@@ -103,31 +103,75 @@ def make_optimizer(optim: OptimConfig, total_steps: int):
     )
 
 
-def train_step(model, tx, params, opt_state, batch):
-    """One optimizer step on a [B, S+1] batch; returns (params, opt_state, metrics) where
-    metrics = [loss before the step, gradient global norm before clipping] (float32), one
-    array so the host reads both with one copy."""
+def train_step(model, tx, watched, params, extra, opt_state, batch):
+    """One optimizer step on a [B, S+1] batch; returns (params, extra, opt_state, metrics).
+
+    ``extra`` holds the recipe's other variable collections (Flax fp8's amax histories and
+    scales; {} for bf16). The gradient is taken with respect to params and extra together:
+    the fp8 ops' custom_vjp returns each variable's next value as its 'gradient', and that
+    value replaces it (Flax's OVERWRITE_WITH_GRADIENT convention). Only params go through
+    Optax: clipping, the global norm and AdamW never see the meta 'gradients', which are
+    histories of amaxes, not derivatives, and would swamp the norm.
+
+    metrics = [loss before the step, params' gradient global norm before clipping, then the
+    gradient norm of each ``watched`` kernel (``quantized_kernels``)], float32, one array so
+    the host reads them with one copy.
+    """
     import jax
     import jax.numpy as jnp
     import optax
 
     from parallax.engines.jax.model import loss_fn
 
-    loss, grads = jax.value_and_grad(partial(loss_fn, model))(params, batch)
+    def loss_of(p, e):
+        return loss_fn(model, p, batch, e)
+
+    loss, (grads, extra) = jax.value_and_grad(loss_of, argnums=(0, 1))(params, extra)
     updates, opt_state = tx.update(grads, opt_state, params)
-    metrics = jnp.stack([loss, optax.tree.norm(grads)]).astype(jnp.float32)
-    return optax.apply_updates(params, updates), opt_state, metrics
+    norms = [optax.tree.norm(grads[layer][name]["kernel"]) for layer, name in watched]
+    metrics = jnp.stack([loss, optax.tree.norm(grads), *norms]).astype(jnp.float32)
+    return optax.apply_updates(params, updates), extra, opt_state, metrics
 
 
-def jit_train_step(model, tx):
-    """The jitted step; params and optimizer state are donated (updated in place)."""
+def jit_train_step(model, tx, watched=()):
+    """The jitted step; params, extra variables and optimizer state are donated (updated in
+    place). ``watched``: (layer, linear) kernels whose gradient norms join the metrics."""
     import jax
 
-    return jax.jit(partial(train_step, model, tx), donate_argnums=(0, 1))
+    return jax.jit(partial(train_step, model, tx, tuple(watched)), donate_argnums=(0, 1, 2))
 
 
-def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int, seq_len: int):
-    """(Llama module, attention implementation, why) for this device and shape."""
+def quantized_kernels(config: ModelConfig, dot_general_cls) -> list[tuple[str, str]]:
+    """(Flax layer, linear) of every kernel a recipe's dot_general quantizes, layer by layer in
+    BLOCK_LINEARS order; none without one. The numerics guard reads their gradient norms."""
+    from parallax.engines.jax.model import BLOCK_LINEARS
+
+    if dot_general_cls is None:
+        return []
+    return [(f"layers_{i}", name) for i in range(config.n_layers) for name in BLOCK_LINEARS]
+
+
+def init_extra(model, collections: tuple[str, ...], batch_shape: tuple[int, int], device) -> dict:
+    """The initial values of the recipe's collections (``model.init`` without params: jit
+    drops the parameter initialisers it does not return); {} when there are none."""
+    import jax
+    import jax.numpy as jnp
+
+    if not collections:
+        return {}
+
+    def init(key, tokens):
+        variables = model.init(key, tokens)
+        return {c: variables[c] for c in collections}
+
+    with jax.default_device(device):
+        return jax.jit(init)(jax.random.key(0), jnp.zeros(batch_shape, jnp.int32))
+
+
+def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int, seq_len: int,
+                dot_general_cls=None):
+    """(Llama module, attention implementation, why) for this device and shape;
+    ``dot_general_cls`` (a recipe's) for the block linears."""
     import jax.numpy as jnp
 
     from parallax.engines.jax.model import Llama
@@ -135,4 +179,5 @@ def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int
     dtype = jnp.dtype(compute_dtype)
     shape = (batch_size, seq_len, config.n_heads, config.head_dim)
     attention, reason = choose_attention(dtype, device, shape)
-    return Llama(config, dtype=dtype, attention=attention), attention, reason
+    model = Llama(config, dtype=dtype, attention=attention, dot_general_cls=dot_general_cls)
+    return model, attention, reason

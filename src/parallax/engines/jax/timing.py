@@ -45,15 +45,15 @@ def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
     """Run ``steps`` with one step in flight; call on_done(k, metrics, step_ms) as each
     completes, metrics being step k's metrics array copied to the host.
 
-    ``state`` is (params, opt_state); ``step_fn(params, opt_state, batch)`` returns
-    (params, opt_state, metrics). When pause_after(k), the pipeline drains, on_pause(state)
+    ``state`` is the training state, e.g. (params, extra, opt_state); ``step_fn(*state, batch)``
+    returns (*state, metrics). When pause_after(k), the pipeline drains, on_pause(state)
     runs (an evaluation), and timing restarts, so the pause is in no step's time.
     """
     pending = None
     t_prev = time.perf_counter()
     for k in steps:
-        params, opt_state, metrics = step_fn(*state, next(batches))
-        state = (params, opt_state)
+        *state, metrics = step_fn(*state, next(batches))
+        state = tuple(state)
         if pending is not None:
             t_prev = _complete(pending, t_prev, on_done)
         pending = (k, metrics)
@@ -80,8 +80,8 @@ def untimed_steps(step_fn, state: tuple, batches: Iterator, n: int) -> tuple[tup
     t0 = time.perf_counter()
     metrics = None
     for _ in range(n):
-        params, opt_state, metrics = step_fn(*state, next(batches))
-        state = (params, opt_state)
+        *state, metrics = step_fn(*state, next(batches))
+        state = tuple(state)
     metrics.block_until_ready()
     return state, time.perf_counter() - t0
 

@@ -9,14 +9,16 @@ import time
 import numpy as np
 
 from parallax.config import RunConfig
-from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, eval_due
-from parallax.engines.jax import timing
+from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, bad_gradients, eval_due
+from parallax.engines.jax import convert, timing
 from parallax.engines.jax.convert import to_flax
 from parallax.engines.jax.runtime import (
     build_model,
     import_jax,
+    init_extra,
     jit_train_step,
     make_optimizer,
+    quantized_kernels,
 )
 from parallax.schedule import lr_at
 from parallax.weights import init_weights
@@ -32,21 +34,25 @@ OVERHEAD_STEPS = 20
 def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
     device, precision = plan.handles["device"], plan.handles["precision"]
-    config = run.model_config
+    config, hooks = run.model_config, precision.hooks
 
     progress.phase("building the model")
     model, attention, attention_reason = build_model(
-        config, precision.compute_dtype, device, run.batch_size, run.seq_len)
+        config, precision.compute_dtype, device, run.batch_size, run.seq_len, hooks.dot_general_cls())
     params = jax.device_put(to_flax(init_weights(config, run.seed), config), device)
+    extra = init_extra(model, hooks.extra_collections(), (run.batch_size, run.seq_len), device)
     tx = make_optimizer(run.optim, run.steps)
     opt_state = jax.device_put(tx.init(params), device)  # committed where the params are
+    watched = quantized_kernels(config, hooks.dot_general_cls())
+    names = [convert.canonical_name((layer, name, "kernel")) for layer, name in watched]
     first, host_batches = _with_private_first(batches)
     device_batches = timing.device_batches(host_batches, device)
 
     progress.phase("compiling")
-    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx), params, opt_state, first)
+    state = (params, extra, opt_state)
+    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx, watched), state, first)
     eval_set = batches.eval_batches() if run.eval_every > 0 else []
-    evaluate, eval_compile_s = _evaluator(model, eval_set, device, params)
+    evaluate, eval_compile_s = _evaluator(model, eval_set, device, params, extra)
     peak_after_compile, _, _ = _memory_peaks(device)
 
     progress.phase("training")
@@ -54,14 +60,15 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     evals: list[EvalRecord] = []
 
     def on_done(k: int, metrics: np.ndarray, step_ms: float) -> None:
-        loss, grad_norm = float(metrics[0]), float(metrics[1])
-        records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps)), grad_norm))
+        loss, grad_norm, *norms = (float(m) for m in metrics)
+        records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps)), grad_norm,
+                                  bad_gradients(names, norms)))
         progress.step(k, loss, step_ms)
 
     def on_pause(state) -> None:
-        evals.append(EvalRecord(records[-1].step, evaluate(state[0])))
+        evals.append(EvalRecord(records[-1].step, evaluate(state[0], state[1])))
 
-    state = timing.timed_steps(step_fn, (params, opt_state), device_batches, range(run.steps),
+    state = timing.timed_steps(step_fn, state, device_batches, range(run.steps),
                                on_done, lambda k: evaluate is not None and eval_due(run, k), on_pause)
 
     progress.phase("measuring the timing overhead")
@@ -89,6 +96,8 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
             "peak_bytes_in_use_after_compile": peak_after_compile,
             "memory_stats": stats,
             "memory_note": "peaks are over the whole process, compilation (autotuning) included",
+            "quantized_parameters": names,
+            "extra_collections": list(extra),
         },
     )
 
@@ -101,21 +110,23 @@ def _with_private_first(batches) -> tuple[np.ndarray, itertools.chain]:
     return first, itertools.chain([first], source)
 
 
-def _timed_compile(step_fn, params, opt_state, first: np.ndarray):
-    """Lower and compile the step ahead of time; (compiled step, seconds)."""
+def _timed_compile(step_fn, state: tuple, first: np.ndarray):
+    """Lower and compile the step ahead of time for ``state`` = (params, extra, opt_state);
+    (compiled step, seconds)."""
     import jax
 
     t0 = time.perf_counter()
-    device = next(iter(jax.tree.leaves(params)[0].devices()))
+    device = next(iter(jax.tree.leaves(state[0])[0].devices()))
     batch = jax.ShapeDtypeStruct(first.shape, np.int32,
                                  sharding=jax.sharding.SingleDeviceSharding(device))
-    compiled = step_fn.lower(params, opt_state, batch).compile()
+    compiled = step_fn.lower(*state, batch).compile()
     return compiled, time.perf_counter() - t0
 
 
-def _evaluator(model, eval_batches: list[np.ndarray], device, params):
-    """(params -> mean eval loss, compile seconds); compiled before training so that the first
-    evaluation's time is only evaluation. (None, 0.0) without eval batches."""
+def _evaluator(model, eval_batches: list[np.ndarray], device, params, extra):
+    """((params, extra) -> mean eval loss, compile seconds); compiled before training so that
+    the first evaluation's time is only evaluation. (None, 0.0) without eval batches. The
+    forward pass reads the recipe's extra variables (fp8 scales) and changes nothing."""
     import jax
 
     from parallax.engines.jax.model import loss_fn
@@ -124,11 +135,11 @@ def _evaluator(model, eval_batches: list[np.ndarray], device, params):
         return None, 0.0
     on_device = [jax.device_put(np.asarray(b, dtype=np.int32), device) for b in eval_batches]
     t0 = time.perf_counter()
-    compiled = jax.jit(lambda p, b: loss_fn(model, p, b)).lower(params, on_device[0]).compile()
+    compiled = jax.jit(lambda p, e, b: loss_fn(model, p, b, e)).lower(params, extra, on_device[0]).compile()
     compile_s = time.perf_counter() - t0
 
-    def evaluate(p) -> float:
-        return float(np.mean([float(compiled(p, b)) for b in on_device]))
+    def evaluate(p, e) -> float:
+        return float(np.mean([float(compiled(p, e, b)) for b in on_device]))
 
     return evaluate, compile_s
 

@@ -17,7 +17,6 @@ part of a step time.
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from parallax.engines.base import (
     Plan,
     Progress,
     StepRecord,
+    bad_gradients,
     eval_due,
 )
 from parallax.errors import ParallaxError, missing_dependency
@@ -285,13 +285,6 @@ class TrainLoop:
         self.records.append(StepRecord(pending.step, loss, step_ms, pending.lr, grad_norm,
                                        bad_gradients(names, watched)))
         self.progress.step(pending.step, loss, step_ms)
-
-
-def bad_gradients(names: list[str], norms: list[float]) -> list[str] | None:
-    """The quantized layers whose gradient norm is exactly zero or not finite, or None."""
-    bad = [f"{name} ({'zero' if norm == 0.0 else norm})" for name, norm in zip(names, norms)
-           if norm == 0.0 or not math.isfinite(norm)]
-    return bad or None
 
 
 class TorchEngine(Engine):

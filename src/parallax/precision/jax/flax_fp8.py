@@ -5,8 +5,14 @@
   scale comes from an amax history kept in the ``_overwrite_with_gradient`` collection (E4M3
   forward, E5M2 gradients), as MaxText's ``fp8_gpu`` mode did before Qwix; the torch
   counterpart is TE DelayedScaling, so this is the JAX default for ``--precision fp8``;
-- ``flax-fp8-direct``: ``flax.linen.Fp8DirectDotGeneralOp`` — current scaling from each
-  operand's own amax, no state: MaxText's ``quantization: fp8`` (REFERENCE.md §1).
+- ``flax-fp8-direct``: ``flax.linen.Fp8DirectDotGeneralOp`` — MaxText's ``quantization: fp8``
+  (REFERENCE.md §1). Its scaling is delayed too: in Flax 0.12 it keeps the same amax histories
+  and scales in the same collection (read from the op in ``flax_fp8_hooks.py``); what differs is
+  that it hands fp8 operands straight to the dot, where the other op quantizes and dequantizes
+  in bf16 and leaves XLA to match the pattern into an fp8 GEMM.
+
+Flax 0.12 marks ``Fp8DotGeneralOp`` deprecated (in favour of the direct op and ``Fp8Einsum``);
+it still ships and is what MaxText's ``fp8_gpu`` used, so it stays the delayed-scaling recipe.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ RECIPES = (
                    "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient"}),
     Recipe(framework="jax", name="flax-fp8-direct", format="fp8", backend=FLAX, hooks=HOOKS,
            min_cc=(8, 9), cpu=True,
-           summary="Flax Fp8DirectDotGeneralOp: current scaling, no state (MaxText quantization=fp8)",
+           summary="Flax Fp8DirectDotGeneralOp: fp8 operands straight into the dot, delayed scaling "
+                   "(MaxText quantization=fp8)",
            params={"dot_general": "flax.linen.Fp8DirectDotGeneralOp", "fwd_dtype": "float8_e4m3fn",
-                   "bwd_dtype": "float8_e5m2"}),
+                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient"}),
 )

@@ -1,0 +1,216 @@
+"""The JAX engine's Flax fp8 recipes on the CPU: the ops in the block linears, the state the
+delayed-scaling ops carry and overwrite through their gradient, the gradient norm that
+excludes it, the numerics guard, and the loss against bf16 from the same weights."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+nn = pytest.importorskip("flax.linen")
+optax = pytest.importorskip("optax")
+
+import jax.numpy as jnp  # noqa: E402
+
+from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.data.synthetic import synthetic_batch  # noqa: E402
+from parallax.engines import get_engine  # noqa: E402
+from parallax.engines.base import NullProgress, bad_gradients  # noqa: E402
+from parallax.engines.jax import convert, runtime  # noqa: E402
+from parallax.engines.jax.model import BLOCK_LINEARS, Llama, loss_fn  # noqa: E402
+from parallax.precision import registry  # noqa: E402
+from parallax.precision.jax.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
+from parallax.train import training_problem  # noqa: E402
+from parallax.weights import init_weights  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:The Fp8DotGeneralOp is deprecated:DeprecationWarning")
+
+TINY = get_preset("tiny")
+FP8 = ("flax-fp8-delayed", "flax-fp8-direct")
+OPS = {"flax-fp8-delayed": nn.Fp8DotGeneralOp, "flax-fp8-direct": nn.Fp8DirectDotGeneralOp}
+COLLECTION = nn.fp8_ops.OVERWRITE_WITH_GRADIENT
+STEPS = 6
+BATCH = synthetic_batch(0, 0, 2, 16, TINY.vocab_size)
+
+
+def fp8_run(recipe: str | None, **changes) -> RunConfig:
+    base = RunConfig(framework="jax", recipe=recipe, precision=None if recipe else "bf16", model="tiny",
+                     batch_size=2, seq_len=16, steps=STEPS, warmup=1, device="cpu",
+                     optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    return base.replace(**changes)
+
+
+class Repeated:
+    """A BatchSource yielding one batch again and again: the loss must fall on it."""
+
+    description = "one synthetic batch, repeated"
+
+    def __iter__(self):
+        return itertools.repeat(BATCH)
+
+    def eval_batches(self):
+        return [BATCH]
+
+    def close(self):
+        pass
+
+
+def train(recipe: str | None, **changes):
+    run = fp8_run(recipe, **changes)
+    engine = get_engine("jax")
+    plan = engine.check(run)
+    return plan, engine.train(run, plan, Repeated(), NullProgress())
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """{recipe: (plan, EngineOutput)} for bf16 and both fp8 recipes, from the same weights."""
+    return {name: train(name) for name in ("bf16", *FP8)}
+
+
+# --- the hooks ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FP8)
+def test_hooks_name_the_flax_op_its_collection_and_its_formats(name):
+    hooks = registry.get("jax", name).load_hooks()
+    assert isinstance(hooks, FlaxFp8Hooks)
+    assert hooks.dot_general_cls() is OPS[name]
+    # Flax 0.12's direct op keeps the same delayed-scaling state as the other one.
+    assert hooks.extra_collections() == (COLLECTION,) == ("_overwrite_with_gradient",)
+    details = hooks.details()
+    assert (details["fwd_dtype"], details["bwd_dtype"]) == ("float8_e4m3fn", "float8_e5m2")
+    assert details["amax_history_length"] == OPS[name].amax_history_length == 1024
+    assert details["not_quantized"] == "embedding and lm_head in bf16"
+    assert details["dot_general"].endswith(OPS[name].__name__)
+
+
+def test_bf16_hooks_quantize_nothing():
+    hooks = registry.get("jax", "bf16").load_hooks()
+    assert hooks.dot_general_cls() is None and hooks.extra_collections() == ()
+    assert runtime.quantized_kernels(TINY, None) == []
+
+
+def test_the_fp8_op_changes_no_parameter_of_the_tree():
+    tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    plain = jax.eval_shape(Llama(TINY).init, jax.random.key(0), tokens)
+    fp8 = jax.eval_shape(Llama(TINY, dot_general_cls=nn.Fp8DotGeneralOp).init, jax.random.key(0), tokens)
+    assert set(plain) == {"params"} and set(fp8) == {"params", COLLECTION}
+    assert jax.tree.map(lambda a: a.shape, plain["params"]) == jax.tree.map(lambda a: a.shape, fp8["params"])
+    # the seven block linears of every layer carry fp8 state; embedding and lm_head none
+    layers = {k for k in fp8[COLLECTION]}
+    assert layers == {f"layers_{i}" for i in range(TINY.n_layers)}
+    assert all(set(fp8[COLLECTION][layer]) == set(BLOCK_LINEARS) for layer in layers)
+
+
+# --- the step: extra state overwritten by its gradient, norms over params only -----------------
+
+def _step_setup(op):
+    model = Llama(TINY, dtype=jnp.bfloat16, dot_general_cls=op)
+    device = jax.devices("cpu")[0]
+    params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)
+    extra = runtime.init_extra(model, (COLLECTION,), BATCH[:, :-1].shape, device)
+    tx = runtime.make_optimizer(OptimConfig(lr=3e-3, lr_warmup_steps=0), STEPS)
+    watched = runtime.quantized_kernels(TINY, op)
+    return model, params, extra, tx, watched
+
+
+def _fp8_leaves(extra, layer="layers_0", linear="wq"):
+    (op_vars,) = extra[COLLECTION][layer][linear].values()
+    return {k: np.asarray(v) for k, v in op_vars.items()}
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_the_step_overwrites_amax_history_and_scales_with_their_gradient(name):
+    model, params, extra, tx, watched = _step_setup(OPS[name])
+    before = _fp8_leaves(extra)
+    assert all((v == 1.0).all() for k, v in before.items() if k.endswith("scale"))
+    assert all((v == 0.0).all() for k, v in before.items() if k.endswith("history"))
+    step = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))
+    batch = jnp.asarray(BATCH)
+    params1, extra1, opt1, _ = step(params, extra, tx.init(params), batch)
+    after1 = _fp8_leaves(extra1)
+    for key in ("input_amax_history", "kernel_amax_history", "output_grad_amax_history"):
+        assert after1[key][0] > 0 and (after1[key][1:] == 0).all(), key  # this step's amax, first
+    _, extra2, _, _ = step(params1, extra1, opt1, batch)
+    after2 = _fp8_leaves(extra2)
+    for key in ("input_scale", "kernel_scale", "output_grad_scale"):
+        # a scale is computed from the history before the step: it moves from step 2 on
+        assert after2[key][0] != 1.0 and np.isfinite(after2[key]).all(), key
+    # rolled (Flax rolls by -1: the last entry holds the previous amax), not summed
+    assert after2["kernel_amax_history"][-1] == after1["kernel_amax_history"][0]
+
+
+def test_the_grad_norm_and_clipping_exclude_the_fp8_meta():
+    model, params, extra, tx, watched = _step_setup(nn.Fp8DotGeneralOp)
+    batch = jnp.asarray(BATCH)
+    _, _, _, metrics = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))(
+        params, extra, tx.init(params), batch)
+    grads_p, grads_e = jax.jit(jax.grad(lambda p, e: loss_fn(model, p, batch, e), argnums=(0, 1)))(params, extra)
+    assert float(metrics[1]) == pytest.approx(float(optax.tree.norm(grads_p)), rel=1e-5)
+    # the meta 'gradients' are amaxes and scales: counted in, they would dominate the norm
+    assert float(optax.tree.norm((grads_p, grads_e))) > 2 * float(metrics[1])
+    assert metrics.shape == (2 + 7 * TINY.n_layers,)
+    wq0 = float(optax.tree.norm(grads_p["layers_0"]["wq"]["kernel"]))
+    assert float(metrics[2]) == pytest.approx(wq0, rel=1e-5)
+
+
+# --- through the engine -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", FP8)
+def test_fp8_recipes_train_through_the_engine(trained, name):
+    plan, out = trained[name]
+    losses = [s.loss for s in out.steps]
+    assert plan.precision.recipe == name and plan.precision.precision == "fp8"
+    assert plan.precision.native is False  # the CPU has no fp8 tensor cores
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.5
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert out.extra["extra_collections"] == [COLLECTION]
+    names = out.extra["quantized_parameters"]
+    assert len(names) == 7 * TINY.n_layers and names[:7] == [f"layers.0.{n}" for n in BLOCK_LINEARS]
+    assert all(s.bad_layers is None for s in out.steps) and training_problem(out) is None
+    assert all(np.isfinite(s.grad_norm) and s.grad_norm > 0 for s in out.steps)
+    assert [e.step for e in out.evals] == [] and out.extra["timing_overhead"]["steps_per_round"] == STEPS
+
+
+@pytest.mark.parametrize("name", FP8)
+def test_fp8_loss_stays_close_to_bf16_from_the_same_weights(trained, name):
+    bf16 = [s.loss for s in trained["bf16"][1].steps]
+    fp8 = [s.loss for s in trained[name][1].steps]
+    assert fp8[0] == pytest.approx(bf16[0], abs=0.01)
+    assert max(abs(a - b) for a, b in zip(fp8, bf16)) < 0.05
+
+
+def test_bf16_carries_no_extra_state_and_watches_no_layer(trained):
+    _, out = trained["bf16"]
+    assert out.extra["extra_collections"] == [] and out.extra["quantized_parameters"] == []
+    assert all(s.bad_layers is None for s in out.steps)
+
+
+# --- the numerics guard -------------------------------------------------------------------------
+
+def test_bad_gradients_flags_zero_and_non_finite_norms_only():
+    names = ["layers.0.wq", "layers.0.wk", "layers.0.wv", "layers.0.wo"]
+    assert bad_gradients(names, [0.0, float("nan"), 1e-30, float("inf")]) == [
+        "layers.0.wq (zero)", "layers.0.wk (nan)", "layers.0.wo (inf)"]
+    assert bad_gradients(names, [1.0, 2.0, 3.0, 4.0]) is None
+
+
+class _NoUpGradient(nn.Fp8DirectDotGeneralOp):
+    """The fp8 op with the kernel's gradient cut in layers_1/w_up only: the failure TE's NVFP4
+    recipe had on sm_120 (REFERENCE.md §1), planted in one quantized layer."""
+
+    def __call__(self, x, kernel, dims, *args, **kwargs):
+        if self.scope.path[:2] == ("layers_1", "w_up"):
+            kernel = jax.lax.stop_gradient(kernel)
+        return super().__call__(x, kernel, dims, *args, **kwargs)
+
+
+def test_a_planted_zero_gradient_trips_the_guard(monkeypatch):
+    monkeypatch.setattr(FlaxFp8Hooks, "dot_general_cls", lambda self: _NoUpGradient)
+    _, out = train("flax-fp8-direct", steps=3)
+    assert all(s.bad_layers == ["layers.1.w_up (zero)"] for s in out.steps)
+    assert training_problem(out).startswith(
+        "numerics guard: quantized layer gradient all zero or not finite at step 0: layers.1.w_up (zero)")
