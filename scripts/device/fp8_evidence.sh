@@ -10,8 +10,11 @@
 #   setup        `pip install -e .` and check-env (the carried TE + torchao of .carry/gpu, see
 #                ../shared/tools/gpu-carry, are installed first by every call, once per warm machine)
 #   gputests     every test marked gpu (the fp8 recipes of both engines among them)
+#   fp8tests     only the GPU tests of the fp8 recipes (tests/gpu/test_{torch,jax}_fp8_gpu.py)
+#   jaxhlo       scripts/device/jax_fp8_hlo.py: what XLA compiles the Flax fp8 recipes to
 #   matrix       llama-100m, batch 32 x 1024, real TinyStories tokens (.carry/tinystories), every fp8
-#                recipe next to bf16, 3 repeats, STEPS (default 100, 20 warmup)
+#                recipe next to bf16, 3 repeats, STEPS (default 100, 20 warmup); MATRIX_LIMIT seconds
+#                (default 560), resumed by the next call
 #   convergence  1,000 steps (several epochs of the sample), eval every 100, the default bf16/fp8
 #                recipes of both engines and the other fp8 recipe of each, one seed
 #   crossover    llama-330m and llama-860m, synthetic, bf16 and every fp8 recipe, 40 steps (10 warmup)
@@ -50,8 +53,13 @@ for p in "$@"; do
                 && python3 -m parallax check-env && python3 -m parallax check-env --json > /tmp/fp8/setup/check_env.json' ;;
         gputests)
             part gputests 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests ;;
+        fp8tests)
+            part fp8tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py \
+                tests/gpu/test_jax_fp8_gpu.py ;;
+        jaxhlo)
+            part jaxhlo 240 env OUT="$E/jaxhlo" python3 scripts/device/jax_fp8_hlo.py ;;
         matrix)
-            part matrix 560 "${BENCH[@]}" --model llama-100m --precisions bf16,fp8 --recipes "$TORCH_FP8,$JAX_FP8" \
+            part matrix "${MATRIX_LIMIT:-560}" "${BENCH[@]}" --model llama-100m --precisions bf16,fp8 --recipes "$TORCH_FP8,$JAX_FP8" \
                 --steps "$STEPS" --warmup 20 --repeats 3 --data "$DATA" --epochs 20 --timeout-per-run 240 \
                 --output-dir "$E/matrix/bench" --resume --report ;;
         convergence)

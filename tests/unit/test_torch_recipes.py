@@ -117,8 +117,9 @@ def test_te_bf16_quantizes_nothing():
     assert registry.get("torch", "te-bf16").load_hooks().quantized(object()) == []
 
 
-def test_missing_te_is_one_line_naming_the_extra_through_the_cli(tmp_path):
-    # A fresh interpreter where TransformerEngine cannot be imported, as on a machine without it.
+def test_te_on_the_cpu_is_one_line_through_the_cli(tmp_path):
+    # A fresh interpreter where TransformerEngine cannot be imported, as on a machine without it:
+    # on the CPU the first thing wrong is the missing GPU, said before the missing library.
     script = ("import sys; sys.modules['transformer_engine'] = None\n"
               "from parallax.cli import main\n"
               "sys.exit(main(['train', '--framework', 'torch', '--recipe', 'te-fp8-delayed', '--model', 'tiny',"
@@ -128,8 +129,21 @@ def test_missing_te_is_one_line_naming_the_extra_through_the_cli(tmp_path):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, lines
-    assert lines[0].startswith("parallax: error: ") and "pip install 'slm-parallax[te]'" in lines[0]
+    assert lines[0] == ("parallax: error: recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability "
+                        "8.9+; this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_missing_te_on_a_gpu_names_the_extra(monkeypatch):
+    from parallax.precision import capability
+
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)
+    for name in ("te-bf16", "te-fp8-delayed", "te-fp8-current"):
+        with pytest.raises(ParallaxError) as err:
+            capability.require(registry.get("torch", name), "gpu", "9.0", "NVIDIA H200")
+        assert str(err.value) == ("transformer_engine.pytorch is not installed; install it with: "
+                                  "pip install 'slm-parallax[te]'")
 
 
 # ---- torchao float8

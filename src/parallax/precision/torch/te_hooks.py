@@ -18,7 +18,10 @@ eager (DelayedScaling does not support torch.compile); the pure-torch glue is co
 from __future__ import annotations
 
 import contextlib
+import glob
 import importlib.metadata
+import importlib.util
+import os
 
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, bf16_native, linear_weights
@@ -28,9 +31,30 @@ FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
 
 
 def import_te():
+    prefer_torch_cudnn()
     import transformer_engine.pytorch as te
 
     return te
+
+
+def prefer_torch_cudnn() -> None:
+    """Point TE at the cuDNN that torch loaded, unless the user chose one (CUDNN_HOME/CUDNN_PATH).
+
+    TE loads ``libcudnn.so`` from CUDNN_HOME, CUDNN_PATH, CUDA_HOME, then the system's search
+    path, and only then from pip's ``nvidia-cudnn``. Torch built for CUDA 13 ships and loads
+    pip's cuDNN, so on a machine that also has a system cuDNN the process ends up with two and
+    TE fails to load (seen on the H200: ``/lib/x86_64-linux-gnu/libcudnn_cnn.so.9: undefined
+    symbol ... version libcudnn_graph.so.9``)."""
+    if os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"):
+        return
+    try:
+        spec = importlib.util.find_spec("nvidia.cudnn")
+    except (ImportError, ValueError):
+        return
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        if glob.glob(os.path.join(root, "lib", "libcudnn.so*")):
+            os.environ["CUDNN_PATH"] = root
+            return
 
 
 def fp8_support(te) -> tuple[bool, str]:
