@@ -35,7 +35,7 @@ mkdir -p "$E"
 t0=$SECONDS; source .carry/gpu/install.sh >>"$E/carry.log" 2>&1; echo "[carry] $((SECONDS - t0))s"
 TORCH_FP8=te-bf16,te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise
 JAX_FP8=flax-fp8-direct
-BENCH=(python3 -m parallax benchmark --frameworks torch,jax --batch-size 32 --seq-len 1024 --seed 0)
+BENCH=(python3 -m parallax benchmark --frameworks torch,jax --batch-size 32 --seq-len 1024 --seeds 0)
 
 part() {  # part NAME LIMIT_S COMMAND...
     local name=$1 limit=$2; shift 2

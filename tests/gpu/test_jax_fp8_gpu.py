@@ -5,6 +5,7 @@ native, and XLA really compiled the block GEMMs to fp8 cuBLASLt calls."""
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from parallax.engines import get_engine  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.jax import convert, runtime  # noqa: E402
 from parallax.train import training_problem  # noqa: E402
+from parallax.precision import registry  # noqa: E402
 from parallax.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
@@ -48,33 +50,70 @@ def gpu_run(recipe: str) -> RunConfig:
                      steps=20, warmup=2, device="gpu", optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
 
 
+def in_fresh_process(body: str) -> dict:
+    """Run ``body`` (which sets ``result``) in a new interpreter and return ``result``: XLA reads
+    the recipe's XLA_FLAGS once, when JAX starts, so each recipe needs a process of its own."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(body) + "\nimport json; print('RESULT ' + json.dumps(result))\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=str(Path(__file__).resolve().parents[1]))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_fp8_recipe_trains_natively_on_the_gpu(recipe):
-    run = gpu_run(recipe)
-    engine = get_engine("jax")
-    plan = engine.check(run)
-    out = engine.train(run, plan, Repeated(), NullProgress())
-    losses = [s.loss for s in out.steps]
-    assert out.precision.native is True and out.precision.recipe == recipe
+    result = in_fresh_process(f"""
+        import numpy as np
+        from gpu.test_jax_fp8_gpu import Repeated, gpu_run
+        from parallax.engines import get_engine
+        from parallax.train import training_problem
+        run = gpu_run({recipe!r})
+        engine = get_engine("jax")
+        plan = engine.check(run)
+        from parallax.engines.base import NullProgress
+        out = engine.train(run, plan, Repeated(), NullProgress())
+        result = dict(native=out.precision.native, recipe=out.precision.recipe, losses=[s.loss for s in out.steps],
+                      problem=training_problem(out), quantized=len(out.extra["quantized_parameters"]),
+                      attention=out.framework["attention_backend"], xla_flags=out.framework["xla_flags"])
+    """)
+    losses = result["losses"]
+    assert result["native"] is True and result["recipe"] == recipe
     assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 1.0
-    assert training_problem(out) is None
-    assert len(out.extra["quantized_parameters"]) == 7 * TINY.n_layers
-    assert out.framework["attention_backend"] == "cudnn"
+    assert result["problem"] is None
+    assert result["quantized"] == 7 * TINY.n_layers
+    assert result["attention"] == "cudnn"
+    for flag in registry.get("jax", recipe).params["xla_flags"]:
+        assert flag in result["xla_flags"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
-def test_xla_compiles_the_block_gemms_to_fp8(recipe):
-    """The compiled step of the engine's own pieces: fp8 operands and cuBLASLt's fp8 matmul."""
-    from parallax.precision import registry
-
-    hooks = registry.get("jax", recipe).load_hooks()
-    device = jax.devices("gpu")[0]
-    model, _, _ = runtime.build_model(TINY, "bfloat16", device, 4, 128, hooks.dot_general_cls())
-    params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)
-    extra = runtime.init_extra(model, hooks.extra_collections(), (4, 128), device)
-    tx = runtime.make_optimizer(OptimConfig(), 20)
-    step = runtime.jit_train_step(model, tx, runtime.quantized_kernels(TINY, hooks.dot_general_cls()))
-    batch = jax.device_put(jnp.asarray(BATCH), device)
-    hlo = step.lower(params, extra, jax.device_put(tx.init(params), device), batch).compile().as_text()
-    assert "f8e4m3fn" in hlo and "f8e5m2" in hlo
-    assert "__cublas$lt$matmul$f8" in hlo, "XLA did not rewrite the fp8 dots to cuBLASLt fp8 GEMMs"
+def test_xla_compiles_the_block_gemms_to_cublaslt_fp8(recipe):
+    """The compiled step of the engine's own pieces, with the flags the engine sets: fp8 operands
+    and cuBLASLt's fp8 matmul for every block GEMM (3 per linear: forward, dgrad, wgrad)."""
+    result = in_fresh_process(f"""
+        import jax, jax.numpy as jnp
+        from gpu.test_jax_fp8_gpu import BATCH, TINY, gpu_run
+        from parallax.config import OptimConfig
+        from parallax.engines import get_engine
+        from parallax.engines.jax import convert, runtime
+        from parallax.weights import init_weights
+        plan = get_engine("jax").check(gpu_run({recipe!r}))
+        hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
+        model, _, _ = runtime.build_model(TINY, "bfloat16", device, 4, 128, hooks.dot_general_cls())
+        params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)
+        extra = runtime.init_extra(model, hooks.extra_collections(), (4, 128), device)
+        tx = runtime.make_optimizer(OptimConfig(), 20)
+        step = runtime.jit_train_step(model, tx, runtime.quantized_kernels(TINY, hooks.dot_general_cls()))
+        batch = jax.device_put(jnp.asarray(BATCH), device)
+        hlo = step.lower(params, extra, jax.device_put(tx.init(params), device), batch).compile().as_text()
+        result = dict(e4m3=hlo.count("f8e4m3fn"), e5m2=hlo.count("f8e5m2"),
+                      fp8_gemms=hlo.count('custom_call_target="__cublas$lt$matmul$f8"'))
+    """)
+    assert result["e4m3"] > 0 and result["e5m2"] > 0
+    assert result["fp8_gemms"] == 3 * 7 * TINY.n_layers, result

@@ -13,6 +13,32 @@ from parallax.engines.base import Engine, EngineOutput, Plan, Progress
 from parallax.errors import ParallaxError
 
 
+def set_xla_flags(flags: tuple[str, ...]) -> None:
+    """Add the recipe's XLA flags to XLA_FLAGS (a flag the user set wins). XLA reads them once,
+    when JAX starts its backends: a process that already started JAX on a GPU without them
+    cannot run the recipe as it is meant to, and that is an error, not a quiet difference (a
+    process whose JAX runs on the CPU only needs none of these GPU flags)."""
+    import os
+    import sys
+
+    if not flags:
+        return
+    current = os.environ.get("XLA_FLAGS", "")
+    names = {f.split("=", 1)[0] for f in current.split()}
+    missing = [f for f in flags if f.split("=", 1)[0] not in names]
+    if not missing:
+        return
+    jax = sys.modules.get("jax")
+    started = jax is not None and getattr(getattr(jax, "_src", None), "xla_bridge", None) is not None \
+        and jax._src.xla_bridge.backends_are_initialized()
+    if started and all(d.platform == "cpu" for d in jax.devices()):
+        return  # GPU code-generation flags: nothing to XLA:CPU
+    if started:
+        raise ParallaxError(f"this recipe needs XLA_FLAGS {' '.join(missing)}, but JAX has already started "
+                            "in this process; set XLA_FLAGS before starting Python")
+    os.environ["XLA_FLAGS"] = " ".join([current, *missing]).strip()
+
+
 class JaxEngine(Engine):
     name = "jax"
 
@@ -30,6 +56,7 @@ class JaxEngine(Engine):
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
+        set_xla_flags(recipe.load_hooks().xla_flags())
         import_jax()
         device = resolve_device(run.device)
         cc = getattr(device, "compute_capability", None)

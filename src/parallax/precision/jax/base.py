@@ -36,6 +36,10 @@ class JaxHooks:
                 "residual_dtype": self.compute_dtype, "norm_statistics": "float32", "rope": "float32",
                 "attention_softmax": "float32", "loss": "float32", "optimizer_state": "float32"}
 
+    def xla_flags(self) -> tuple[str, ...]:
+        """XLA flags the recipe needs; the engine adds them to XLA_FLAGS before JAX starts."""
+        return tuple(self.recipe.params.get("xla_flags", ()))
+
     def dot_general_cls(self):
         """A Flax dot_general module class for the block linears, or None for XLA's own."""
         return None

@@ -20,6 +20,16 @@ from __future__ import annotations
 from parallax.precision.jax.base import FLAX
 from parallax.precision.recipe import Recipe
 
+# XLA flags each recipe needs on the GPU, seen in the optimized HLO of the step on the H200
+# (jax 0.11.2; scripts/device/jax_fp8_hlo.py, docs/results/2026-12-01-h200/jax_fp8_hlo/):
+# - with default flags XLA compiles the direct op's fp8 dots as Triton GEMM fusions, and with
+#   --xla_gpu_enable_triton_gemm=false as cuBLASLt fp8 GEMMs (__cublas$lt$matmul$f8), the path
+#   MaxText's GPU flags take;
+# - the delayed op's quantize-dequantize pairs are folded away as "excess precision" (the step
+#   then has no fp8 at all: silently bf16) unless --xla_allow_excess_precision=false.
+CUBLASLT_FP8 = ("--xla_gpu_enable_triton_gemm=false",)
+KEEP_QDQ = ("--xla_allow_excess_precision=false",)
+
 HOOKS = "parallax.precision.jax.flax_fp8_hooks:FlaxFp8Hooks"
 
 RECIPES = (
@@ -27,7 +37,8 @@ RECIPES = (
            min_cc=(8, 9), cpu=True,
            summary="Flax Fp8DotGeneralOp: delayed scaling, amax history in its own collection (MaxText fp8_gpu)",
            params={"dot_general": "flax.linen.Fp8DotGeneralOp", "fwd_dtype": "float8_e4m3fn",
-                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient"}),
+                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient",
+                   "xla_flags": list(CUBLASLT_FP8 + KEEP_QDQ)}),
     Recipe(framework="jax", name="flax-fp8-direct", format="fp8", backend=FLAX, hooks=HOOKS,
            min_cc=(8, 9), cpu=True,
            summary="Flax Fp8DirectDotGeneralOp: fp8 operands straight into the dot, delayed scaling "

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import glob
 import importlib.metadata
-import importlib.util
 import os
 
 from parallax.errors import ParallaxError
@@ -42,19 +41,32 @@ def prefer_torch_cudnn() -> None:
 
     TE loads ``libcudnn.so`` from CUDNN_HOME, CUDNN_PATH, CUDA_HOME, then the system's search
     path, and only then from pip's ``nvidia-cudnn``. Torch built for CUDA 13 ships and loads
-    pip's cuDNN, so on a machine that also has a system cuDNN the process ends up with two and
-    TE fails to load (seen on the H200: ``/lib/x86_64-linux-gnu/libcudnn_cnn.so.9: undefined
-    symbol ... version libcudnn_graph.so.9``)."""
+    pip's cuDNN, so on a machine that also has a system cuDNN the process ends up with two (seen
+    on the H200: TE failed to load with ``/lib/x86_64-linux-gnu/libcudnn_cnn.so.9: undefined
+    symbol ... libcudnn_graph.so.9``, or torch refused "compiled against (9, 19, 0) but found
+    runtime version (9, 14, 0)"). The folder is read from the libraries mapped into this
+    process once torch has loaded its cuDNN."""
     if os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"):
         return
+    folder = loaded_cudnn_folder()
+    if folder:
+        os.environ["CUDNN_PATH"] = folder
+
+
+def loaded_cudnn_folder() -> str | None:
+    """The folder of the libcudnn this process has loaded (torch's), or None."""
+    import torch
+
+    if not torch.backends.cudnn.is_available():
+        return None
+    torch.backends.cudnn.version()  # loads libcudnn if torch has not yet
     try:
-        spec = importlib.util.find_spec("nvidia.cudnn")
-    except (ImportError, ValueError):
-        return
-    for root in (spec.submodule_search_locations or []) if spec else []:
-        if glob.glob(os.path.join(root, "lib", "libcudnn.so*")):
-            os.environ["CUDNN_PATH"] = root
-            return
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libcudnn" in line}
+    except OSError:
+        return None
+    folders = sorted({os.path.dirname(p) for p in paths if glob.glob(os.path.join(os.path.dirname(p), "libcudnn.so*"))})
+    return folders[0] if folders else None
 
 
 def fp8_support(te) -> tuple[bool, str]:
