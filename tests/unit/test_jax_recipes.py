@@ -214,3 +214,65 @@ def test_a_planted_zero_gradient_trips_the_guard(monkeypatch):
     assert all(s.bad_layers == ["layers.1.w_up (zero)"] for s in out.steps)
     assert training_problem(out).startswith(
         "numerics guard: quantized layer gradient all zero or not finite at step 0: layers.1.w_up (zero)")
+
+
+# ---- XLA flags: set before JAX starts, each case in a fresh interpreter (XLA reads them once)
+
+def _run_fresh(code: str, xla_flags: str | None = None) -> str:
+    """Run ``code`` in a new interpreter on the CPU; return what it printed last."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["JAX_PLATFORMS"] = "cpu"
+    if xla_flags is not None:
+        env["XLA_FLAGS"] = xla_flags
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-1]
+
+
+SET_FLAGS = """
+import os
+from parallax.engines.jax.engine import set_xla_flags
+set_xla_flags({flags!r})
+{after}
+print(repr(os.environ.get("XLA_FLAGS")))
+"""
+
+
+def test_set_xla_flags_sets_them_when_none_are_set_and_jax_still_starts():
+    code = SET_FLAGS.format(flags=("--a=1", "--b=2"), after="")
+    assert _run_fresh(code) == repr("--a=1 --b=2")
+    code = SET_FLAGS.format(flags=("--xla_gpu_enable_triton_gemm=false",),
+                            after="import jax; assert jax.devices()[0].platform == 'cpu'")
+    assert _run_fresh(code) == repr("--xla_gpu_enable_triton_gemm=false")
+
+
+def test_set_xla_flags_keeps_a_flag_the_user_set():
+    code = SET_FLAGS.format(flags=("--a=1", "--b=2"), after="")
+    assert _run_fresh(code, xla_flags="--b=7") == repr("--b=7 --a=1")
+
+
+def test_set_xla_flags_without_flags_changes_nothing():
+    code = SET_FLAGS.format(flags=(), after="")
+    assert _run_fresh(code) == repr(None)
+    assert _run_fresh(code, xla_flags="--b=7") == repr("--b=7")
+
+
+def test_set_xla_flags_after_jax_started_on_the_cpu_leaves_xla_flags_alone():
+    code = "import jax; jax.devices()\n" + SET_FLAGS.format(flags=("--a=1", "--b=2"), after="")
+    assert _run_fresh(code) == repr(None)
+    user = "--xla_gpu_enable_triton_gemm=true"  # a real flag: XLA refuses unknown ones when JAX starts
+    assert _run_fresh(code, xla_flags=user) == repr(user)
+
+
+def test_flax_fp8_hooks_ask_for_the_xla_flags_their_recipes_record():
+    for name in ("flax-fp8-delayed", "flax-fp8-direct"):
+        recipe = registry.get("jax", name)
+        flags = recipe.load_hooks().xla_flags()
+        assert flags == tuple(recipe.params["xla_flags"]), name
+        assert "--xla_gpu_enable_triton_gemm=false" in flags, name  # cuBLASLt fp8 GEMMs, not Triton
+    assert "--xla_allow_excess_precision=false" in registry.get("jax", "flax-fp8-delayed").load_hooks().xla_flags()
+    assert registry.get("jax", "bf16").load_hooks().xla_flags() == ()
