@@ -14,7 +14,7 @@
 #   jaxhlo       scripts/device/jax_fp8_hlo.py: what XLA compiles the Flax fp8 recipes to
 #   matrix       llama-100m, batch 32 x 1024, real TinyStories tokens (.carry/tinystories), every fp8
 #                recipe next to bf16, 3 repeats, STEPS (default 100, 20 warmup); MATRIX_LIMIT seconds
-#                (default 560), resumed by the next call
+#                (default 560), resumed by the next call; TORCH_FP8, JAX_FP8 and REPEATS override the cells
 #   convergence  1,000 steps (several epochs of the sample), eval every 100, the default bf16/fp8
 #                recipes of both engines and the other fp8 recipe of each, one seed
 #   crossover    llama-330m and llama-860m, synthetic, bf16 and every fp8 recipe, 40 steps (10 warmup)
@@ -33,8 +33,9 @@ STEPS=${STEPS:-100}
 mkdir -p "$E"
 # Installs once per warm machine (the torch extension of TE builds in ~95 s), then only sets PYTHONPATH.
 t0=$SECONDS; source .carry/gpu/install.sh >>"$E/carry.log" 2>&1; echo "[carry] $((SECONDS - t0))s"
-TORCH_FP8=te-bf16,te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise
-JAX_FP8=flax-fp8-direct
+TORCH_FP8=${TORCH_FP8:-te-bf16,te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise}
+JAX_FP8=${JAX_FP8:-flax-fp8-direct}
+REPEATS=${REPEATS:-3}
 BENCH=(python3 -m parallax benchmark --frameworks torch,jax --batch-size 32 --seq-len 1024 --seeds 0)
 
 part() {  # part NAME LIMIT_S COMMAND...
@@ -60,7 +61,7 @@ for p in "$@"; do
             part jaxhlo 240 env OUT="$E/jaxhlo" python3 scripts/device/jax_fp8_hlo.py ;;
         matrix)
             part matrix "${MATRIX_LIMIT:-560}" "${BENCH[@]}" --model llama-100m --precisions bf16,fp8 --recipes "$TORCH_FP8,$JAX_FP8" \
-                --steps "$STEPS" --warmup 20 --repeats 3 --data "$DATA" --epochs 20 --timeout-per-run 240 \
+                --steps "$STEPS" --warmup 20 --repeats "$REPEATS" --data "$DATA" --epochs 20 --timeout-per-run 240 \
                 --output-dir "$E/matrix/bench" --resume --report ;;
         convergence)
             part convergence 560 "${BENCH[@]}" --model llama-100m --precisions bf16,fp8 \

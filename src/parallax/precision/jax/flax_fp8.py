@@ -44,5 +44,6 @@ RECIPES = (
            summary="Flax Fp8DirectDotGeneralOp: fp8 operands straight into the dot, delayed scaling "
                    "(MaxText quantization=fp8)",
            params={"dot_general": "flax.linen.Fp8DirectDotGeneralOp", "fwd_dtype": "float8_e4m3fn",
-                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient"}),
+                   "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient",
+                   "xla_flags": list(CUBLASLT_FP8)}),
 )

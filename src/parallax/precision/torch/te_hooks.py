@@ -18,9 +18,11 @@ eager (DelayedScaling does not support torch.compile); the pure-torch glue is co
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import glob
 import importlib.metadata
 import os
+import sys
 
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, bf16_native, linear_weights
@@ -37,36 +39,36 @@ def import_te():
 
 
 def prefer_torch_cudnn() -> None:
-    """Point TE at the cuDNN that torch loaded, unless the user chose one (CUDNN_HOME/CUDNN_PATH).
+    """Make TE use pip's cuDNN (the one torch ships with), unless the user chose one
+    (CUDNN_HOME/CUDNN_PATH).
 
     TE loads ``libcudnn.so`` from CUDNN_HOME, CUDNN_PATH, CUDA_HOME, then the system's search
-    path, and only then from pip's ``nvidia-cudnn``. Torch built for CUDA 13 ships and loads
-    pip's cuDNN, so on a machine that also has a system cuDNN the process ends up with two (seen
-    on the H200: TE failed to load with ``/lib/x86_64-linux-gnu/libcudnn_cnn.so.9: undefined
-    symbol ... libcudnn_graph.so.9``, or torch refused "compiled against (9, 19, 0) but found
-    runtime version (9, 14, 0)"). The folder is read from the libraries mapped into this
-    process once torch has loaded its cuDNN."""
+    path, and only then from pip's ``nvidia-cudnn``. On a machine that also has a system cuDNN
+    the process then holds two (seen on the H200, system 9.14 beside pip's 9.19: TE failed to
+    load with ``libcudnn_cnn.so.9: undefined symbol ... libcudnn_graph.so.9``, and torch refused
+    "compiled against (9, 19, 0) but found runtime version (9, 14, 0)"). So: CUDNN_PATH points
+    at pip's copy and its libraries are loaded first, globally, so that every later
+    ``dlopen("libcudnn*.so.9")`` (TE's, torch's) gets the same version."""
     if os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"):
         return
-    folder = loaded_cudnn_folder()
-    if folder:
-        os.environ["CUDNN_PATH"] = folder
+    folder = pip_cudnn_folder()
+    if folder is None:
+        return
+    os.environ["CUDNN_PATH"] = os.path.dirname(folder)
+    for lib in sorted(glob.glob(os.path.join(folder, "libcudnn*.so.9")), key=lambda p: "graph" not in p):
+        try:
+            ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue  # an optional sub-library this machine cannot load; TE reports what it needs
 
 
-def loaded_cudnn_folder() -> str | None:
-    """The folder of the libcudnn this process has loaded (torch's), or None."""
-    import torch
-
-    if not torch.backends.cudnn.is_available():
-        return None
-    torch.backends.cudnn.version()  # loads libcudnn if torch has not yet
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libcudnn" in line}
-    except OSError:
-        return None
-    folders = sorted({os.path.dirname(p) for p in paths if glob.glob(os.path.join(os.path.dirname(p), "libcudnn.so*"))})
-    return folders[0] if folders else None
+def pip_cudnn_folder() -> str | None:
+    """``site-packages/nvidia/<package>/lib`` holding pip's libcudnn.so.9, or None."""
+    for entry in sys.path:
+        hits = sorted(glob.glob(os.path.join(entry or ".", "nvidia", "*", "lib", "libcudnn.so.9")))
+        if hits:
+            return os.path.dirname(hits[0])
+    return None
 
 
 def fp8_support(te) -> tuple[bool, str]:
