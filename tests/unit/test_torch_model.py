@@ -333,3 +333,20 @@ def test_gpu_bf16_reference_loss_is_close_to_cpu_float32():
     cpu, _ = TorchEngine().reference_trainer(run, weights, "float32", "cpu").loss_and_grads(batch)
     gpu, _ = TorchEngine().reference_trainer(run, weights, "bfloat16", "gpu").loss_and_grads(batch)
     assert gpu == pytest.approx(cpu, rel=1e-2)
+
+
+def test_a_failing_cudnn_version_check_does_not_lose_the_run(monkeypatch):
+    """framework_info runs after training: torch refusing to name its cuDNN (two versions in one
+    process, as with TransformerEngine on the H200) is recorded, not raised."""
+    from parallax.engines.torch.engine import cudnn_version
+
+    def refuse():
+        raise RuntimeError("cuDNN version incompatibility: PyTorch was compiled  against (9, 19, 0) but found "
+                           "runtime version (9, 14, 0). PyTorch already comes bundled with cuDNN.")
+
+    monkeypatch.setattr(torch.backends.cudnn, "version", refuse)
+    assert cudnn_version(torch) == ("unknown: cuDNN version incompatibility: PyTorch was compiled  against "
+                                    "(9, 19, 0) but found runtime version (9, 14, 0). PyTorch already comes "
+                                    "bundled with cuDNN.")
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
+    assert cudnn_version(torch) == 91900

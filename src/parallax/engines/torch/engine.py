@@ -338,6 +338,16 @@ class TorchEngine(Engine):
         return TorchReferenceTrainer(run, weights, compute_dtype, device)
 
 
+def cudnn_version(torch) -> int | str:
+    """torch's cuDNN version, or why torch refuses to say. A run's record is made after it
+    trained: a failing version check must not lose it (seen on the H200: with TransformerEngine
+    loaded, torch's check found the system's cuDNN 9.14 beside the 9.19 it was built with)."""
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as exc:
+        return f"unknown: {str(exc).splitlines()[0][:200]}"
+
+
 def framework_info(torch, trainer: Trainer) -> dict:
     device = trainer.device
     cuda = device.type == "cuda"
@@ -345,7 +355,7 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "name": "torch",
         "version": torch.__version__,
         "cuda_runtime": torch.version.cuda,
-        "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "cudnn": cudnn_version(torch) if cuda else None,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
