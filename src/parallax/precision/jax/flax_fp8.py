@@ -20,13 +20,15 @@ from __future__ import annotations
 from parallax.precision.jax.base import FLAX
 from parallax.precision.recipe import Recipe
 
-# XLA flags each recipe needs on the GPU, seen in the optimized HLO of the step on the H200
-# (jax 0.11.2; scripts/device/jax_fp8_hlo.py, docs/results/2026-12-01-h200/jax_fp8_hlo/):
-# - with default flags XLA compiles the direct op's fp8 dots as Triton GEMM fusions, and with
-#   --xla_gpu_enable_triton_gemm=false as cuBLASLt fp8 GEMMs (__cublas$lt$matmul$f8), the path
-#   MaxText's GPU flags take;
+# XLA flags, from the optimized HLO of the step and the llama-100m matrix on the H200 (jax 0.11.2;
+# scripts/device/jax_fp8_hlo.py; docs/results/2026-12-01-h200/):
 # - the delayed op's quantize-dequantize pairs are folded away as "excess precision" (the step
-#   then has no fp8 at all: silently bf16) unless --xla_allow_excess_precision=false.
+#   then has no fp8 at all: silently bf16) unless --xla_allow_excess_precision=false; with it
+#   and --xla_gpu_enable_triton_gemm=false every block GEMM is a cuBLASLt fp8 GEMM (measured:
+#   547k tokens/s). The delayed recipe carries both, as measured;
+# - the direct op's fp8 dots compile with default flags to Triton GEMM fusions on fp8 operands
+#   (XLA autotunes them; 647k tokens/s) and with --xla_gpu_enable_triton_gemm=false to 42/42
+#   cuBLASLt fp8 GEMMs (__cublas$lt$matmul$f8; 567k tokens/s, slower). It carries no flag.
 CUBLASLT_FP8 = ("--xla_gpu_enable_triton_gemm=false",)
 KEEP_QDQ = ("--xla_allow_excess_precision=false",)
 
@@ -45,5 +47,5 @@ RECIPES = (
                    "(MaxText quantization=fp8)",
            params={"dot_general": "flax.linen.Fp8DirectDotGeneralOp", "fwd_dtype": "float8_e4m3fn",
                    "bwd_dtype": "float8_e5m2", "collection": "_overwrite_with_gradient",
-                   "xla_flags": list(CUBLASLT_FP8)}),
+                   "xla_flags": []}),
 )
