@@ -42,7 +42,7 @@ from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
 from parallax.precision import registry
 from parallax.results import (CELL_FIELDS, ENVIRONMENT_FILE, INDEX_FILE, INDEX_SCHEMA, MATRIX_FILE, RUN_FILE, RUNS_DIR,
-                              load_run, load_steps)
+                              differences, load_run, load_steps)
 
 SCHEMA = "parallax.comparison/1"
 CORRUPT = "corrupt"  # the status of a matrix run whose result file cannot be read
@@ -59,17 +59,6 @@ def cell_key(config: dict) -> tuple[str, str]:
     their format, which was then the framework's bf16 recipe (the only one that ran)."""
     return config["framework"], config.get("recipe") or config["precision"]
 
-
-def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """'key old → new' for every (nested) key whose value differs between ``a`` and ``b``."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += differences(va, vb, f"{prefix}{key}.")
-        elif va != vb:
-            out.append(f"{prefix}{key} {va!r} → {vb!r}")
-    return out
 
 STATS_METHOD = (
     "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "

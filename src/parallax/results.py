@@ -143,3 +143,15 @@ def load_steps(run_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             raise ParallaxError(f"{path}:{number}: corrupt line; delete the run and re-run it") from None
     return steps
+
+
+def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """'key old → new' for every (nested) key whose value differs between ``a`` and ``b``."""
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += differences(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key} {va!r} → {vb!r}")
+    return out

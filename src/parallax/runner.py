@@ -58,6 +58,7 @@ from parallax.results import (  # noqa: F401 (the layout constants, re-exported 
     RUNS_DIR,
     STEPS_FILE,
     atomic_write_json,
+    differences,
     load_run,
     load_steps,
     write_run,
@@ -271,18 +272,6 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
         raise ParallaxError(
             f"{output_dir} already holds results of this benchmark; add --resume to run only "
             "the missing cells, or choose another --output-dir")
-
-
-def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """'key old → new' for every (nested) key whose value differs between ``a`` and ``b``."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += differences(va, vb, f"{prefix}{key}.")
-        elif va != vb:
-            out.append(f"{prefix}{key} {va!r} → {vb!r}")
-    return out
 
 
 ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"

@@ -4,7 +4,6 @@ native, and XLA really compiled the block GEMMs to fp8 cuBLASLt calls."""
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ nn = pytest.importorskip("flax.linen")
 
 import jax.numpy as jnp  # noqa: E402
 
+from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
@@ -30,19 +30,6 @@ from parallax.weights import init_weights  # noqa: E402
 TINY = get_preset("tiny")
 RECIPES = ("flax-fp8-delayed", "flax-fp8-direct")
 BATCH = synthetic_batch(0, 0, 4, 128, TINY.vocab_size)
-
-
-class Repeated:
-    description = "one synthetic batch, repeated"
-
-    def __iter__(self):
-        return itertools.repeat(BATCH)
-
-    def eval_batches(self):
-        return [BATCH]
-
-    def close(self):
-        pass
 
 
 def gpu_run(recipe: str) -> RunConfig:
@@ -70,14 +57,15 @@ def in_fresh_process(body: str) -> dict:
 def test_fp8_recipe_trains_natively_on_the_gpu(recipe):
     result = in_fresh_process(f"""
         import numpy as np
-        from gpu.test_jax_fp8_gpu import Repeated, gpu_run
+        from fixtures.batches import RepeatedBatch
+        from gpu.test_jax_fp8_gpu import BATCH, gpu_run
         from parallax.engines import get_engine
         from parallax.train import training_problem
         run = gpu_run({recipe!r})
         engine = get_engine("jax")
         plan = engine.check(run)
         from parallax.engines.base import NullProgress
-        out = engine.train(run, plan, Repeated(), NullProgress())
+        out = engine.train(run, plan, RepeatedBatch(BATCH), NullProgress())
         result = dict(native=out.precision.native, recipe=out.precision.recipe, losses=[s.loss for s in out.steps],
                       problem=training_problem(out), quantized=len(out.extra["quantized_parameters"]),
                       attention=out.framework["attention_backend"], xla_flags=out.framework["xla_flags"])

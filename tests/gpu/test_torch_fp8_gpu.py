@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
@@ -33,23 +34,6 @@ def recipe_run(name: str, **changes) -> RunConfig:
     base = dict(model="tiny", precision=recipe.format, recipe=name, batch_size=8, seq_len=128, steps=20,
                 warmup=2, compile=True, device="cuda", optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
     return RunConfig(**{**base, **changes})
-
-
-class RepeatedBatch:
-    description = "repeated"
-
-    def __init__(self, batch):
-        self.batch = batch
-
-    def __iter__(self):
-        while True:
-            yield self.batch
-
-    def eval_batches(self):
-        return [self.batch]
-
-    def close(self):
-        pass
 
 
 @pytest.mark.parametrize("name", RECIPES)

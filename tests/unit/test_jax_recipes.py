@@ -4,7 +4,6 @@ excludes it, the numerics guard, and the loss against bf16 from the same weights
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ optax = pytest.importorskip("optax")
 
 import jax.numpy as jnp  # noqa: E402
 
+from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
@@ -43,26 +43,11 @@ def fp8_run(recipe: str | None, **changes) -> RunConfig:
     return base.replace(**changes)
 
 
-class Repeated:
-    """A BatchSource yielding one batch again and again: the loss must fall on it."""
-
-    description = "one synthetic batch, repeated"
-
-    def __iter__(self):
-        return itertools.repeat(BATCH)
-
-    def eval_batches(self):
-        return [BATCH]
-
-    def close(self):
-        pass
-
-
 def train(recipe: str | None, **changes):
     run = fp8_run(recipe, **changes)
     engine = get_engine("jax")
     plan = engine.check(run)
-    return plan, engine.train(run, plan, Repeated(), NullProgress())
+    return plan, engine.train(run, plan, RepeatedBatch(BATCH), NullProgress())
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
@@ -202,25 +203,6 @@ def test_reference_step_follows_the_shared_schedule_and_changes_every_parameter(
         assert group["lr"] == pytest.approx(run.optim.lr / run.optim.lr_warmup_steps)
     after = ref.params()
     assert all(not np.array_equal(after[n], weights[n]) for n in weights)
-
-
-class RepeatedBatch:
-    """A BatchSource that yields one batch forever."""
-
-    description = "repeated"
-
-    def __init__(self, batch):
-        self.batch = batch
-
-    def __iter__(self):
-        while True:
-            yield self.batch
-
-    def eval_batches(self):
-        return [self.batch]
-
-    def close(self):
-        pass
 
 
 def test_tiny_model_loss_falls_on_a_repeated_batch_through_the_engine_loop():

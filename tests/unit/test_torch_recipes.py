@@ -13,6 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
@@ -37,23 +38,6 @@ def one_thread():
 def tiny_run(**changes) -> RunConfig:
     base = dict(model="tiny", batch_size=4, seq_len=32, steps=6, warmup=1, compile=False, device="cpu")
     return RunConfig(**{**base, **changes})
-
-
-class RepeatedBatch:
-    description = "repeated"
-
-    def __init__(self, batch):
-        self.batch = batch
-
-    def __iter__(self):
-        while True:
-            yield self.batch
-
-    def eval_batches(self):
-        return [self.batch]
-
-    def close(self):
-        pass
 
 
 # ---- TransformerEngine: the layout, without TE
