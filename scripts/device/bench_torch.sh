@@ -8,7 +8,8 @@
 #   scripts/device/bench_torch.sh profile
 #       torch.profiler over 5 steps after 30 unprofiled ones: the kernel table sorted by GPU
 #       time ($OUT/profile_torch.txt) and a gzipped Chrome trace ($OUT/trace_torch.json.gz).
-#       ATTENTION=cudnn|flash|efficient forces a backend; COMPILE_MODE=eager profiles eager mode.
+#       ATTENTION=cudnn|flash|efficient forces a backend; COMPILE_MODE=eager profiles eager mode;
+#       RECIPE=<torch recipe> profiles that recipe (default bf16), e.g. RECIPE=te-fp8-delayed.
 #   scripts/device/bench_torch.sh variants
 #       ms/step of the training step under several settings in one process (20 steps each
 #       after 10 warmup), to choose defaults: VARIANTS="cudnn:default flash:default cudnn:eager"
@@ -26,13 +27,16 @@ import torch
 from parallax.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches
 from parallax.engines.torch.engine import ATTENTION_NAMES, Trainer, probe_attention, resolve_device
-from parallax.precision import torch as torch_precision
+from parallax.precision import registry
+from parallax.precision.torch.select import for_recipe
 from parallax.weights import init_weights
 
 out, mode = os.environ["OUT"], os.environ["MODE"]
 run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20)
 device = resolve_device(torch, "cuda")
-precision = torch_precision.for_run("bf16", device)
+recipe = registry.get("torch", os.environ.get("RECIPE", "bf16"))  # any torch recipe, e.g. RECIPE=te-fp8-delayed
+run = run.replace(precision=recipe.format, recipe=recipe.name)
+precision = for_recipe(torch, recipe, device)
 weights = init_weights(run.model_config, 0)
 by_name = {v: k for k, v in ATTENTION_NAMES.items()}
 
@@ -53,7 +57,8 @@ def measure(trainer, warmup=10, n=20):
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record(); steps(trainer, batches, warmup, n); end.record(); end.synchronize()
     ms = start.elapsed_time(end) / n
-    return batches, {"attention": ATTENTION_NAMES[trainer.attention], "compile_mode": trainer.compile_mode or "eager",
+    return batches, {"recipe": recipe.name, "attention": ATTENTION_NAMES[trainer.attention],
+                     "compile_mode": trainer.compile_mode or "eager",
                      "warmup_s": round(warm_s, 1), "ms_per_step": round(ms, 3),
                      "tokens_per_s": round(run.tokens_per_step / ms * 1e3),
                      "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
