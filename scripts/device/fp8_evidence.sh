@@ -17,7 +17,8 @@
 #                (default 560), resumed by the next call; TORCH_FP8, JAX_FP8 and REPEATS override the cells
 #   convergence  1,000 steps (several epochs of the sample), eval every 100, the default bf16/fp8
 #                recipes of both engines and the other fp8 recipe of each, one seed
-#   crossover    llama-330m and llama-860m, synthetic, bf16 and every fp8 recipe, 40 steps (10 warmup)
+#   crossover    llama-330m and llama-860m, synthetic, bf16 and every fp8 recipe, 40 steps (10 warmup);
+#                then `parallax crossover` over them and the matrix (llama-100m): speedup against size
 #
 # Compile caches (Inductor's default and JAX's persistent cache) make later cells of a recipe
 # compile faster; compile time is reported apart from step time either way.
@@ -72,7 +73,9 @@ for p in "$@"; do
                 part crossover 280 "${BENCH[@]}" --model "$model" --precisions bf16,fp8 --recipes "$TORCH_FP8,$JAX_FP8" \
                     --steps 40 --warmup 10 --synthetic --timeout-per-run 150 --output-dir "$E/crossover/$model" \
                     --resume --report
-            done ;;
+            done
+            part crossover 120 python3 -m parallax crossover "$E/matrix/bench" "$E/crossover/llama-330m" \
+                "$E/crossover/llama-860m" --output-dir "$E/crossover/report" ;;
         *) echo "unknown part $p"; exit 2 ;;
     esac
 done

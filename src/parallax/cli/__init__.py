@@ -23,6 +23,7 @@ COMMANDS = {
     "data": "parallax.cli.data",
     "benchmark": "parallax.cli.benchmark",
     "compare": "parallax.cli.compare",
+    "crossover": "parallax.cli.crossover",
 }
 
 

@@ -1,0 +1,32 @@
+"""``parallax crossover``: each low-precision recipe's speedup over bf16 against model size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from parallax import stats
+from parallax.train import writable_output_dir
+
+
+@click.command()
+@click.argument("results_dirs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True))
+@click.option("--output-dir", required=True, type=click.Path(file_okay=False),
+              help="Where crossover.md, crossover.png and crossover.json go.")
+@click.option("--bootstraps", type=click.IntRange(min=100), default=stats.DEFAULT_BOOTSTRAPS,
+              show_default=True, help="Bootstrap replicates behind every confidence interval.")
+def command(results_dirs, output_dir, bootstraps):
+    """Line up benchmarks of several model presets (one results folder each): where fp8 pays."""
+    from parallax.crossover import crossover
+    from parallax.report import crossover as render
+
+    out = writable_output_dir(output_dir, "--output-dir")
+    record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL)
+    for problem in record["problems"]:
+        click.echo(f"parallax: warning: {problem}", err=True)
+    paths = render.write(record, out)
+    click.echo(render.markdown(record))
+    Console(stderr=True).print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    return 0

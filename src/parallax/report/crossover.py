@@ -1,0 +1,62 @@
+"""The crossover record (``parallax.crossover``) as Markdown, a PNG and JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parallax.errors import require_module
+from parallax.report import format as f
+from parallax.report.markdown import table
+from parallax.results import atomic_write_json, atomic_write_text
+
+
+def write(record: dict, out_dir: Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"plot": plot(record, out_dir / "crossover.png"),
+             "report": out_dir / "crossover.md", "json": out_dir / "crossover.json"}
+    atomic_write_text(paths["report"], markdown(record, "crossover.png"))
+    atomic_write_json(paths["json"], record)
+    return paths
+
+
+def markdown(record: dict, plot_name: str | None = None) -> str:
+    sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
+    rows = [[r["framework"], r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
+             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r)] for r in record["rows"]]
+    text = ["# Where low precision starts to pay", "",
+            f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
+            f"Intervals are each benchmark's own {round(100 * record['level'])}% bootstrap CIs.", ""]
+    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading"], rows)]
+    if plot_name:
+        text += ["", f"![Speedup against model size]({plot_name})"]
+    text += [f"\n- Problem: {p}" for p in record["problems"]]
+    return "\n".join(text) + "\n"
+
+
+def plot(record: dict, path: Path) -> Path:
+    require_module("matplotlib", "report")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    try:
+        for key in sorted({(r["framework"], r["recipe"]) for r in record["rows"]}):
+            line = [r for r in record["rows"] if (r["framework"], r["recipe"]) == key]
+            x = [r["parameters"] / 1e6 for r in line]
+            y = [r["ratio"] for r in line]
+            err = [[r["ratio"] - r["ci"][0] for r in line], [r["ci"][1] - r["ratio"] for r in line]]
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{key[0]} {key[1]}")
+        ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters (millions)")
+        ax.set_ylabel("tokens/s over the framework's bf16")
+        ax.set_title("Low-precision speedup against model size")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
