@@ -1,14 +1,16 @@
 // The one place Python meets the native core: parallax._native.
-// Each area binds its own functions (probe/bind_probe.cpp, loader/bind_loader.cpp).
+// Each area binds its own functions (probe/bind_probe.cpp, loader/bind_loader.cpp, quant/bind_quant.cpp).
 #include <nanobind/nanobind.h>
 
 namespace nb = nanobind;
 
 void bind_probe(nb::module_& m);
 void bind_loader(nb::module_& m);
+void bind_quant(nb::module_& m);
 
 NB_MODULE(_native, m) {
-  m.doc() = "Parallax native core: GPU probe, measured GEMM ceilings, token loader";
+  m.doc() = "Parallax native core: GPU probe, measured GEMM ceilings, token loader, NVFP4/FP8 CPU reference";
   bind_probe(m);
   bind_loader(m);
+  bind_quant(m);
 }
