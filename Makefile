@@ -18,7 +18,10 @@ system-deps:
 system-deps-tests:
 	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh --tests
 
-$(VENV)/.setup-done: pyproject.toml CMakeLists.txt
+# The editable install builds parallax._native once: a change to the native sources rebuilds it.
+NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt')
+
+$(VENV)/.setup-done: pyproject.toml CMakeLists.txt $(NATIVE_SOURCES)
 	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

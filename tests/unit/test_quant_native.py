@@ -8,9 +8,13 @@ import numpy as np
 import pytest
 
 _native = pytest.importorskip("parallax._native", reason="parallax._native is not built")
-if not hasattr(_native, "quant_nvfp4"):
-    pytest.skip("parallax._native was built without the quant functions (csrc/quant); rebuild it",
-                allow_module_level=True)
+
+
+def test_the_native_module_has_the_quant_functions():
+    """A stale build (made before csrc/quant) fails here instead of skipping every test below."""
+    missing = [f for f in ("quant_nvfp4", "quant_nvfp4_codes", "quant_fp8", "hadamard16", "quant_hash32")
+               if not hasattr(_native, f)]
+    assert not missing, f"parallax._native lacks {missing}: rebuild it (make setup, or pip install -e .)"
 
 F32 = np.float32
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
