@@ -33,9 +33,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from parallax.config import ModelConfig
+from parallax.engines.torch.convert import from_torch_state, to_torch_state
 from parallax.engines.torch.model import RMSNorm, apply_rope
 from parallax.rope import rope_tables
-from parallax.weights import check_canonical
 
 # The TE linear weights of one block, whose GEMMs run in fp8 under an fp8 recipe.
 TE_LINEAR_WEIGHTS = ("attention.qkv.weight", "attention.wo.weight",
@@ -123,60 +123,39 @@ class TELlama(nn.Module):
 
 
 # ---- canonical weights ([in, out], parallax.weights) <-> the TE model's state (weights [out, in])
+#
+# The TE model holds exactly the tensors of the plain ``Llama`` (fused qkv, fc1 = [w_gate; w_up])
+# under other names, so its converters are the plain ones (``convert.py``) with the names mapped.
 
-def _linear(w: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(np.asarray(w, dtype=np.float32).T))
+# Plain ``Llama`` state name (after the "layers.{i}." prefix where there is one) -> TELlama's.
+TE_NAMES = {
+    "norm.weight": "head.norm.weight",
+    "lm_head.weight": "head.lm_head.weight",
+    "attention_norm.weight": "attention.qkv.layer_norm_weight",
+    "attention.wqkv.weight": "attention.qkv.weight",
+    "ffn_norm.weight": "feed_forward.layer_norm_weight",
+    "feed_forward.w_gate_up.weight": "feed_forward.fc1_weight",
+    "feed_forward.w_down.weight": "feed_forward.fc2_weight",
+}
+PLAIN_NAMES = {te: plain for plain, te in TE_NAMES.items()}
 
 
-def _tensor(w: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.array(w, dtype=np.float32))
+def _renamed(name: str, table: dict[str, str]) -> str:
+    """``name`` with its part after any "layers.{i}." prefix looked up in ``table``."""
+    prefix, rest = "", name
+    if name.startswith("layers."):
+        index, rest = name.split(".", 2)[1:]
+        prefix = f"layers.{index}."
+    return prefix + table.get(rest, rest)
 
 
 def to_te_state(model: ModelConfig, weights: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
     """The ``TELlama`` parameters (float32, CPU) holding canonical ``weights``; exact."""
-    check_canonical(model, weights)
-    state = {
-        "tok_embeddings.weight": _tensor(weights["tok_embeddings"]),
-        "head.norm.weight": _tensor(weights["norm"]),
-        "head.lm_head.weight": _linear(weights["lm_head"]),
-    }
-    for i in range(model.n_layers):
-        p = f"layers.{i}."
-        qkv = np.concatenate([weights[p + n] for n in ("wq", "wk", "wv")], axis=1)
-        state[p + "attention.qkv.layer_norm_weight"] = _tensor(weights[p + "attention_norm"])
-        state[p + "attention.qkv.weight"] = _linear(qkv)
-        state[p + "attention.wo.weight"] = _linear(weights[p + "wo"])
-        gate_up = np.concatenate([weights[p + "w_gate"], weights[p + "w_up"]], axis=1)
-        state[p + "feed_forward.layer_norm_weight"] = _tensor(weights[p + "ffn_norm"])
-        state[p + "feed_forward.fc1_weight"] = _linear(gate_up)
-        state[p + "feed_forward.fc2_weight"] = _linear(weights[p + "w_down"])
-    return state
+    return {_renamed(k, TE_NAMES): v for k, v in to_torch_state(model, weights).items()}
 
 
 def from_te_state(model: ModelConfig, state: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     """Canonical float32 arrays from a ``TELlama`` state dict (or its gradients); TE's
     ``_extra_state`` entries (fp8 scales and amax history) are not weights and are dropped."""
-
-    def arr(name: str) -> np.ndarray:
-        return state[name].detach().to("cpu", torch.float32).numpy().copy()
-
-    def linear(name: str) -> np.ndarray:
-        return np.ascontiguousarray(arr(name).T)
-
-    width, d_ff = model.n_heads * model.head_dim, model.d_ff
-    out = {"tok_embeddings": arr("tok_embeddings.weight")}
-    for i in range(model.n_layers):
-        p = f"layers.{i}."
-        out[p + "attention_norm"] = arr(p + "attention.qkv.layer_norm_weight")
-        qkv = linear(p + "attention.qkv.weight")
-        for j, n in enumerate(("wq", "wk", "wv")):
-            out[p + n] = np.ascontiguousarray(qkv[:, j * width:(j + 1) * width])
-        out[p + "wo"] = linear(p + "attention.wo.weight")
-        out[p + "ffn_norm"] = arr(p + "feed_forward.layer_norm_weight")
-        gate_up = linear(p + "feed_forward.fc1_weight")
-        out[p + "w_gate"] = np.ascontiguousarray(gate_up[:, :d_ff])
-        out[p + "w_up"] = np.ascontiguousarray(gate_up[:, d_ff:])
-        out[p + "w_down"] = linear(p + "feed_forward.fc2_weight")
-    out["norm"] = arr("head.norm.weight")
-    out["lm_head"] = linear("head.lm_head.weight")
-    return out
+    plain = {_renamed(k, PLAIN_NAMES): v for k, v in state.items() if not k.endswith("_extra_state")}
+    return from_torch_state(model, plain)
