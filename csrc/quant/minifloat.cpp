@@ -12,11 +12,13 @@ namespace {
 struct Spec {
   int ebits, mbits, bias;
   uint32_t max_finite;  // magnitude code of the largest finite value
+  uint32_t overflow;    // FP8: the magnitude code an unsaturated overflow takes (inf, or NaN without inf)
+  bool has_inf;         // FP8: `overflow` is infinity (else every code above max_finite is NaN)
 };
 
-constexpr Spec kE2M1{2, 1, 1, 0x7};
-constexpr Spec kE4M3{4, 3, 7, 0x7E};
-constexpr Spec kE5M2{5, 2, 15, 0x7B};
+constexpr Spec kE2M1{2, 1, 1, 0x7, 0x7, false};
+constexpr Spec kE4M3{4, 3, 7, 0x7E, 0x7F, false};
+constexpr Spec kE5M2{5, 2, 15, 0x7B, 0x7C, true};
 
 bool sign_of(float x) {
   uint32_t b;
@@ -49,6 +51,29 @@ double decode_magnitude(uint32_t mag, const Spec& s) {
   return std::ldexp(static_cast<double>((1u << s.mbits) + f), static_cast<int>(e) - s.bias - s.mbits);
 }
 
+// FP8 (sign bit 0x80, magnitude 0x7F): NaN -> 0x7F | sign; ±inf and overflow -> max finite
+// when saturating, else the format's `overflow` code (E5M2 inf, E4M3 NaN).
+uint8_t encode_fp8(float x, bool saturate, const Spec& s) {
+  const uint8_t sign = sign_of(x) ? 0x80 : 0x00;
+  if (std::isnan(x)) return sign | 0x7F;
+  const uint32_t limit = saturate ? s.max_finite : s.overflow;
+  if (std::isinf(x)) return static_cast<uint8_t>(sign | limit);
+  uint32_t mag = round_magnitude(std::fabs(static_cast<double>(x)), s);
+  if (mag > s.max_finite) mag = limit;
+  return static_cast<uint8_t>(sign | mag);
+}
+
+float decode_fp8(uint8_t code, const Spec& s) {
+  const uint32_t mag = code & 0x7Fu;
+  const bool neg = (code & 0x80) != 0;
+  if (mag > s.max_finite) {
+    const float special = (s.has_inf && mag == s.overflow) ? INFINITY : NAN;
+    return neg ? -special : special;
+  }
+  const double v = decode_magnitude(mag, s);
+  return static_cast<float>(neg ? -v : v);
+}
+
 }  // namespace
 
 uint8_t e2m1_encode(float x) {
@@ -65,40 +90,10 @@ float e2m1_decode(uint8_t code) {
   return static_cast<float>((code & 0x8) ? -v : v);
 }
 
-uint8_t e4m3_encode(float x, bool saturate) {
-  const uint8_t sign = sign_of(x) ? 0x80 : 0x00;
-  if (std::isnan(x)) return sign | 0x7F;
-  if (std::isinf(x)) return sign | (saturate ? 0x7E : 0x7F);
-  uint32_t mag = round_magnitude(std::fabs(static_cast<double>(x)), kE4M3);
-  if (mag > kE4M3.max_finite) mag = saturate ? kE4M3.max_finite : 0x7F;
-  return static_cast<uint8_t>(sign | mag);
-}
-
-float e4m3_decode(uint8_t code) {
-  const uint32_t mag = code & 0x7Fu;
-  const bool neg = (code & 0x80) != 0;
-  if (mag == 0x7F) return neg ? -NAN : NAN;
-  const double v = decode_magnitude(mag, kE4M3);
-  return static_cast<float>(neg ? -v : v);
-}
-
-uint8_t e5m2_encode(float x, bool saturate) {
-  const uint8_t sign = sign_of(x) ? 0x80 : 0x00;
-  if (std::isnan(x)) return sign | 0x7F;
-  if (std::isinf(x)) return sign | (saturate ? 0x7B : 0x7C);
-  uint32_t mag = round_magnitude(std::fabs(static_cast<double>(x)), kE5M2);
-  if (mag > kE5M2.max_finite) mag = saturate ? kE5M2.max_finite : 0x7C;
-  return static_cast<uint8_t>(sign | mag);
-}
-
-float e5m2_decode(uint8_t code) {
-  const uint32_t mag = code & 0x7Fu;
-  const bool neg = (code & 0x80) != 0;
-  if (mag == 0x7C) return neg ? -INFINITY : INFINITY;
-  if (mag > 0x7C) return neg ? -NAN : NAN;
-  const double v = decode_magnitude(mag, kE5M2);
-  return static_cast<float>(neg ? -v : v);
-}
+uint8_t e4m3_encode(float x, bool saturate) { return encode_fp8(x, saturate, kE4M3); }
+float e4m3_decode(uint8_t code) { return decode_fp8(code, kE4M3); }
+uint8_t e5m2_encode(float x, bool saturate) { return encode_fp8(x, saturate, kE5M2); }
+float e5m2_decode(uint8_t code) { return decode_fp8(code, kE5M2); }
 
 uint8_t fp8_encode(float x, Fp8Format f, bool saturate) {
   return f == Fp8Format::kE4M3 ? e4m3_encode(x, saturate) : e5m2_encode(x, saturate);
