@@ -29,6 +29,14 @@ nb::ndarray<nb::numpy, T> owned(size_t n, std::vector<size_t> shape) {
   return nb::ndarray<nb::numpy, T>(data, shape.size(), shape.data(), owner);
 }
 
+// A new array of T shaped like `like` (any ndim).
+template <typename T, typename Array>
+nb::ndarray<nb::numpy, T> owned_like(const Array& like) {
+  std::vector<size_t> shape(like.ndim());
+  for (size_t i = 0; i < like.ndim(); ++i) shape[i] = like.shape(i);
+  return owned<T>(like.size(), shape);
+}
+
 Nvfp4Mode parse_mode(const std::string& mode) {
   if (mode == "1x16") return Nvfp4Mode::k1x16;
   if (mode == "16x16") return Nvfp4Mode::k16x16;
@@ -85,9 +93,7 @@ void bind_quant(nb::module_& m) {
       [](const AnyF32& x, const std::string& fmt, float scale, std::optional<bool> saturate) {
         const Fp8Format f = parse_fmt(fmt);
         const bool sat = saturate.value_or(fp8_default_saturate(f));
-        std::vector<size_t> shape(x.ndim());
-        for (size_t i = 0; i < x.ndim(); ++i) shape[i] = x.shape(i);
-        auto codes = owned<uint8_t>(x.size(), shape);
+        auto codes = owned_like<uint8_t>(x);
         for (size_t i = 0; i < x.size(); ++i) codes.data()[i] = fp8_encode(x.data()[i] / scale, f, sat);
         return codes;
       },
@@ -98,9 +104,7 @@ void bind_quant(nb::module_& m) {
       "fp8_decode",
       [](const AnyU8& c, const std::string& fmt, float scale) {
         const Fp8Format f = parse_fmt(fmt);
-        std::vector<size_t> shape(c.ndim());
-        for (size_t i = 0; i < c.ndim(); ++i) shape[i] = c.shape(i);
-        auto y = owned<float>(c.size(), shape);
+        auto y = owned_like<float>(c);
         for (size_t i = 0; i < c.size(); ++i) y.data()[i] = fp8_decode(c.data()[i], f) * scale;
         return y;
       },
@@ -111,9 +115,7 @@ void bind_quant(nb::module_& m) {
       [](const AnyF32& x, const std::string& fmt, float scale, std::optional<bool> saturate) {
         const Fp8Format f = parse_fmt(fmt);
         const bool sat = saturate.value_or(fp8_default_saturate(f));
-        std::vector<size_t> shape(x.ndim());
-        for (size_t i = 0; i < x.ndim(); ++i) shape[i] = x.shape(i);
-        auto y = owned<float>(x.size(), shape);
+        auto y = owned_like<float>(x);
         for (size_t i = 0; i < x.size(); ++i) y.data()[i] = fp8_decode(fp8_encode(x.data()[i] / scale, f, sat), f) * scale;
         return y;
       },
