@@ -56,13 +56,14 @@ class JaxEngine(Engine):
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
-        set_xla_flags(recipe.load_hooks().xla_flags())
+        hooks = recipe.load_hooks()
+        set_xla_flags(hooks.xla_flags())  # before JAX starts: its details() may start it
         import_jax()
         device = resolve_device(run.device)
         cc = getattr(device, "compute_capability", None)
         capability.require(recipe, device.platform, cc, getattr(device, "device_kind", ""))
-        precision = for_recipe(recipe)
-        precision.hooks.check(device)
+        precision = for_recipe(recipe, hooks)
+        hooks.check(device)
         precision = on_device(precision, device.platform, cc)
         return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
                     handles={"device": device, "precision": precision})

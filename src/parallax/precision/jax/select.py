@@ -19,8 +19,9 @@ class JaxPrecision:
     hooks: object  # precision.jax.base.JaxHooks
 
 
-def for_recipe(recipe: Recipe) -> JaxPrecision:
-    hooks = recipe.load_hooks()
+def for_recipe(recipe: Recipe, hooks=None) -> JaxPrecision:
+    """The recipe's precision, with its hooks (loaded here unless given)."""
+    hooks = hooks or recipe.load_hooks()
     info = PrecisionInfo.of(recipe, native=False, details=hooks.details())
     return JaxPrecision(hooks.param_dtype, hooks.compute_dtype, info, hooks)
 
