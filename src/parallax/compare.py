@@ -440,8 +440,8 @@ def speedups(cells: dict, level: float) -> list[dict]:
                 out.append({"kind": "precision", "framework": fw, "a": rec, "b": base_name,
                             "label": f"{fw}: {rec} over {base_name}", **_ratio(cell, base, level)})
     for (fw, rec), cell in cells.items():
-        base = cells.get((BASELINE_FRAMEWORK, _default_name(BASELINE_FRAMEWORK, cell.precision)))
-        if fw != BASELINE_FRAMEWORK and rec == _default_name(fw, cell.precision) \
+        base = cells.get((BASELINE_FRAMEWORK, registry.default_name(BASELINE_FRAMEWORK, cell.precision)))
+        if fw != BASELINE_FRAMEWORK and rec == registry.default_name(fw, cell.precision) \
                 and _has_speed(cell) and _has_speed(base):
             out.append({"kind": "framework", "precision": cell.precision, "a": fw, "b": BASELINE_FRAMEWORK,
                         "recipes": [rec, base.recipe],
@@ -459,19 +459,10 @@ def _format_of(framework: str, recipe: str) -> str:
         return recipe
 
 
-def _default_name(framework: str, fmt: str) -> str:
-    """The name of the framework's default recipe of ``fmt`` (the format itself if unknown)."""
-    try:
-        found = registry.default(framework, fmt)
-    except ParallaxError:
-        found = None
-    return found.name if found else fmt
-
-
 def _baselines(framework: str, recipe: str, fmt: str) -> list[str]:
     """What a cell's speed and loss are compared with: its framework's bf16 recipe, and the
     bf16 recipe of its own backend where that is another one (te-fp8-* over te-bf16)."""
-    plain = _default_name(framework, BASELINE_PRECISION)
+    plain = registry.default_name(framework, BASELINE_PRECISION)
     out = [] if recipe == plain else [plain]
     try:
         own = registry.get(framework, recipe)
@@ -523,7 +514,7 @@ def _unpaired_ci(a: CellData, b: CellData, n_boot: int, level: float) -> list[fl
 def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     out = []
     for (fw, rec), cell in cells.items():
-        base_name = _default_name(fw, BASELINE_PRECISION)
+        base_name = registry.default_name(fw, BASELINE_PRECISION)
         base = cells.get((fw, base_name))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
@@ -619,7 +610,7 @@ def _group(runs: list[LoadedRun], matrix: dict | None, root: Path) -> dict:
 
     def order(key):
         fw, rec = key
-        return _order(list(PRECISIONS))(formats[key]), _order(fws)(fw), rec != _default_name(fw, formats[key]), rec
+        return _order(list(PRECISIONS))(formats[key]), _order(fws)(fw), rec != registry.default_name(fw, formats[key]), rec
 
     cells = {k: CellData(k[0], k[1], formats[k], [], expected, root) for k in sorted(formats, key=order)}
     for r in runs:

@@ -115,11 +115,8 @@ def select(frameworks: tuple[str, ...], selectors: tuple[str, ...]) -> list[Reci
                 f"no framework of {', '.join(frameworks)} has a recipe '{selector}'; give a format "
                 f"({', '.join(FORMATS)}), 'all', FORMAT:all or one of: {', '.join(known)}")
         chosen += [r for r in matched if r not in chosen]
-    return sorted(chosen, key=lambda r: (frameworks.index(r.framework), selectors_rank(r, selectors)))
-
-
-def selectors_rank(recipe: Recipe, selectors: tuple[str, ...]) -> tuple[int, int]:
-    return FORMATS.index(recipe.format), 0 if recipe.default else 1
+    # framework, then format, the default recipe first (the sort is stable: selector order after that)
+    return sorted(chosen, key=lambda r: (frameworks.index(r.framework), FORMATS.index(r.format), not r.default))
 
 
 def _matching(framework: str, selector: str) -> list[Recipe]:
@@ -136,7 +133,10 @@ def _matching(framework: str, selector: str) -> list[Recipe]:
 
 
 def default_name(framework: str, fmt: str) -> str:
-    """The cell name of ``fmt`` for ``framework``: its default recipe's name, else the format
-    itself (a cell the runner records as skipped: nothing implements it yet)."""
-    found = default(framework, fmt)
+    """The name of the framework's default recipe of ``fmt``; the format itself where the
+    registry has none (results of an unknown framework or format, read by ``compare``)."""
+    try:
+        found = default(framework, fmt)
+    except ParallaxError:
+        found = None
     return found.name if found else fmt
