@@ -30,8 +30,11 @@ class TorchHooks:
         of ``run`` (a RunConfig; None where there is no run, e.g. a parity reference)."""
 
     def native(self, torch, device) -> bool:
-        """Whether the recipe's format runs in hardware on ``device``."""
-        return bf16_native(torch, device)
+        """Whether the recipe's format runs in hardware on ``device``: bf16 as torch says, other
+        formats on a CUDA GPU of at least the format's native compute capability."""
+        if self.recipe.format == "bf16":
+            return bf16_native(torch, device)
+        return device.type == "cuda" and torch.cuda.get_device_capability(device) >= self.recipe.native_min_cc
 
     def details(self, torch) -> dict:
         """Recorded in the result: the recipe's parameters and library versions."""

@@ -25,7 +25,7 @@ import os
 import sys
 
 from parallax.errors import ParallaxError
-from parallax.precision.torch.base import TorchHooks, bf16_native, linear_weights
+from parallax.precision.torch.base import TorchHooks, linear_weights
 
 FP8_TOKENS_MULTIPLE = 8  # TE fp8 GEMMs: the product of the leading dims (batch·seq) ...
 FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
@@ -140,11 +140,6 @@ class TransformerEngineHooks(TorchHooks):
             if size % FP8_DIM_MULTIPLE:
                 raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs {name} divisible by "
                                     f"{FP8_DIM_MULTIPLE}; model '{model.name}' has {name} {size}")
-
-    def native(self, torch, device) -> bool:
-        if self.fp8:
-            return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
-        return bf16_native(torch, device)
 
     def details(self, torch) -> dict:
         info = {**super().details(torch), "te_version": te_version(), "te_recipe": None,

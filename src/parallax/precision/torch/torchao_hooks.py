@@ -44,9 +44,6 @@ class TorchaoFloat8Hooks(TorchHooks):
                 f"recipe '{self.recipe.name}': torchao float8 needs batch·seq divisible by {DIM_MULTIPLE} "
                 f"(the weight-gradient GEMM's inner dimension); {run.batch_size}·{run.seq_len} is not")
 
-    def native(self, torch, device) -> bool:
-        return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 9)
-
     def details(self, torch) -> dict:
         config = self.float8_config()
         casts = {f.name.removeprefix("cast_config_"): getattr(config, f.name)
