@@ -55,7 +55,7 @@ def library_search_dirs() -> list[str]:
     ``/usr/local/cuda/lib64``. The system loader path is searched after all of these.
     """
     candidates = [d for d in os.environ.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
-    candidates += _nvidia_package_lib_dirs()
+    candidates += nvidia_package_lib_dirs()
     torch_dir = _package_dir("torch")
     if torch_dir is not None:
         candidates.append(str(torch_dir / "lib"))
@@ -71,7 +71,7 @@ def library_search_dirs() -> list[str]:
     return dirs
 
 
-def _nvidia_package_lib_dirs() -> list[str]:
+def nvidia_package_lib_dirs() -> list[str]:
     """``site-packages/nvidia/*/lib`` across every path entry, found without importing."""
     try:
         spec = importlib.util.find_spec("nvidia")

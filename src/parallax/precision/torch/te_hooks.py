@@ -22,7 +22,6 @@ import ctypes
 import glob
 import importlib.metadata
 import os
-import sys
 
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, linear_weights
@@ -63,12 +62,10 @@ def prefer_torch_cudnn() -> None:
 
 
 def pip_cudnn_folder() -> str | None:
-    """``site-packages/nvidia/<package>/lib`` holding pip's libcudnn.so.9, or None."""
-    for entry in sys.path:
-        hits = sorted(glob.glob(os.path.join(entry or ".", "nvidia", "*", "lib", "libcudnn.so.9")))
-        if hits:
-            return os.path.dirname(hits[0])
-    return None
+    """The ``site-packages/nvidia/<package>/lib`` holding pip's libcudnn.so.9, or None."""
+    from parallax.gpu import nvidia_package_lib_dirs
+
+    return next((d for d in nvidia_package_lib_dirs() if os.path.exists(os.path.join(d, "libcudnn.so.9"))), None)
 
 
 def fp8_support(te) -> tuple[bool, str]:
