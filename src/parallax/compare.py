@@ -246,21 +246,8 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
     if not ok:
         return
     first = ok[0].run
-    tokens = first["config"]["batch_size"] * first["config"]["seq_len"]
-    series = [_measured(r) for r in ok]
-    pooled = [x for s in series for x in s]
-    summary = stats.percentile_summary(pooled)
-    reps = stats.bootstrap_replicates(series, stats.row_median, n_boot,
-                                      seed=_cell_seed(cell.framework, cell.recipe, "step"))
-    cell.tps_reps = stats.tokens_per_s_from_ms(tokens, reps)
-    tps = float(stats.tokens_per_s_from_ms(tokens, summary["median"]))
-    tps_ci = stats.percentile_ci(cell.tps_reps, level)
+    shared = max(int((r.run.get("timing") or {}).get("concurrent_runs") or 1) for r in ok)
     cell.record.update({
-        "tokens_per_step": tokens,
-        "step_ms": {k: summary[k] for k in ("median", "p10", "p90", "mean", "count")},
-        "tokens_per_s": {"value": tps, "ci": list(tps_ci)},
-        "tokens_per_s_runs": [float(stats.tokens_per_s_from_ms(tokens, np.median(s))) for s in series],
-        "flops": _cell_flops(first, tps, tps_ci),
         "memory": _cell_memory(ok),
         "compile_s": _median_or_none([r.run.get("timing", {}).get("compile_s") for r in ok]),
         "notes": sorted({w for r in ok for w in (r.run.get("flops") or {}).get("warnings") or []}),
@@ -270,8 +257,34 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         "loss_curve": _loss_curve(ok),
         "eval_curve": _eval_curve(ok),
     })
+    if shared > 1:
+        cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the GPU "
+                                    f"(benchmark --concurrent {shared}); its loss is unaffected")
+    else:
+        cell.record.update(_cell_speed(cell, ok, n_boot, level))
     cell.record.update(_cell_loss(cell, ok, n_boot, level))
     cell.record.update(_cell_eval(ok))
+
+
+def _cell_speed(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) -> dict:
+    """Step time and tokens/s over the measured steps of every run, with a bootstrap CI."""
+    first = ok[0].run
+    tokens = first["config"]["batch_size"] * first["config"]["seq_len"]
+    series = [_measured(r) for r in ok]
+    pooled = [x for s in series for x in s]
+    summary = stats.percentile_summary(pooled)
+    reps = stats.bootstrap_replicates(series, stats.row_median, n_boot,
+                                      seed=_cell_seed(cell.framework, cell.recipe, "step"))
+    cell.tps_reps = stats.tokens_per_s_from_ms(tokens, reps)
+    tps = float(stats.tokens_per_s_from_ms(tokens, summary["median"]))
+    tps_ci = stats.percentile_ci(cell.tps_reps, level)
+    return {
+        "tokens_per_step": tokens,
+        "step_ms": {k: summary[k] for k in ("median", "p10", "p90", "mean", "count")},
+        "tokens_per_s": {"value": tps, "ci": list(tps_ci)},
+        "tokens_per_s_runs": [float(stats.tokens_per_s_from_ms(tokens, np.median(s))) for s in series],
+        "flops": _cell_flops(first, tps, tps_ci),
+    }
 
 
 def _cell_header(cell: CellData) -> dict:

@@ -9,7 +9,9 @@
   precision     PrecisionInfo: precision, backend, recipe, native (False = emulated), details
   framework     engine name, versions, device, attention backend, compiled
   environment   the native GPU probe and library versions (``parallax.envinfo``)
-  timing        method, warmup, compile_s, step_ms summary over measured steps
+  timing        method, warmup, compile_s, step_ms summary over measured steps; concurrent_runs
+                (set by the runner, above 1) when the run shared its GPU with other runs: its
+                step times are then not a throughput measurement
   throughput    tokens_per_s (from the median step), tokens_per_s_mean
   flops         every FLOPs accounting with TFLOP/s and MFU against every denominator
   memory        peak_allocated_bytes, peak_reserved_bytes

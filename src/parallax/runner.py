@@ -24,6 +24,11 @@ a final loss more than ``max_loss_gap`` nats worse is recorded as failed, measur
 Cells run in the order repeat → seed → framework → recipe: the repeats of a cell are spread
 over the whole session instead of back to back, so slow drifts (clocks, temperature) do not
 fall on one cell.
+
+``concurrent > 1`` runs that many cells at once on the same GPU: for studies of loss alone
+(convergence), where the start-up and compilation of one cell can overlap the steps of
+another. Their step times are then not measurements: the runner stamps each such run.json
+with ``timing.concurrent_runs`` and the report shows no throughput for it.
 """
 
 from __future__ import annotations
@@ -36,7 +41,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
@@ -104,6 +111,7 @@ class Matrix:
     repeats: int = 1
     base: RunConfig = field(default_factory=RunConfig)
     max_loss_gap: float = DEFAULT_MAX_LOSS_GAP
+    concurrent: int = 1  # cells at once on the GPU; above 1 their throughput is not measured
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -135,6 +143,8 @@ class Matrix:
             raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
         if self.repeats < 1:
             raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
+        if self.concurrent < 1:
+            raise ParallaxError(f"--concurrent must be at least 1, got {self.concurrent}")
         recipes = self.recipe_list()
         for cell in self.cells()[: len(recipes)]:
             self.run_config(cell, Path(".")).validate()
@@ -154,7 +164,7 @@ class Matrix:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
         return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
                 "recipes": list(self.recipes), "seeds": list(self.seeds),
-                "repeats": self.repeats, "max_loss_gap": self.max_loss_gap,
+                "repeats": self.repeats, "max_loss_gap": self.max_loss_gap, "concurrent": self.concurrent,
                 "cells": [[r.framework, r.name, r.format] for r in self.recipe_list()], "run": run}
 
     @classmethod
@@ -162,7 +172,7 @@ class Matrix:
         recipes = data.get("recipes") or data["precisions"]  # schema 1 named formats only
         return cls(tuple(data["frameworks"]), tuple(recipes), tuple(data["seeds"]),
                    int(data["repeats"]), RunConfig.from_dict(data["run"]),
-                   float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)))
+                   float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)), int(data.get("concurrent", 1)))
 
 
 def _no_duplicates(name: str, values) -> None:
@@ -263,6 +273,8 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
         stored = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise ParallaxError(f"{path} is corrupt; choose another --output-dir") from None
+    if isinstance(stored, dict):
+        stored.setdefault("concurrent", 1)  # written before --concurrent existed
     if stored != wanted:
         diff = differences(stored, wanted)
         raise ParallaxError(
@@ -339,8 +351,13 @@ def _require_steps(run_dir: Path) -> None:
 
 # ----------------------------------------------------------------------------- one cell
 
+class Stopped(Exception):
+    """The matrix is ending (an error or Ctrl-C in the runner): a concurrent cell stops."""
+
+
 def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
-             timeout_s: float | None, display: Display, poll_s: float = 0.25) -> CellResult:
+             timeout_s: float | None, display: Display, poll_s: float = 0.25,
+             stop: threading.Event | None = None) -> CellResult:
     """Run one cell's process to its end (or its timeout) and record the outcome."""
     shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
     run_dir.mkdir(parents=True)
@@ -358,7 +375,7 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
                                            info, with_tail=False)
             return CellResult(cell, status, run_dir, error, 0.0)
         try:
-            timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s)
+            timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop)
         except BaseException:
             _kill_group(proc)
             raise
@@ -375,9 +392,11 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     return CellResult(cell, status, run_dir, error, round(elapsed, 3))
 
 
-def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s):
+def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop=None):
     offset, last_step = 0, None
     while True:
+        if stop is not None and stop.is_set():
+            raise Stopped(cell.label)
         done = proc.poll() is not None
         records, offset = progress_file.read_new(progress_path, offset)
         for record in records:
@@ -490,22 +509,84 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
         results = scan(output_dir, matrix, display)
         write_index(output_dir, matrix, results)
         display.matrix_started(matrix, results)
+
+        def start(i: int, stop: threading.Event | None = None) -> CellResult:
+            cell, run_dir = results[i].cell, results[i].run_dir
+            run = matrix.run_config(cell, run_dir)
+            display.cell_started(cell)
+            return run_cell(cell, run, run_dir, command_for(run, run_dir), timeout_s, display, poll_s, stop)
+
+        def finish(i: int, result: CellResult) -> None:
+            results[i] = result
+            if matrix.concurrent > 1:
+                stamp_concurrent(result, matrix.concurrent)
+            loss_gap_guard(results, matrix.max_loss_gap, display)
+            write_index(output_dir, matrix, results)
+            display.cell_finished(results[i])
+
+        todo = [i for i, r in enumerate(results) if r.status == "pending"]
         try:
-            for i, result in enumerate(results):
-                if result.status != "pending":
-                    continue
-                cell = result.cell
-                run = matrix.run_config(cell, result.run_dir)
-                display.cell_started(cell)
-                results[i] = run_cell(cell, run, result.run_dir, command_for(run, result.run_dir),
-                                      timeout_s, display, poll_s)
-                loss_gap_guard(results, matrix.max_loss_gap, display)
-                write_index(output_dir, matrix, results)
-                display.cell_finished(results[i])
+            if matrix.concurrent > 1:
+                display = LockedDisplay(display)
+                run_concurrently(todo, matrix.concurrent, start, finish)
+            else:
+                for i in todo:
+                    finish(i, start(i))
         finally:
             write_index(output_dir, matrix, results)
         display.matrix_finished(results)
     return results
+
+
+def run_concurrently(todo: list[int], slots: int, start, finish) -> None:
+    """Run ``start(i, stop)`` for each index of ``todo``, ``slots`` at a time and in order;
+    ``finish(i, result)`` in this thread as each ends. An exception here (Ctrl-C) sets ``stop``,
+    which ends the running cells' processes before it propagates."""
+    stop = threading.Event()
+    queue = iter(todo)
+    with ThreadPoolExecutor(max_workers=slots) as pool:
+        running = {}
+
+        def submit_next() -> None:
+            i = next(queue, None)
+            if i is not None:
+                running[pool.submit(start, i, stop)] = i
+
+        for _ in range(slots):
+            submit_next()
+        try:
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    finish(running.pop(future), future.result())
+                    submit_next()
+        except BaseException:
+            stop.set()
+            raise
+
+
+class LockedDisplay:
+    """A display called from several cells' threads, one call at a time."""
+
+    def __init__(self, inner: Display):
+        self.inner, self.lock = inner, threading.Lock()
+
+    def __getattr__(self, name):
+        method = getattr(self.inner, name)
+
+        def locked_call(*args, **kwargs):
+            with self.lock:
+                return method(*args, **kwargs)
+        return locked_call
+
+
+def stamp_concurrent(result: CellResult, runs: int) -> None:
+    """Record in the cell's run.json that it shared the GPU with up to ``runs`` runs."""
+    run = _try_load(result.run_dir)
+    if run is None or "timing" not in run:
+        return
+    run["timing"]["concurrent_runs"] = runs
+    write_run(result.run_dir, run)
 
 
 # ----------------------------------------------------------------------------- loss guard

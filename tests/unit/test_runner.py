@@ -87,6 +87,7 @@ def test_matrix_file_holds_the_benchmark_not_the_cells():
     ({"seeds": ()}, "--seeds is empty"),
     ({"seeds": (-1,)}, "--seeds must not be negative"),
     ({"repeats": 0}, "--repeats must be at least 1"),
+    ({"concurrent": 0}, "--concurrent must be at least 1"),
     ({"base": tiny_config(steps=2, warmup=2)}, "--steps (2) must be greater than --warmup (2)"),
 ])
 def test_bad_matrix_is_one_line_naming_the_fix(changes, message):
@@ -436,3 +437,58 @@ def test_loss_guard_threshold_is_the_matrix_setting(tmp_path, monkeypatch):
     results = by_id(run(tmp_path, m, {"torch-te-fp8-delayed": "lossy"}, monkeypatch))
     assert results["torch-te-fp8-delayed-seed0-rep0"].status == "ok"
     assert json.loads((tmp_path / "matrix.json").read_text())["max_loss_gap"] == 2.0
+
+
+# ----------------------------------------------------------------------------- --concurrent
+
+def test_concurrent_cells_run_at_once_and_their_runs_say_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_TRAIN_RENDEZVOUS", f"{tmp_path / 'meeting'}:2")  # a lone cell fails
+    rec = Recorder()
+    results = run(tmp_path / "out", small_matrix(concurrent=2), {}, monkeypatch, display=rec)
+    assert [r.status for r in results] == ["ok"] * 4
+    kinds = [e[0] for e in rec.events if e[0] in ("started", "finished")]
+    assert kinds[:2] == ["started", "started"]  # the second cell started before the first ended
+    assert kinds.count("started") == kinds.count("finished") == 4
+    for r in results:
+        assert load_run(r.run_dir)["timing"]["concurrent_runs"] == 2
+        assert len(load_steps(r.run_dir)) == 12  # steps untouched by the stamp
+    assert json.loads((tmp_path / "out" / "matrix.json").read_text())["concurrent"] == 2
+    assert json.loads((tmp_path / "out" / "index.json").read_text())["counts"]["ok"] == 4
+
+
+def test_concurrent_cells_have_loss_but_no_throughput_in_the_report(tmp_path, monkeypatch):
+    from parallax.compare import build_comparison
+
+    run(tmp_path, small_matrix(concurrent=2), {}, monkeypatch)
+    record = build_comparison(tmp_path)
+    for cell in record["cells"]:
+        assert cell["n_ok"] == 1
+        assert cell["tokens_per_s"] is None and cell["step_ms"] is None and cell["flops"] is None
+        assert any("throughput not measured: up to 2 runs shared the GPU" in n for n in cell["notes"])
+        assert cell["final_loss"]["value"] is not None
+    assert record["speedups"] == []
+    assert {d["framework"] for d in record["loss_deltas"]} == {"torch", "jax"}
+
+
+def test_interrupt_stops_every_concurrent_cell(tmp_path, monkeypatch):
+    class Interrupt(Recorder):
+        def cell_progress(self, cell, record):
+            if cell.id == "torch-te-fp8-delayed-seed0-rep0" and record.get("phase") == "evaluating":
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, small_matrix(concurrent=2), {"*": "hang"}, monkeypatch, display=Interrupt())
+    pids = [int(p.read_text()) for p in tmp_path.glob("runs/*/fake.pid")]
+    assert pids and not any(_alive(pid) for pid in pids)
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert index["counts"]["pending"] == 4
+
+
+def test_a_matrix_file_from_before_concurrent_resumes(tmp_path, monkeypatch):
+    run(tmp_path, small_matrix(), {}, monkeypatch)
+    path = tmp_path / "matrix.json"
+    old = json.loads(path.read_text())
+    del old["concurrent"]
+    path.write_text(json.dumps(old))
+    results = run(tmp_path, small_matrix(), {}, monkeypatch, resume=True)
+    assert all(r.reused for r in results)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
@@ -86,11 +85,14 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
 @click.option("--report", is_flag=True, help="Write report.md, plots and a CSV/JSON export at the end.")
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet.")
+@click.option("--concurrent", type=int, default=1, show_default=True,
+              help="Cells run at once on the GPU. Above 1, for loss studies only: their throughput "
+                   "is not measured (the report shows none).")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
 def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
             seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
-            report, resume, timeout_per_run):
+            report, resume, concurrent, timeout_per_run):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
     sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}
     base, note = defaults.run_config(
@@ -100,7 +102,7 @@ def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, se
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
-                    max_loss_gap).validate()
+                    max_loss_gap, concurrent).validate()
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     with LiveDisplay(console, steps, note) as display:
@@ -135,9 +137,10 @@ class LiveDisplay:
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                  console=console, transient=True)
-        self.matrix_task = self.cell_task = None
+        self.matrix_task = None
+        self.cell_tasks: dict[str, int] = {}  # cell id -> its bar (several with --concurrent)
+        self.cell_steps: dict[str, int] = {}
         self.done_steps = 0
-        self.started = 0.0
 
     def __enter__(self):
         self.progress.start()
@@ -157,23 +160,26 @@ class LiveDisplay:
                                                   total=max(1, len(todo) * self.steps))
 
     def cell_started(self, cell):
-        self.started = time.monotonic()
-        self.cell_task = self.progress.add_task(cell.label, total=self.steps)
+        self.cell_tasks[cell.id] = self.progress.add_task(cell.label, total=self.steps)
+        self.cell_steps[cell.id] = 0
 
     def cell_progress(self, cell, record):
+        task = self.cell_tasks[cell.id]
         if "phase" in record:
-            self.progress.update(self.cell_task, description=f"{cell.label} · {record['phase']}")
+            self.progress.update(task, description=f"{cell.label} · {record['phase']}")
             return
         step = min(int(record.get("step", 0)) + 1, self.steps)  # "step" is the 0-based index
+        self.cell_steps[cell.id] = step
         loss, ms = record.get("loss"), record.get("step_ms")
         text = cell.label + (f" · loss {loss:.3f}" if loss is not None else "") + (f" · {ms:.1f} ms" if ms else "")
-        self.progress.update(self.cell_task, completed=step, description=text)
-        self.progress.update(self.matrix_task, completed=self.done_steps + step)
+        self.progress.update(task, completed=step, description=text)
+        self.progress.update(self.matrix_task, completed=self.done_steps + sum(self.cell_steps.values()))
 
     def cell_finished(self, result):
         self.done_steps += self.steps
-        self.progress.update(self.matrix_task, completed=self.done_steps)
-        self.progress.remove_task(self.cell_task)
+        self.cell_steps.pop(result.cell.id, None)
+        self.progress.update(self.matrix_task, completed=self.done_steps + sum(self.cell_steps.values()))
+        self.progress.remove_task(self.cell_tasks.pop(result.cell.id))
         colour = {"ok": "green", "skipped": "yellow"}.get(result.status, "red")
         reason = f": {result.error.splitlines()[0]}" if result.error else ""
         self.console.print(f"[{colour}]{result.status:>7}[/] {escape(result.cell.label)} "

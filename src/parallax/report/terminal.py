@@ -90,4 +90,5 @@ def _notes(record: dict) -> list[str]:
             if run["status"] != "ok":
                 lines.append(f"[red]{run['status']}:[/] {c['framework']} {f.precision_label(c)} seed {run['seed']}"
                              f" — {escape(run['error'] or 'no reason recorded')}")
-    return lines
+    shared = sorted({n for c in record["cells"] for n in c.get("notes") or [] if n.startswith("throughput not")})
+    return lines + [f"note: {escape(n)}" for n in shared]
