@@ -258,7 +258,7 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         "eval_curve": _eval_curve(ok),
     })
     if shared > 1:
-        cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the GPU "
+        cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the device "
                                     f"(benchmark --concurrent {shared}); its loss is unaffected")
     else:
         cell.record.update(_cell_speed(cell, ok, n_boot, level))
