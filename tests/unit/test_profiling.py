@@ -1,16 +1,22 @@
 """parallax.profiling on the CPU: the kernel classifier on real kernel names, the summary's
 arithmetic and table, both frameworks' readers (a real CPU trace has no GPU events; GPU planes
-and CUDA events are built by hand)."""
+and CUDA events are built by hand), and scripts/device/profile_step.py end to end on the CPU."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from parallax import profiling
 from parallax.profiling import classify, format_table, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Real kernel names, as profilers print them (sources: cuBLAS/cuBLASLt kernels in torch and nsys
 # profiles of _scaled_mm and bf16 mm on H100/B200, TransformerEngine's transpose/ and recipe/
@@ -256,3 +262,24 @@ def test_torch_kernel_events_picks_cuda_work():
     assert profiling.torch_kernel_events(prof) == [("nvjet_tst_128x128_64x4_1x2_h_bz_coopA", 12.5),
                                                    ("Memcpy HtoD (Pageable -> Device)", 2.0),
                                                    ("Memset (Device)", 1.0), ("flash_fwd_kernel", 7.0)]
+
+
+# --- the device script on the CPU -------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,extra", [("torch", ["--no-compile"]), ("jax", [])])
+def test_profile_step_script_on_the_cpu(tmp_path, framework, extra):
+    pytest.importorskip(framework)
+    cmd = [sys.executable, str(ROOT / "scripts" / "device" / "profile_step.py"), "--framework", framework,
+           "--recipe", "bf16", "--model", "tiny", "--batch", "2", "--seq", "64", "--warmup", "1", "--steps", "2",
+           "--out", str(tmp_path), "--keep-trace", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"profile_step {framework} bf16: ") and "no GPU kernels" in proc.stdout
+    record = json.loads((tmp_path / f"profile_{framework}_bf16.json").read_text())
+    assert record["recipe"] == "bf16" and record["device"] == "cpu" and record["tokens_per_s"] > 0
+    assert record["summary"]["events"] == 0 and record["summary"]["steps"] == 2
+    md = (tmp_path / f"profile_{framework}_bf16.md").read_text()
+    assert md.startswith(f"# Where the step goes: {framework} bf16") and "No GPU kernel events in the 2" in md
+    trace = "trace_torch_bf16.json.gz" if framework == "torch" else "trace_jax_bf16.tar.gz"
+    assert (tmp_path / trace).stat().st_size > 0
