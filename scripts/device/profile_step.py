@@ -1,0 +1,208 @@
+"""Where one recipe's training step spends its GPU time: a profile summary by kernel category.
+
+Builds the recipe's step as its engine does (the engine's own ``check``, then the torch
+``Trainer`` or the JAX jitted step, on synthetic batches), runs ``--warmup`` steps unprofiled,
+times ``--steps`` steps without the profiler, then profiles ``--steps`` more and sums the GPU
+kernels by category (``parallax.profiling``). One (framework, recipe) per process: XLA reads
+the recipe's XLA_FLAGS once, when JAX starts.
+
+    python3 scripts/device/profile_step.py --framework torch --recipe te-fp8-delayed --out DIR
+    python3 scripts/device/profile_step.py --framework jax --recipe flax-fp8-delayed --out DIR \\
+        [--model llama-100m --batch 32 --seq 1024 --warmup 15 --steps 5] [--keep-trace]
+
+Writes DIR/profile_<framework>_<recipe>.md (header and tables) and .json (the summary); with
+--keep-trace also the trace (torch: trace_torch_<recipe>.json.gz, a Chrome trace; jax:
+trace_jax_<recipe>.tar.gz, the xplane folder). On the CPU (``--model tiny --batch 2 --seq 64``)
+it runs too: there are no GPU kernels, and the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    import parallax  # noqa: F401
+except ImportError:  # the source tree, when parallax is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+
+from parallax import profiling  # noqa: E402
+from parallax.config import RunConfig  # noqa: E402
+from parallax.data.synthetic import SyntheticBatches  # noqa: E402
+from parallax.precision import registry  # noqa: E402
+from parallax.weights import init_weights  # noqa: E402
+
+
+def parse(argv) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--framework", choices=("torch", "jax"), required=True)
+    parser.add_argument("--recipe", required=True, help="a recipe of the registry, e.g. te-fp8-delayed")
+    parser.add_argument("--model", default="llama-100m")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=1024)
+    parser.add_argument("--warmup", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=5, help="steps timed, then as many profiled")
+    parser.add_argument("--no-compile", action="store_true", help="torch only: eager mode")
+    parser.add_argument("--keep-trace", action="store_true", help="also write the compressed trace")
+    parser.add_argument("--out", type=Path, required=True)
+    return parser.parse_args(argv)
+
+
+def run_config(args) -> RunConfig:
+    recipe = registry.get(args.framework, args.recipe)
+    total = args.warmup + 2 * args.steps
+    return RunConfig(framework=args.framework, precision=recipe.format, recipe=recipe.name, model=args.model,
+                     batch_size=args.batch, seq_len=args.seq, steps=total, warmup=args.warmup,
+                     compile=not args.no_compile)
+
+
+class TorchStep:
+    """The torch engine's Trainer for ``run``; ``steps(n)`` runs n steps and waits for them."""
+
+    def __init__(self, run: RunConfig):
+        from parallax.engines.torch.engine import ATTENTION_NAMES, TorchEngine, Trainer, import_torch
+
+        self.torch = torch = import_torch()
+        plan = TorchEngine().check(run)
+        device, precision, attention = (plan.handles[k] for k in ("device", "precision", "attention"))
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        self.device = device
+        self.trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention,
+                               run.compile)
+        self.batches = iter(SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size))
+        self.done = 0
+        self.device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        self.flags = {"compile_mode": self.trainer.compile_mode or "eager",
+                      "attention": ATTENTION_NAMES[attention], "torch": torch.__version__}
+
+    def steps(self, n: int) -> None:
+        trainer = self.trainer
+        for _ in range(n):
+            trainer.train_step(trainer.upload(next(self.batches)), trainer.lr(self.done))
+            self.done += 1
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def profile(self, n: int, out: Path, name: str, keep: bool) -> list:
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
+        with profile(activities=activities) as prof:
+            self.steps(n)
+        if keep:
+            _gzip_chrome_trace(prof, out / f"trace_{name}.json.gz")
+        return profiling.torch_kernel_events(prof)
+
+
+def _gzip_chrome_trace(prof, path: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        with open(trace, "rb") as src, gzip.open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+
+
+class JaxStep:
+    """The JAX engine's jitted step for ``run``, compiled ahead of time as the engine does."""
+
+    def __init__(self, run: RunConfig):
+        from parallax.engines.jax import convert, timing
+        from parallax.engines.jax.engine import JaxEngine
+        from parallax.engines.jax.runtime import (build_model, import_jax, init_extra, jit_train_step,
+                                                  make_optimizer, quantized_kernels)
+
+        plan = JaxEngine().check(run)  # adds the recipe's XLA_FLAGS before JAX starts
+        jax = import_jax()
+        device, precision = plan.handles["device"], plan.handles["precision"]
+        config, hooks, shape = run.model_config, precision.hooks, (run.batch_size, run.seq_len)
+        model, attention, _ = build_model(config, precision.compute_dtype, device, *shape, hooks.dot_general_cls())
+        params = jax.device_put(convert.to_flax(init_weights(config, run.seed), config), device)
+        extra = init_extra(model, hooks.extra_collections(), shape, device)
+        tx = make_optimizer(run.optim, run.steps)
+        self.state = (params, extra, jax.device_put(tx.init(params), device))
+        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, config.vocab_size)
+        self.batches = timing.device_batches(source, device)
+        step = jit_train_step(model, tx, quantized_kernels(config, hooks.dot_general_cls()))
+        self.compiled = step.lower(*self.state, next(self.batches)).compile()
+        self.untimed_steps, self.jax = timing.untimed_steps, jax
+        self.device_name = device.device_kind
+        self.flags = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention": attention,
+                      "jax": jax.__version__}
+
+    def steps(self, n: int) -> None:
+        self.state, _ = self.untimed_steps(self.compiled, self.state, self.batches, n)
+
+    def profile(self, n: int, out: Path, name: str, keep: bool) -> list:
+        with tempfile.TemporaryDirectory() as tmp:
+            trace = Path(tmp) / f"trace_{name}"
+            with self.jax.profiler.trace(str(trace)):
+                self.steps(n)
+            events = profiling.jax_kernel_events(trace)
+            if keep:
+                with tarfile.open(out / f"trace_{name}.tar.gz", "w:gz") as tar:
+                    tar.add(trace, arcname=trace.name)
+        return profiling.describe_hlo_ops(events, self.compiled.as_text())
+
+
+def measure(step, args) -> float:
+    """ms/step of ``args.steps`` steps without the profiler, after ``args.warmup`` steps."""
+    step.steps(args.warmup)
+    t0 = time.perf_counter()
+    step.steps(args.steps)
+    return (time.perf_counter() - t0) * 1e3 / args.steps
+
+
+def report(args, run: RunConfig, step, ms: float, summary: dict) -> dict:
+    return {"framework": args.framework, "recipe": run.recipe, "format": run.precision, "model": run.model,
+            "batch_size": run.batch_size, "seq_len": run.seq_len, "device": step.device_name,
+            "flags": step.flags, "warmup_steps": args.warmup, "timed_steps": args.steps,
+            "ms_per_step": ms, "tokens_per_s": run.tokens_per_step / ms * 1e3, "summary": summary}
+
+
+def markdown(record: dict) -> str:
+    flags = ", ".join(f"{k}={v!r}" for k, v in record["flags"].items())
+    return "\n".join([
+        f"# Where the step goes: {record['framework']} {record['recipe']}", "",
+        f"- recipe: {record['recipe']} ({record['format']}), {record['model']}, "
+        f"batch {record['batch_size']} x seq {record['seq_len']}, on {record['device']}",
+        f"- flags: {flags}",
+        f"- without the profiler: {record['ms_per_step']:.3f} ms/step, {record['tokens_per_s']:,.0f} tokens/s "
+        f"({record['timed_steps']} steps after {record['warmup_steps']} warmup, host clock, synchronised)",
+        f"- profiled: the next {record['summary']['steps']} steps", "",
+        profiling.format_table(record["summary"]),
+    ])
+
+
+def one_line(record: dict, md_path: Path) -> str:
+    shares = record["summary"]["categories"]
+    parts = [f"{c} {row['share']:.0%}" for c, row in shares.items() if row["share"] >= 0.005]
+    return (f"profile_step {record['framework']} {record['recipe']}: {record['ms_per_step']:.2f} ms/step, "
+            f"{record['tokens_per_s']:,.0f} tokens/s; {', '.join(parts) or 'no GPU kernels'} -> {md_path}")
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    run = run_config(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = f"{args.framework}_{run.recipe}"
+    step = TorchStep(run) if args.framework == "torch" else JaxStep(run)
+    ms = measure(step, args)
+    events = step.profile(args.steps, args.out, name, args.keep_trace)
+    record = report(args, run, step, ms, profiling.summarize(events, args.steps))
+    md_path = args.out / f"profile_{name}.md"
+    md_path.write_text(markdown(record))
+    (args.out / f"profile_{name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(one_line(record, md_path), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""parallax.profiling on the CPU: the kernel classifier on real kernel names, the summary's
+arithmetic and table, both frameworks' readers (a real CPU trace has no GPU events; GPU planes
+and CUDA events are built by hand), and scripts/device/profile_step.py end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from parallax import profiling
+from parallax.profiling import classify, format_table, summarize
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Real kernel names, as profilers print them (sources: cuBLAS/cuBLASLt kernels in torch and nsys
+# profiles of _scaled_mm and bf16 mm on H100/B200, TransformerEngine's transpose/ and recipe/
+# sources, Inductor kernels of torchao float8 training, XLA:GPU fusions, cuDNN/flash SDPA).
+KERNELS = [
+    # cuBLASLt fp8 GEMMs (Hopper xmma and nvjet; q = fp8 in nvjet's type letters)
+    ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x128_cgasize1x2x1_stage4_gmmastage2_"
+     "warpgroupsize1x1x1_tensor64x128x32", "gemm-fp8"),
+    ("sm90_xmma_gemm_e4m3f32_e4m3f32_f32_tn_n_tilesize128x128x128_warpgroupsize1x1x1_"
+     "execute_segment_k_off_kernel__5x_cublas", "gemm-fp8"),
+    ("nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT", "gemm-fp8"),
+    ("nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT", "gemm-fp8"),
+    ("nvjet_qqtst_112x128_128x7_2x1_v_bz_coopA_algo2_TNN", "gemm-fp8"),
+    ("triton_tem_fused__scaled_mm_3", "gemm-fp8"),
+    # 16-bit GEMMs (t = bf16, h = fp16, s = fp32 in nvjet names)
+    ("nvjet_tst_128x128_64x4_1x2_h_bz_coopA", "gemm-bf16"),
+    ("nvjet_hsh_256x128_64x4_2x1_v_bz_TNN", "gemm-bf16"),
+    ("nvjet_sm100_tst_64x16_64x16_2x4_2cta_h_bz_splitK_TNT", "gemm-bf16"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_"
+     "execute_segment_k_off_kernel__5x_cublas", "gemm-bf16"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x6_tn_align8>"
+     "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x6_tn_align8::Params)", "gemm-bf16"),
+    ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_32x5_tn", "gemm-bf16"),
+    ("triton_tem_fused_mm_0", "gemm-bf16"),
+    ("triton_gemm_dot_4", "gemm-bf16"),
+    ("gemm_fusion_dot_2", "gemm-bf16"),
+    # attention (cuDNN, flash, memory-efficient)
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x", "attention"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 128, 4, false>>", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>)",
+     "attention"),
+    # fp8 casts and scales: TransformerEngine, torchao through Inductor
+    ("void transformer_engine::transpose::(anonymous namespace)::cast_transpose_optimized_kernel"
+     "<__nv_bfloat16, __nv_fp8_e4m3>", "quantize"),
+    ("void transformer_engine::(anonymous namespace)::amax_kernel<16, true, __nv_bfloat16>", "quantize"),
+    ("void transformer_engine::delayed_scaling_recipe::(anonymous namespace)::kernel_bulk<false>", "quantize"),
+    ("block_scaled_1d_cast_transpose_kernel", "quantize"),
+    ("triton_red_fused__to_copy_abs_max_view_0", "quantize"),
+    ("triton_per_fused__to_copy_abs_clamp_max_mul_reciprocal_view_1", "quantize"),
+    ("triton_red_fused_abs_max_2", "quantize"),
+    ("triton_poi_fused__scaled_mm__to_copy_clamp_mul_reciprocal_t_view_4", "quantize"),
+    # optimizer
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+     "TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>", "optimizer"),
+    # elementwise: Inductor, ATen, XLA
+    ("triton_poi_fused_mul_silu_0", "elementwise"),
+    ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_1", "elementwise"),
+    ("triton_per_fused__log_softmax_2", "elementwise"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>",
+     "elementwise"),
+    ("loop_fusion", "elementwise"),
+    ("input_reduce_fusion", "elementwise"),
+    ("loop_convert_fusion_3", "elementwise"),
+    ("wrapped_transpose", "elementwise"),
+    # copies and fills (torch's and XLA's names)
+    ("Memcpy HtoD (Pageable -> Device)", "memcpy"),
+    ("Memset (Device)", "memcpy"),
+    ("MemcpyH2D", "memcpy"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "other"),
+]
+
+
+@pytest.mark.parametrize("name,category", KERNELS)
+def test_classify_real_kernel_names(name, category):
+    assert classify(name) == category
+
+
+def test_classify_reads_the_hlo_description_of_xla_kernels():
+    assert classify("loop_convert_fusion_3", "loop_convert_fusion.3 -> f8e4m3fn[8,16]{1,0}") == "quantize"
+    assert classify("loop_convert_fusion_3", "loop_convert_fusion.3 -> bf16[8,16]{1,0}") == "elementwise"
+    assert classify("gemm_fusion_dot_2", "gemm_fusion_dot.2 -> bf16[8,16]{1,0} (f8 operands)") == "gemm-fp8"
+    assert classify("loop_multiply_fusion", "multiply_fusion.1 -> (f32[4]{0}, f8e5m2[4]{0})") == "quantize"
+
+
+def test_rules_are_data_in_the_documented_order():
+    assert profiling.CATEGORIES == ("memcpy", "attention", "gemm-fp8", "gemm-bf16", "optimizer", "quantize",
+                                    "elementwise", "other")
+
+
+QQ = "nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT"
+EVENTS = [(QQ, 300.0), (QQ, 300.0), ("block_scaled_1d_cast_transpose_kernel", 100.0),
+          ("triton_poi_fused_mul_silu_0", 50.0), ("MemcpyH2D", 50.0, None)]
+
+
+def test_summarize_exact_figures():
+    s = summarize(EVENTS, steps=2)
+    assert s["steps"] == 2 and s["events"] == 5
+    assert s["kernel_ms_per_step"] == pytest.approx(0.4)
+    cats = s["categories"]
+    assert list(cats) == list(profiling.CATEGORIES)
+    assert cats["gemm-fp8"] == {"ms_per_step": pytest.approx(0.3), "share": pytest.approx(0.75),
+                                "calls_per_step": 1.0, "kernels": 1}
+    assert cats["quantize"]["ms_per_step"] == pytest.approx(0.05) and cats["quantize"]["share"] == 0.125
+    assert cats["elementwise"]["share"] == 0.0625 and cats["memcpy"]["calls_per_step"] == 0.5
+    assert cats["attention"] == {"ms_per_step": 0.0, "share": 0.0, "calls_per_step": 0.0, "kernels": 0}
+    assert [(k["name"], k["category"], k["ms_per_step"], k["calls_per_step"]) for k in s["top_kernels"]] == [
+        (QQ, "gemm-fp8", pytest.approx(0.3), 1.0),
+        ("block_scaled_1d_cast_transpose_kernel", "quantize", pytest.approx(0.05), 0.5),
+        ("MemcpyH2D", "memcpy", pytest.approx(0.025), 0.5),  # ties: by name
+        ("triton_poi_fused_mul_silu_0", "elementwise", pytest.approx(0.025), 0.5),
+    ]
+
+
+def test_summarize_keeps_the_top_n_and_truncates_names():
+    long = "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_bf16_256x128_64x3_tn_align8>" + "x" * 60
+    s = summarize([(long, 10.0), ("loop_fusion", 1.0)], steps=1, top=1)
+    assert len(s["top_kernels"]) == 1
+    assert s["top_kernels"][0]["name"] == long[:97] + "..." and len(s["top_kernels"][0]["name"]) == 100
+    assert s["categories"]["elementwise"]["ms_per_step"] == pytest.approx(0.001)
+
+
+def test_summarize_refuses_zero_steps():
+    with pytest.raises(ValueError, match="steps must be positive"):
+        summarize(EVENTS, steps=0)
+
+
+def test_format_table_rows():
+    table = format_table(summarize(EVENTS, steps=2))
+    assert "GPU kernel time: 0.400 ms/step summed over 5 kernels in 2 profiled step(s)." in table
+    assert "| gemm-fp8 | 0.300 | 75.0% | 1 | 1 |" in table
+    assert "| quantize | 0.050 | 12.5% | 0.5 | 1 |" in table
+    assert "| 1 | `nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT` | gemm-fp8 | 0.300 | 75.0% | 1 |" in table
+
+
+def test_format_table_without_gpu_events():
+    assert format_table(summarize([], steps=3)) == (
+        "No GPU kernel events in the 3 profiled step(s) (a CPU run?): nothing to attribute.\n")
+
+
+# --- JAX ------------------------------------------------------------------------------------
+
+def test_jax_kernel_events_of_a_real_cpu_trace_is_empty(tmp_path):
+    jax = pytest.importorskip("jax")
+    f = jax.jit(lambda x: (x @ x).sum())
+    x = jax.numpy.ones((32, 32))
+    f(x).block_until_ready()
+    with jax.profiler.trace(str(tmp_path)):
+        f(x).block_until_ready()
+    assert list(tmp_path.rglob("*.xplane.pb"))
+    assert profiling.jax_kernel_events(tmp_path) == []
+
+
+def test_jax_kernel_events_needs_a_trace(tmp_path):
+    pytest.importorskip("jax")
+    with pytest.raises(FileNotFoundError, match="no \\*.xplane.pb"):
+        profiling.jax_kernel_events(tmp_path)
+
+
+# An XSpace as the CUPTI collector writes it: a GPU plane whose stream line holds kernels (with
+# the hlo_op/hlo_module stats XLA's annotations give them) and a copy, a CUPTI-overhead line and
+# a derived "XLA Ops" line that repeat time, and a host plane.
+XSPACE = """
+planes {
+  id: 1 name: "/device:GPU:0"
+  lines { id: 7 name: "Stream #7(Kernel,MemcpyH2D)" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 2500000
+             stats { metadata_id: 10 str_value: "loop_convert_fusion.3" } stats { metadata_id: 11 ref_value: 12 } }
+    events { metadata_id: 2 offset_ps: 3000000 duration_ps: 1000000 } }
+  lines { id: 8 name: "CUPTI overhead" events { metadata_id: 2 duration_ps: 4000000 } }
+  lines { id: 99 name: "XLA Ops" events { metadata_id: 1 duration_ps: 2500000 } }
+  event_metadata { key: 1 value { id: 1 name: "loop_convert_fusion_3" } }
+  event_metadata { key: 2 value { id: 2 name: "MemcpyH2D" } }
+  stat_metadata { key: 10 value { id: 10 name: "hlo_op" } }
+  stat_metadata { key: 11 value { id: 11 name: "hlo_module" } }
+  stat_metadata { key: 12 value { id: 12 name: "jit_train_step" } }
+}
+planes { id: 2 name: "/host:CPU" lines { id: 1 name: "Stream #1" events { metadata_id: 1 duration_ps: 5000 } }
+         event_metadata { key: 1 value { id: 1 name: "host event" } } }
+"""
+
+
+def test_xspace_kernel_events_takes_gpu_stream_lines_only():
+    pytest.importorskip("jax")
+    from jax.profiler import ProfileData
+
+    data = ProfileData.from_text_proto(XSPACE)
+    assert profiling.xspace_kernel_events(data) == [("loop_convert_fusion_3", 2.5, "loop_convert_fusion.3"),
+                                                    ("MemcpyH2D", 1.0, None)]
+
+
+def test_describe_hlo_ops_marks_f8_results_in_real_optimized_hlo():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    cast = jax.jit(lambda x: jnp.clip(x * 2, -448, 448).astype(jnp.float8_e4m3fn))
+    hlo = cast.lower(jnp.ones((8, 16), jnp.bfloat16)).compile().as_text()
+    fusion = re.search(r"%([\w.\-]+) = f8e4m3fn\[8,16\]\{1,0\} fusion\(", hlo).group(1)  # the cast
+    (event,) = profiling.describe_hlo_ops([("k", 1.0, fusion)], hlo)
+    assert event[2] == f"{fusion} -> f8e4m3fn[8,16]{{1,0}}"
+    assert classify(event[0], event[2]) == "quantize"
+
+
+GPU_HLO = """
+ENTRY %main (p0: f8e4m3fn[16,32], p1: f8e4m3fn[32,64]) -> bf16[16,64] {
+  %p0 = f8e4m3fn[16,32]{1,0} parameter(0)
+  %p1 = f8e4m3fn[32,64]{1,0} parameter(1)
+  %cublas-lt-matmul.1 = (bf16[16,64]{1,0}, s8[1024]{0}) custom-call(%p0, %p1), custom_call_target="__cublas$lt$matmul$f8"
+  ROOT %get-tuple-element.2 = bf16[16,64]{1,0} get-tuple-element(%cublas-lt-matmul.1), index=0
+}
+"""
+
+
+def test_describe_hlo_ops_marks_gemms_reading_f8():
+    events = [("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n", 5.0, "cublas-lt-matmul.1"), ("x", 1.0, "unknown.3"),
+              ("MemcpyH2D", 1.0, None)]
+    assert profiling.describe_hlo_ops(events, GPU_HLO) == [
+        ("sm90_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n", 5.0,
+         "cublas-lt-matmul.1 -> (bf16[16,64]{1,0}, s8[1024]{0}) (f8 operands)"),
+        ("x", 1.0, "unknown.3"), ("MemcpyH2D", 1.0, None)]
+
+
+# --- torch ----------------------------------------------------------------------------------
+
+def test_torch_kernel_events_of_a_cpu_profile_is_empty():
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        x = torch.ones(32, 32)
+        (x @ x).sum()
+    assert len(prof.events()) > 0
+    assert profiling.torch_kernel_events(prof) == []
+
+
+def _event(name, device, us, activity, annotation=False):
+    return SimpleNamespace(name=name, device_type=device, activity_type=activity, is_user_annotation=annotation,
+                           time_range=SimpleNamespace(elapsed_us=lambda: us))
+
+
+def test_torch_kernel_events_picks_cuda_work():
+    pytest.importorskip("torch")
+    from torch.autograd import DeviceType
+
+    events = [_event("aten::mm", DeviceType.CPU, 40.0, "cpu_op"),
+              _event("cudaLaunchKernel", DeviceType.CPU, 3.0, "cuda_runtime"),
+              _event("nvjet_tst_128x128_64x4_1x2_h_bz_coopA", DeviceType.CUDA, 12.5, "kernel"),
+              _event("Memcpy HtoD (Pageable -> Device)", DeviceType.CUDA, 2.0, "gpu_memcpy"),
+              _event("Memset (Device)", DeviceType.CUDA, 1.0, "gpu_memset"),
+              _event("ProfilerStep*", DeviceType.CUDA, 900.0, "gpu_user_annotation", annotation=True),
+              _event("train_step", DeviceType.CUDA, 800.0, None, annotation=True),
+              _event("flash_fwd_kernel", DeviceType.CUDA, 7.0, None)]  # a torch without activity_type
+    prof = SimpleNamespace(events=lambda: events)
+    assert profiling.torch_kernel_events(prof) == [("nvjet_tst_128x128_64x4_1x2_h_bz_coopA", 12.5),
+                                                   ("Memcpy HtoD (Pageable -> Device)", 2.0),
+                                                   ("Memset (Device)", 1.0), ("flash_fwd_kernel", 7.0)]
+
+
+# --- the device script on the CPU -------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework,extra", [("torch", ["--no-compile"]), ("jax", [])])
+def test_profile_step_script_on_the_cpu(tmp_path, framework, extra):
+    pytest.importorskip(framework)
+    cmd = [sys.executable, str(ROOT / "scripts" / "device" / "profile_step.py"), "--framework", framework,
+           "--recipe", "bf16", "--model", "tiny", "--batch", "2", "--seq", "64", "--warmup", "1", "--steps", "2",
+           "--out", str(tmp_path), "--keep-trace", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"profile_step {framework} bf16: ") and "no GPU kernels" in proc.stdout
+    record = json.loads((tmp_path / f"profile_{framework}_bf16.json").read_text())
+    assert record["recipe"] == "bf16" and record["device"] == "cpu" and record["tokens_per_s"] > 0
+    assert record["summary"]["events"] == 0 and record["summary"]["steps"] == 2
+    md = (tmp_path / f"profile_{framework}_bf16.md").read_text()
+    assert md.startswith(f"# Where the step goes: {framework} bf16") and "No GPU kernel events in the 2" in md
+    trace = "trace_torch_bf16.json.gz" if framework == "torch" else "trace_jax_bf16.tar.gz"
+    assert (tmp_path / trace).stat().st_size > 0
