@@ -98,6 +98,9 @@ class PresetSizes:
 
 PRESET_SIZES: dict[str, PresetSizes] = {
     "llama-100m": PresetSizes(batch_size=32, seq_len=1024),  # the spec's benchmark shape
+    # The crossover presets keep the benchmark's tokens per step, so that speedups line up by size.
+    "llama-330m": PresetSizes(batch_size=32, seq_len=1024),
+    "llama-860m": PresetSizes(batch_size=32, seq_len=1024),
     "tiny": PresetSizes(batch_size=8, seq_len=128),  # seconds per step on a CPU
 }
 

@@ -16,6 +16,7 @@ from fixtures.matrix import fake_command
 
 from parallax import runner
 from parallax.cli import defaults, main
+from parallax.config import PRESET_SIZES, PRESETS
 
 TINY = ["--model", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "12", "--warmup", "2",
         "--no-compile", "--device", "cpu"]
@@ -348,3 +349,11 @@ def test_tiny_matrix_on_the_gpu_records_memory_and_mfu(tmp_path):
         assert c["memory"]["peak_reserved_bytes"] and c["memory"]["peak_reserved_bytes"] < 20 * 2**30
         assert c["flops"]["spec"]["mfu_precision_peak"] is not None or c["notes"], c["notes"]
     assert saved["config"]["compiled"] == {"torch": True, "jax": True}
+
+
+@pytest.mark.parametrize("model", sorted(PRESETS))
+def test_every_preset_brings_its_own_batch_and_sequence(model):
+    """A preset without sizes made `benchmark --model llama-330m` die with a KeyError on the H200."""
+    config, _ = defaults.run_config({"model": model, "steps": 3, "warmup": 1, "synthetic": True})
+    assert (config.batch_size, config.seq_len) == (PRESET_SIZES[model].batch_size, PRESET_SIZES[model].seq_len)
+    assert config.model == model
