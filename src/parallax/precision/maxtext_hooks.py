@@ -5,8 +5,6 @@ seam); Parallax only writes the keys and records them."""
 
 from __future__ import annotations
 
-from parallax import hardware
-
 
 class MaxTextMode:
     def __init__(self, recipe):
@@ -16,6 +14,3 @@ class MaxTextMode:
         """The mode's keys: ``quantization`` ("" for bf16) and ``use_qwix_quantization``."""
         return {"quantization": self.recipe.params["quantization"],
                 "use_qwix_quantization": bool(self.recipe.params["use_qwix_quantization"])}
-
-    def native(self, compute_capability) -> bool:
-        return self.recipe.format in hardware.native_precisions(compute_capability)

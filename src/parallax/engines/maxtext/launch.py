@@ -133,7 +133,8 @@ def stream(command: list[str], env: dict, log_path: Path, progress: Progress) ->
     facts = metrics.LogFacts()
     progress.phase("starting MaxText (compiling)")
     with open(log_path, "w") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+                                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                                      preexec_fn=die_with_parent) as proc:
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -150,6 +151,20 @@ def stream(command: list[str], env: dict, log_path: Path, progress: Progress) ->
         last = next((l for l in reversed(tail.splitlines()) if l.strip()), "no output")
         raise MaxTextFailed(f"MaxText exited with status {code}: {last.strip()[:300]}", tail)
     return facts
+
+
+def die_with_parent() -> None:
+    """In the MaxText child, before exec: SIGKILL when this process dies (a killed benchmark
+    cell must not leave MaxText holding the GPU). A preexec_fn is safe here: this process has
+    not imported JAX (lifeline.py says why that matters)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    from parallax.lifeline import PR_SET_PDEATHSIG
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
