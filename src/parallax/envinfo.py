@@ -31,6 +31,8 @@ PACKAGES = (
     "transformer_engine_cu13",
     "torchao",
     "maxtext",
+    "qwix",
+    "grain",
     "triton",
     "numpy",
 )

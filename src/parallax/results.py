@@ -4,6 +4,7 @@
 
   status        ok | failed | oom | timeout | skipped
   error         one-line reason when status is not ok (and the log tail for failed runs)
+  log_tail      a failed run of an engine that runs another program (MaxText): its last lines
   config        the RunConfig that ran
   model         preset name, parameter count, shape
   precision     PrecisionInfo: precision, backend, recipe, native (False = emulated), details

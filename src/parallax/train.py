@@ -125,6 +125,8 @@ def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, 
         "model": model_record(run),
         "precision": precision.to_dict(),
         "environment": environment,
+        # an engine that runs another program (MaxText) attaches that program's last lines
+        **({"log_tail": exc.log_tail} if getattr(exc, "log_tail", None) else {}),
         "started_at": started,
         "finished_at": utc_now(),
     }
@@ -166,7 +168,7 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
         "precision": out.precision.to_dict(),
         "framework": out.framework,
         "environment": environment,
-        "data": data,
+        "data": {**data, **out.extra.get("data", {})},  # the engine may say what it really read
         "timing": {
             "method": out.timing_method,
             "warmup_steps": run.warmup,

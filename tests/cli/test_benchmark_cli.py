@@ -36,7 +36,6 @@ def fake_trainer(monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--frameworks", "torch,maxtext"], "the maxtext engine is not implemented yet; choose one of: torch, jax"),
     (["--frameworks", "torch,mxt"], "unknown framework 'mxt'; choose one of: torch, jax, maxtext"),
     (["--recipes", "te-fp9"], "no framework of torch, jax has a recipe 'te-fp9'"),
     (["--max-loss-gap", "0"], "--max-loss-gap must be positive"),

@@ -38,7 +38,7 @@ CPU_PACKAGES = {"torch": "2.13.0+cpu", "jax": "0.10.2", "jaxlib": "0.10.2", "fla
 @pytest.fixture(autouse=True)
 def engines_shipped(monkeypatch):
     """The matrix should not depend on which engines this checkout has finished."""
-    monkeypatch.setattr(cap, "engine_present", lambda framework: framework in ("torch", "jax"))
+    monkeypatch.setattr(cap, "engine_present", lambda framework: framework in ("torch", "jax", "maxtext"))
 
 
 def cell(framework, name, probe, packages=GPU_PACKAGES, device_index=0):
@@ -180,13 +180,26 @@ def test_missing_packages_name_the_extra():
     assert cell("torch", "bf16", CPU, {}).status == "unavailable"
 
 
-def test_maxtext_is_unavailable_in_this_release():
-    for probe, packages in ((H200, GPU_PACKAGES), (H200, dict(GPU_PACKAGES, maxtext="0.2.1")), (CPU, {})):
-        for c in cap.capability_matrix(probe, packages, frameworks=("maxtext",)):
-            assert c.status == "unavailable"
-            assert "not implemented in Parallax yet" in c.reason
+def test_maxtext_modes_on_an_h200_with_maxtext_and_qwix():
+    with_mt = dict(GPU_PACKAGES, maxtext="0.2.5", qwix="0.1.8")
+    statuses = {c.recipe: c.status for c in cap.capability_matrix(H200, with_mt, frameworks=("maxtext",))}
+    assert statuses == {"bf16": "native", "fp8": "native", "fp8_gpu": "native",
+                        "te_fp8_delayedscaling": "unavailable", "te_fp8_currentscaling": "unavailable",
+                        "te_nvfp4": "unavailable", "te_nvfp4_no_rht": "unavailable"}
+    te = cell("maxtext", "te_fp8_delayedscaling", H200, with_mt)
+    assert te.reason.startswith("transformer_engine_jax not installed; pip install 'slm-parallax[maxtext]'")
+    nvfp4 = cell("maxtext", "te_nvfp4", H200, dict(with_mt, transformer_engine_jax="2.20.2"))
+    assert "te_nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it" in nvfp4.reason
+    assert cell("maxtext", "te_fp8_currentscaling", H200,
+                dict(with_mt, transformer_engine_jax="2.20.2")).status == "native"
+
+
+def test_maxtext_missing_names_its_extra_and_cpu_machines_have_no_maxtext_cell():
     bf16 = cell("maxtext", "bf16", H200)
-    assert "pip install 'slm-parallax[maxtext]'" in bf16.reason
+    assert bf16.status == "unavailable"
+    assert bf16.reason.startswith("maxtext not installed; pip install 'slm-parallax[maxtext]'")
+    for c in cap.capability_matrix(CPU, {}, frameworks=("maxtext",)):
+        assert c.status == "unavailable" and c.reason.startswith("no NVIDIA GPU found")
 
 
 def test_an_engine_missing_from_the_installation(monkeypatch):

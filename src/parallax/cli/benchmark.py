@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from parallax.cli import defaults
 from parallax.config import AUTO_MODEL, DEFAULT_MODEL, PRECISIONS, RunConfig
-from parallax.engines import ENGINE_FRAMEWORKS
+from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.precision import registry
 from parallax.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
@@ -46,7 +46,7 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 
 
 @click.command()
-@click.option("--frameworks", default=",".join(ENGINE_FRAMEWORKS), show_default=True,
+@click.option("--frameworks", default=",".join(DEFAULT_FRAMEWORKS), show_default=True,
               help=f"Comma-separated: {', '.join(ENGINE_FRAMEWORKS)}.")
 @click.option("--precisions", default=",".join(PRECISIONS), show_default=True,
               help=f"Comma-separated formats ({', '.join(PRECISIONS)}): each framework's default recipe "

@@ -11,9 +11,13 @@ from parallax.precision import registry
 _ENGINES = {
     "torch": ("parallax.engines.torch.engine", "TorchEngine"),
     "jax": ("parallax.engines.jax.engine", "JaxEngine"),
+    "maxtext": ("parallax.engines.maxtext.engine", "MaxTextEngine"),
 }
-# The frameworks that have an engine in this release (maxtext's adapter is planned).
+# The frameworks that have an engine in this release.
 ENGINE_FRAMEWORKS = tuple(_ENGINES)
+# What `benchmark` runs without --frameworks: MaxText needs its own installation (Python >= 3.12,
+# the maxtext extra), so it is a cell only when asked for.
+DEFAULT_FRAMEWORKS = ("torch", "jax")
 
 
 def check_engine(framework: str) -> str:

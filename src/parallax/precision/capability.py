@@ -77,7 +77,7 @@ def _missing_packages(recipe: Recipe, packages: dict) -> str | None:
     missing = [n for n in names if not packages.get(n)]
     backend = recipe.backend
     for options in backend.distributions:
-        if not any(packages.get(n) for n in options):
+        if not any(packages.get(n) for n in options) and options[0] not in missing:
             missing.append(options[0])
             extra = backend.extra or extra
     if not missing:

@@ -1,0 +1,226 @@
+"""``MaxTextEngine.train``: write the config (and the data files), run MaxText, read it back.
+
+The subprocess is ``python -m maxtext.trainers.pre_train.train <run>/maxtext/<name>.yml`` with
+``DECOUPLE_GCLOUD=TRUE`` (no Google Cloud packages) and only the chosen GPU visible. Its
+output goes to ``<run>/maxtext/train.log``; each ``completed step`` line moves our progress
+display. When it ends, its metrics file becomes our step records: step time, loss, learning
+rate, gradient norm before clipping. MaxText's own TFLOP/s and tokens/s, its parameter count
+and memory lines are recorded beside ours (``engine_extra.maxtext``). A MaxText run that
+fails raises ``MaxTextFailed`` carrying the log's tail, which the result records.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from parallax.config import RunConfig
+from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
+from parallax.engines.maxtext import config, metrics
+
+TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
+                 "training loop, each step's loss fetched while the next runs")
+LOG_TAIL_LINES = 40
+
+
+class MaxTextFailed(RuntimeError):
+    """MaxText did not produce the run it was asked for; ``log_tail`` holds its last lines."""
+
+    def __init__(self, message: str, log_tail: str):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a run's MaxText files go, under the run's output directory."""
+
+    run_dir: Path
+
+    @property
+    def root(self) -> Path:
+        return self.run_dir / "maxtext"
+
+    @property
+    def output(self) -> Path:
+        return self.root / "output"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    @property
+    def log(self) -> Path:
+        return self.root / "train.log"
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+
+def maxtext_index_hash(prefix: str, num_samples: int, seq_len: int, seed: int) -> str:
+    """The name MaxText gives the index files of this dataset, by MaxText's own functions
+    (the argument flow of ``_mmap_datasource._ensure_npy_indices`` in 0.2.5)."""
+    from maxtext.input_pipeline import _mmap_index_utils as u
+
+    prefixes = sorted(u.resolve_shard_prefixes(prefix))
+    tokens = u.get_total_tokens(prefixes)
+    epochs = u.compute_num_epochs(tokens, num_samples, seq_len, 1)
+    separate = u.should_separate_last_epoch(epochs, tokens, num_samples, seq_len, 1)
+    return u.compute_index_hash(input_paths=prefixes, num_epochs=epochs, separate_final_epoch=separate, seed=seed,
+                                seq_length=seq_len, split=None, split_index=0, add_extra_token=1)
+
+
+def verify_cache_hit(spec: str, num_samples: int, seq_len: int, seed: int) -> None:
+    """Ask MaxText whether it will read our index files; if it would build its own (another
+    order), stop: that run would not train on our batches."""
+    from maxtext.input_pipeline import _mmap_datasource as ds
+
+    npy_dir, bin_paths = ds._parse_mmap_npy_spec(spec)
+    _, built = ds._ensure_npy_indices(npy_dir, bin_paths, num_samples, seq_len, seed=seed)
+    if built is not None:
+        raise RuntimeError(f"MaxText does not pick up Parallax's index files in {npy_dir} (its index hash "
+                           "differs from the one computed); it would train in its own order")
+
+
+def data_keys(run: RunConfig, batches, where: Layout) -> tuple[dict, dict]:
+    """(MaxText data keys, what the result records about them)."""
+    from parallax.engines.maxtext import data
+
+    if run.synthetic:
+        return config.synthetic_keys(), {
+            "maxtext_input": "dataset_type=synthetic: MaxText's own generated batch, the same one every step, "
+                             "not Parallax's synthetic(seed) batches"}
+    keys = data.write(batches.data.path("train"), where.data, run, maxtext_index_hash)
+    verify_cache_hit(keys["grain_train_files"], run.steps * run.batch_size, run.seq_len, run.seed)
+    return keys, {"maxtext_input": f"grain mmap_npy in Parallax's batch order: {where.data}"}
+
+
+def child_env(device_index: int) -> dict:
+    env = dict(os.environ)
+    env["DECOUPLE_GCLOUD"] = "TRUE"
+    env["PYTHONUNBUFFERED"] = "1"
+    visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    env["CUDA_VISIBLE_DEVICES"] = visible[device_index] if device_index < len(visible) else str(device_index)
+    return env
+
+
+def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
+    from parallax.engines.maxtext.engine import output_keys
+
+    where = Layout(Path(run.output_dir))
+    where.root.mkdir(parents=True, exist_ok=True)
+    where.metrics.unlink(missing_ok=True)
+    progress.phase("writing the MaxText config")
+    data, data_facts = data_keys(run, batches, where)
+    tuning = plan.details["tuning"]
+    sections = config.sections(run, tuning, data=data, output=output_keys(run))
+    name = config.file_name(run)
+    yml = where.root / name
+    yml.write_text(config.render(sections, config.header(run, name, tuning)))
+    command = [sys.executable, "-m", config.TRAIN_MODULE, str(yml)]
+    index = int(plan.device.split(":")[1])
+    facts = stream(command, child_env(index), where.log, progress)
+    return output(run, plan, where, facts, command, data_facts)
+
+
+def stream(command: list[str], env: dict, log_path: Path, progress: Progress) -> metrics.LogFacts:
+    """Run MaxText, its output into ``log_path``, each step line to ``progress``."""
+    facts = metrics.LogFacts()
+    progress.phase("starting MaxText (compiling)")
+    with open(log_path, "w") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                                      preexec_fn=die_with_parent) as proc:
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                seen = facts.read(line, time.perf_counter())
+                if seen is not None:
+                    step, loss, seconds = seen
+                    progress.step(step, loss, seconds * 1e3)
+        except BaseException:
+            proc.kill()
+            raise
+        code = proc.wait()
+    if code != 0:
+        tail = log_tail(log_path)
+        last = next((l for l in reversed(tail.splitlines()) if l.strip()), "no output")
+        raise MaxTextFailed(f"MaxText exited with status {code}: {last.strip()[:300]}", tail)
+    return facts
+
+
+def die_with_parent() -> None:
+    """In the MaxText child, before exec: SIGKILL when this process dies (a killed benchmark
+    cell must not leave MaxText holding the GPU). A preexec_fn is safe here: this process has
+    not imported JAX (lifeline.py says why that matters)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    from parallax.lifeline import PR_SET_PDEATHSIG
+
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, command: list[str],
+           data_facts: dict) -> EngineOutput:
+    from parallax import flops
+
+    steps = metrics.read_metrics(where.metrics)
+    if len(steps) != run.steps or [s.step for s in steps] != list(range(run.steps)):
+        raise MaxTextFailed(f"MaxText's metrics file {where.metrics} holds {len(steps)} training steps, "
+                            f"not the {run.steps} asked for", log_tail(where.log))
+    parameters = run.model_config.param_count()
+    agree = metrics.parameters_agree(parameters, facts.parameters_billion)
+    if agree is False:
+        raise MaxTextFailed(f"MaxText built a model of {facts.parameters_billion:.3f} billion parameters; "
+                            f"{run.model} has {parameters:,}: the exported keys do not give our model",
+                            log_tail(where.log))
+    measured = [s for s in steps if s.step >= run.warmup]
+    ours_per_step = flops.flops_per_token_maxtext(run.model_config, run.seq_len) * run.tokens_per_step / 1e12
+    device = plan.handles["device"]
+    return EngineOutput(
+        steps=[StepRecord(step=s.step, loss=s.loss, step_ms=s.step_s * 1e3, lr=s.lr if s.lr is not None else float("nan"),
+                          grad_norm=s.raw_grad_norm) for s in steps],
+        precision=plan.precision,
+        framework={
+            "name": "maxtext", "version": plan.handles["version"], "device": plan.device, "platform": "gpu",
+            "device_name": device.get("name"), "compute_capability": device.get("compute_capability"),
+            "device_uuid": device.get("uuid"), "attention": plan.attention, "compiled": True,
+            "tuning": plan.details["tuning"], "settings": plan.details["settings"],
+            "config_file": str(where.root / config.file_name(run)), "command": command,
+            "base_yml": plan.handles["base_yml"],
+        },
+        timing_method=TIMING_METHOD,
+        compile_s=steps[0].step_s,
+        extra={
+            "data": data_facts,
+            "maxtext": {
+                "parameters_logged_billion": facts.parameters_billion,
+                "parameters_agree": agree,
+                "tflops_per_step": steps[-1].tflops_per_step,
+                "parallax_maxtext_accounting_tflops_per_step": ours_per_step,
+                "tflops_per_s_median": metrics.finite_median([s.tflops_per_s for s in measured]),
+                "tokens_per_s_median": metrics.finite_median([s.tokens_per_s for s in measured]),
+                "wallclock_tokens_per_s": metrics.wallclock_tokens_per_s(facts.step_arrivals, run.warmup,
+                                                                         run.tokens_per_step),
+                "bytes_in_use_after_first_step_gb": facts.bytes_in_use_gb,
+                "bytes_limit_gb": facts.bytes_limit_gb,
+                "estimated_memory_gb": facts.estimated_memory_gb,
+                "log_file": str(where.log),
+                "metrics_file": str(where.metrics),
+            },
+        },
+    )

@@ -1,0 +1,138 @@
+"""What MaxText reports, read back: its metrics file and the lines of its log.
+
+MaxText 0.2.5 (``common/metric_logger.py``):
+
+- ``metrics_file``: ``write_metrics_locally`` appends one JSON object a written metric set —
+  every scalar of the step as a float (``learning/loss``, ``learning/grad_norm``,
+  ``learning/raw_grad_norm``, ``learning/current_learning_rate``, ``perf/step_time_seconds``,
+  ``perf/per_device_tflops``, ``perf/per_device_tflops_per_sec``, ``perf/per_device_tokens``,
+  ``perf/per_device_tokens_per_sec``, ...) plus ``"step"`` (a float) and ``"run_name"``. It
+  truncates the file when it writes step 0. Evaluation summaries go to the same file (keys
+  ``eval/...``); they are not training steps and are left out here.
+- the log (absl, stderr): ``completed step: N, seconds: S, TFLOP/s/device: T, Tokens/s/device: K,
+  total_weights: W, loss: L, ...`` a step, flushed one step late; ``number parameters: X.XXX
+  billion`` once (its only parameter count, to three decimals of a billion); after the first
+  step ``Memstats: After params initialized:`` and ``\\tUsing (GB) U / L (...) on <device>``.
+
+``perf/step_time_seconds`` is host time between consecutive iterations of MaxText's loop; the
+loss of step k is fetched while step k+1 runs, so the device stays busy (the same method as
+our JAX engine's, docs/timing.md). Step 0 includes compilation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEP_LINE = re.compile(
+    r"completed step: (?P<step>\d+), seconds: (?P<seconds>[0-9.eE+-]+)"
+    r"(?:, TFLOP/s/device: (?P<tflops>[0-9.eE+-]+|nan|inf), Tokens/s/device: (?P<tokens>[0-9.eE+-]+|nan|inf))?"
+    r".*?, loss: (?P<loss>[0-9.eE+-]+|nan|inf|-inf)")
+PARAMS_LINE = re.compile(r"number parameters: (?P<billions>[0-9.]+) billion")
+MEMSTATS_LINE = re.compile(r"Using \(GB\) (?P<used>[0-9.]+) / (?P<limit>[0-9.]+) \(")
+ESTIMATED_MEMORY_LINE = re.compile(r"\[train\] Total estimated memory size: (?P<gb>[0-9.]+) GB")
+
+
+@dataclass(frozen=True)
+class MaxTextStep:
+    step: int
+    loss: float
+    step_s: float
+    lr: float | None
+    grad_norm: float | None  # after clipping (MaxText's learning/grad_norm)
+    raw_grad_norm: float | None  # before clipping
+    tflops_per_s: float | None  # MaxText's perf/per_device_tflops_per_sec
+    tokens_per_s: float | None  # MaxText's perf/per_device_tokens_per_sec
+    tflops_per_step: float | None  # MaxText's perf/per_device_tflops (its FLOPs accounting)
+
+
+def read_metrics(path: Path) -> list[MaxTextStep]:
+    """The training steps of a MaxText metrics file, in step order (a step written twice keeps
+    its last line). A torn last line (MaxText killed mid-write) is skipped; a torn line
+    elsewhere is an error naming the file and line."""
+    path = Path(path)
+    lines = path.read_text().splitlines() if path.exists() else []
+    steps: dict[int, MaxTextStep] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number}: not a JSON metrics line") from None
+        if "learning/loss" not in row or "perf/step_time_seconds" not in row:
+            continue  # an evaluation summary
+        step = int(row["step"])
+        steps[step] = MaxTextStep(
+            step=step, loss=float(row["learning/loss"]), step_s=float(row["perf/step_time_seconds"]),
+            lr=_maybe(row, "learning/current_learning_rate"), grad_norm=_maybe(row, "learning/grad_norm"),
+            raw_grad_norm=_maybe(row, "learning/raw_grad_norm"),
+            tflops_per_s=_maybe(row, "perf/per_device_tflops_per_sec"),
+            tokens_per_s=_maybe(row, "perf/per_device_tokens_per_sec"),
+            tflops_per_step=_maybe(row, "perf/per_device_tflops"))
+    return [steps[k] for k in sorted(steps)]
+
+
+def _maybe(row: dict, key: str) -> float | None:
+    value = row.get(key)
+    return None if value is None else float(value)
+
+
+@dataclass
+class LogFacts:
+    """What the log says that the metrics file does not; filled line by line."""
+
+    parameters_billion: float | None = None
+    bytes_in_use_gb: float | None = None  # after the first step, as MaxText's Memstats logs it
+    bytes_limit_gb: float | None = None
+    estimated_memory_gb: float | None = None  # XLA's compile-time estimate, where MaxText logs it
+    step_arrivals: list[tuple[int, float]] = field(default_factory=list)  # (step, our clock at the line)
+
+    def read(self, line: str, now: float | None = None) -> tuple[int, float, float] | None:
+        """Take in one log line; for a step line, (step, loss, seconds)."""
+        if self.parameters_billion is None and (m := PARAMS_LINE.search(line)):
+            self.parameters_billion = float(m["billions"])
+        if self.bytes_in_use_gb is None and (m := MEMSTATS_LINE.search(line)):
+            self.bytes_in_use_gb, self.bytes_limit_gb = float(m["used"]), float(m["limit"])
+        if self.estimated_memory_gb is None and (m := ESTIMATED_MEMORY_LINE.search(line)):
+            self.estimated_memory_gb = float(m["gb"])
+        m = STEP_LINE.search(line)
+        if m is None:
+            return None
+        step = int(m["step"])
+        if now is not None:
+            self.step_arrivals.append((step, now))
+        return step, float(m["loss"]), float(m["seconds"])
+
+
+def parameters_agree(parameters: int, billions: float | None) -> bool | None:
+    """Whether MaxText's ``number parameters: X billion`` (three decimals) is ``parameters``
+    rounded the way MaxText rounds it; None when it logged no count."""
+    if billions is None:
+        return None
+    return f"{parameters / 1e9:.3f}" == f"{billions:.3f}"
+
+
+def wallclock_tokens_per_s(arrivals: list[tuple[int, float]], first_step: int, tokens_per_step: int) -> float | None:
+    """Throughput from our own clock: steps first_step.. last over the time between their log
+    lines reaching us (one line a step, each written when MaxText fetched that step's loss).
+    Independent of MaxText's step timer; None with fewer than two such lines."""
+    seen = [(s, t) for s, t in arrivals if s >= first_step]
+    if len(seen) < 2:
+        return None
+    (s0, t0), (s1, t1) = seen[0], seen[-1]
+    if t1 <= t0 or s1 <= s0:
+        return None
+    return (s1 - s0) * tokens_per_step / (t1 - t0)
+
+
+def finite_median(values: list[float | None]) -> float | None:
+    import statistics
+
+    kept = [v for v in values if v is not None and math.isfinite(v)]
+    return statistics.median(kept) if kept else None

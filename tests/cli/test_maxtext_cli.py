@@ -1,0 +1,214 @@
+"""`parallax train --framework maxtext` and `parallax export-configs` through the real CLI:
+every refusal is one line (exit 2) before any GPU work, and the whole train path — config,
+subprocess, progress, metrics file, result — runs end to end against a fake MaxText trainer
+(tests/fixtures/fake_maxtext.py; CI is Python 3.11, where real MaxText 0.2.5 cannot install,
+so a real MaxText run of the tiny preset cannot happen in CI)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+from fixtures import fake_maxtext  # noqa: E402
+from fixtures.cli import one_error_line  # noqa: E402
+from parallax.cli import main  # noqa: E402
+from parallax.runner import Matrix  # noqa: E402
+
+GPU_PACKAGES = {"maxtext": "0.2.5", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
+                "qwix": "0.1.8", "numpy": "2.0"}
+
+
+def fake_gpu(monkeypatch, name="NVIDIA H200", cc="9.0", packages=GPU_PACKAGES):
+    from parallax import envinfo
+
+    ok = {"available": True, "error": None}
+    probe = {"driver": ok, "nvml": ok, "devices": [{"index": 0, "name": name, "compute_capability": cc,
+                                                    "uuid": "GPU-fake"}]}
+    monkeypatch.setattr(envinfo, "probe_gpus", lambda: probe)
+    monkeypatch.setattr(envinfo, "package_versions", lambda names=envinfo.PACKAGES: dict(packages))
+
+
+@pytest.fixture
+def maxtext_here(tmp_path, monkeypatch):
+    """The fake MaxText importable here and in the subprocess, Python's version check lowered to
+    this interpreter (CI is 3.11; the real check has its own test)."""
+    root = fake_maxtext.install(tmp_path / "site")
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setenv("PYTHONPATH", str(root))
+    monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
+    fake_gpu(monkeypatch)
+    return root
+
+
+def train(tmp_path, *args) -> int:
+    return main(["train", "--framework", "maxtext", "--model", "tiny", "--steps", "6", "--warmup", "2",
+                 "--output-dir", str(tmp_path / "run"), *args])
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="this interpreter is new enough for MaxText")
+def test_python_older_than_3_12_is_one_line(tmp_path, capsys):
+    assert train(tmp_path) == 2
+    have = ".".join(map(str, sys.version_info[:2]))
+    assert one_error_line(capsys) == (
+        f"parallax: error: the maxtext engine needs Python >= 3.12 (MaxText requires it); this is Python {have}: "
+        "use a 3.12+ environment and pip install 'slm-parallax[maxtext]'")
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_missing_maxtext_names_the_extra(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
+    assert train(tmp_path) == 2
+    assert one_error_line(capsys) == ("parallax: error: maxtext is not installed; install it with: "
+                                      "pip install 'slm-parallax[maxtext]' (Python >= 3.12)")
+
+
+def test_a_key_the_installed_base_yml_lacks_is_named(tmp_path, capsys, monkeypatch):
+    root = fake_maxtext.install(tmp_path / "site", left_out=("learning_rate_final_fraction",))
+    monkeypatch.syspath_prepend(str(root))
+    monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
+    fake_gpu(monkeypatch)
+    assert train(tmp_path) == 2
+    base = root / "maxtext" / "configs" / "base.yml"
+    assert one_error_line(capsys) == (
+        f"parallax: error: MaxText 0.2.5 has no config key 'learning_rate_final_fraction' in {base}; Parallax "
+        "writes the keys of MaxText 0.2.5: pip install 'maxtext==0.2.5'")
+
+
+@pytest.mark.parametrize("recipe,name,cc,packages,expected", [
+    ("fp8", "NVIDIA A100-SXM4-80GB", "8.0", GPU_PACKAGES,
+     "maxtext recipe 'fp8' cannot run here: fp8 needs compute capability 8.9+; GPU 0 (8.0, Ampere) lacks it"),
+    ("te_nvfp4", "NVIDIA H200", "9.0", dict(GPU_PACKAGES, transformer_engine_jax="2.20.2"),
+     "maxtext recipe 'te_nvfp4' cannot run here: te_nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it"),
+    ("te_fp8_delayedscaling", "NVIDIA H200", "9.0", GPU_PACKAGES,
+     "maxtext recipe 'te_fp8_delayedscaling' cannot run here: transformer_engine_jax not installed; "
+     "pip install 'slm-parallax[maxtext]'"),
+    ("fp8_gpu", "NVIDIA H200", "9.0", {k: v for k, v in GPU_PACKAGES.items() if k != "qwix"},
+     "maxtext recipe 'fp8_gpu' cannot run here: qwix not installed; pip install 'slm-parallax[maxtext]'"),
+])
+def test_a_mode_this_gpu_or_installation_cannot_run_is_one_line(tmp_path, capsys, maxtext_here, monkeypatch,
+                                                                 recipe, name, cc, packages, expected):
+    fake_gpu(monkeypatch, name, cc, packages)
+    assert train(tmp_path, "--recipe", recipe) == 2
+    line = one_error_line(capsys)
+    assert line.startswith(f"parallax: error: {expected}"), line
+
+
+def test_cpu_device_and_no_gpu_are_one_line(tmp_path, capsys, maxtext_here, monkeypatch):
+    assert train(tmp_path, "--device", "cpu") == 2
+    assert one_error_line(capsys) == ("parallax: error: the maxtext engine trains on an NVIDIA GPU (MaxText's "
+                                      "hardware: gpu); drop --device cpu, or use --framework jax on the CPU")
+    from parallax import envinfo
+
+    monkeypatch.setattr(envinfo, "probe_gpus", lambda: envinfo.no_gpu_probe("driver said no"))
+    assert train(tmp_path) == 2
+    assert one_error_line(capsys) == ("parallax: error: the maxtext engine needs an NVIDIA GPU; "
+                                      "no NVIDIA GPU found (driver said no)")
+
+
+def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsys, maxtext_here):
+    assert train(tmp_path) == 0
+    run_dir = tmp_path / "run"
+    result = json.loads((run_dir / "run.json").read_text())
+    assert result["status"] == "ok"
+    assert (result["framework"]["name"], result["framework"]["version"], result["framework"]["tuning"]) == (
+        "maxtext", "0.2.5", "tuned")
+    assert result["precision"]["recipe"] == "bf16" and result["precision"]["details"]["maxtext_keys"] == {
+        "quantization": "", "use_qwix_quantization": False}
+    step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}
+    assert result["timing"]["compile_s"] == 2.5
+    assert result["timing"]["measured_steps"] == 4
+    assert result["timing"]["step_ms"]["median"] == pytest.approx(statistics.median(
+        [step_s[k] * 1e3 for k in range(2, 6)]))
+    assert result["throughput"]["tokens_per_s"] == pytest.approx(1024 / 0.0515)
+    assert (result["loss"]["first"], result["loss"]["final"]) == (pytest.approx(9.2), pytest.approx(8.7))
+    mt = result["engine_extra"]["maxtext"]
+    assert (mt["parameters_logged_billion"], mt["parameters_agree"], mt["bytes_in_use_after_first_step_gb"]) == (
+        0.001, True, 3.21)
+    assert mt["tokens_per_s_median"] == pytest.approx(statistics.median([1024 / step_s[k] for k in range(2, 6)]))
+    assert mt["wallclock_tokens_per_s"] > 0
+    assert result["data"]["maxtext_input"].startswith("dataset_type=synthetic: MaxText's own generated batch")
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [s["step"] for s in steps] == list(range(6))
+    assert [s["grad_norm"] for s in steps] == [1.5 + k for k in range(6)]  # before clipping: raw_grad_norm
+    assert steps[4]["lr"] == pytest.approx(6e-4 * 4 / 2) and [s["measured"] for s in steps[:3]] == [False, False, True]
+    config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
+    assert (config["base_emb_dim"], config["per_device_batch_size"], config["steps"], config["dataset_type"]) == (
+        64, 8, 6, "synthetic")
+    assert config["metrics_file"] == str((run_dir / "maxtext" / "metrics.jsonl").resolve())
+    assert "completed step: 5" in (run_dir / "maxtext" / "train.log").read_text()
+
+
+@pytest.mark.parametrize("mode,code,status,error", [
+    ("fail", 3, "oom", "out of memory: MaxTextFailed: MaxText exited with status 1: jax.errors.JaxRuntimeError: "
+                       "RESOURCE_EXHAUSTED: fake allocation of 99 GiB"),
+    ("short", 1, "failed", "MaxTextFailed: MaxText's metrics file"),
+    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 0.011 billion parameters; tiny has 1,362,240"),
+])
+def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext_here, monkeypatch, mode, code,
+                                                       status, error):
+    monkeypatch.setenv("FAKE_MAXTEXT_MODE", mode)
+    assert train(tmp_path) == code
+    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert result["status"] == status
+    assert result["error"].startswith(error), result["error"]
+    tail = result["log_tail"]
+    assert ("RESOURCE_EXHAUSTED" in tail) if mode == "fail" else ("number parameters" in tail)
+
+
+def test_the_benchmark_accepts_maxtext_cells():
+    matrix = Matrix(("torch", "maxtext"), ("bf16", "fp8", "te_fp8_delayedscaling")).validate()
+    assert [(c.framework, c.recipe) for c in matrix.cells()] == [
+        ("torch", "bf16"), ("torch", "te-fp8-delayed"),
+        ("maxtext", "bf16"), ("maxtext", "fp8_gpu"), ("maxtext", "te_fp8_delayedscaling")]
+
+
+# ----------------------------------------------------------------------------- export-configs
+
+
+def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, capsys):
+    base = fake_maxtext.install(tmp_path / "site") / "maxtext" / "configs" / "base.yml"
+    out = tmp_path / "configs"
+    assert main(["export-configs", "--output-dir", str(out), "--base-yml", str(base)]) == 0
+    captured = capsys.readouterr()
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"maxtext-llama-100m-{r}.yml" for r in (
+        "bf16", "fp8", "fp8_gpu", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_nvfp4", "te_nvfp4_no_rht"))
+    assert captured.out.split() == [str(out / n) for n in (
+        "maxtext-llama-100m-bf16.yml", "maxtext-llama-100m-fp8_gpu.yml", "maxtext-llama-100m-fp8.yml",
+        "maxtext-llama-100m-te_fp8_delayedscaling.yml", "maxtext-llama-100m-te_fp8_currentscaling.yml",
+        "maxtext-llama-100m-te_nvfp4.yml", "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
+    assert captured.err == f"parallax: wrote 7 MaxText config(s) for llama-100m; keys checked against {base}\n"
+    fp8 = yaml.safe_load((out / "maxtext-llama-100m-fp8_gpu.yml").read_text())
+    assert (fp8["quantization"], fp8["use_qwix_quantization"], fp8["base_emb_dim"]) == ("fp8_gpu", True, 768)
+
+
+def test_export_configs_any_preset_and_recipe_subset(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(["export-configs", "--output-dir", str(out), "--model", "llama-860m", "--recipes", "fp8",
+                 "--steps", "500", "--batch-size", "8", "--tuning", "defaults"]) == 0
+    assert capsys.readouterr().err.endswith("keys not checked: MaxText is not installed here\n")
+    (only,) = out.iterdir()
+    keys = yaml.safe_load(only.read_text())
+    assert (only.name, keys["base_emb_dim"], keys["base_num_decoder_layers"], keys["head_dim"], keys["steps"],
+            keys["per_device_batch_size"], keys["remat_policy"]) == (
+        "maxtext-llama-860m-fp8_gpu.yml", 2048, 16, 128, 500, 8, "full")
+
+
+def test_export_configs_key_drift_is_one_line_and_writes_nothing(tmp_path, capsys):
+    base = fake_maxtext.install(tmp_path / "site", left_out=("adamw_mask",)) / "maxtext" / "configs" / "base.yml"
+    out = tmp_path / "configs"
+    assert main(["export-configs", "--output-dir", str(out), "--base-yml", str(base)]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: this MaxText has no config key 'adamw_mask' in {base}; "
+                                      "Parallax writes the keys of MaxText 0.2.5: pip install 'maxtext==0.2.5'")
+    assert not out.exists()
+
+
+def test_export_configs_unknown_recipe_is_one_line(tmp_path, capsys):
+    assert main(["export-configs", "--output-dir", str(tmp_path), "--recipes", "te-fp8-delayed"]) == 2
+    assert one_error_line(capsys).startswith(
+        "parallax: error: no framework of maxtext has a recipe 'te-fp8-delayed'")

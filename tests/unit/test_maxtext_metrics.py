@@ -1,0 +1,71 @@
+"""MaxText's metrics file and log lines read back (engines/maxtext/metrics.py).
+
+The lines below were built from MaxText 0.2.5's writer code (``MetricLogger.write_metrics_locally``:
+``json.dumps`` of every scalar as float plus ``step`` and ``run_name``; ``_log_training_metrics``;
+``write_setup_info_to_tensorboard``; ``print_mem_stats``), not captured from a run: real
+metrics files and logs captured on the H200 must replace them (a later session captures them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parallax.engines.maxtext import metrics
+
+
+def line(step, loss, seconds, **extra):
+    scalars = {"learning/loss": loss, "learning/total_weights": 32768.0, "learning/grad_norm": 0.8,
+               "learning/raw_grad_norm": 1.25, "learning/param_norm": 301.5, "perf/step_time_seconds": seconds,
+               "learning/current_learning_rate": 3e-5 * step, "perf/per_device_tflops": 20.06415,
+               "perf/per_device_tflops_per_sec": 20.06415 / seconds, "perf/per_device_tokens": 32768.0,
+               "perf/per_device_tokens_per_sec": 32768.0 / seconds, **extra}
+    return json.dumps({**scalars, "step": float(step), "run_name": "parallax"})
+
+
+def test_the_metrics_file_becomes_steps_in_order_without_eval_lines(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join([line(0, 9.31, 41.2), line(1, 9.1, 0.054), line(2, 8.75, 0.0539),
+                               json.dumps({"eval/avg_loss": 8.5, "eval/total_weights": 1.0, "step": 2.0,
+                                           "run_name": "parallax"}),
+                               line(3, 8.5, 0.0541)]) + "\n" + '{"learning/loss": 8.')
+    steps = metrics.read_metrics(path)  # the torn last line of a killed writer is left out
+    assert [s.step for s in steps] == [0, 1, 2, 3]
+    assert steps[2] == metrics.MaxTextStep(step=2, loss=8.75, step_s=0.0539, lr=6e-5, grad_norm=0.8,
+                                           raw_grad_norm=1.25, tflops_per_s=20.06415 / 0.0539,
+                                           tokens_per_s=32768.0 / 0.0539, tflops_per_step=20.06415)
+
+
+def test_a_torn_line_inside_the_file_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(line(0, 9.0, 1.0) + "\n{bad\n" + line(1, 8.0, 0.1) + "\n")
+    with pytest.raises(ValueError, match=r"m.jsonl:2: not a JSON metrics line"):
+        metrics.read_metrics(path)
+
+
+def test_log_lines_give_steps_parameters_and_memory():
+    facts = metrics.LogFacts()
+    assert facts.read("I1130 12:00:01.5 140 metric_logger.py:425] number parameters: 0.100 billion") is None
+    got = facts.read("I1130 12:00:03.1 140 metric_logger.py:256] completed step: 7, seconds: 0.054, "
+                     "TFLOP/s/device: 371.558, Tokens/s/device: 606814.815, total_weights: 32768, loss: 8.123, "
+                     "lm_loss: 8.123, perplexity: 3369.5", now=12.5)
+    assert got == (7, 8.123, 0.054) and facts.step_arrivals == [(7, 12.5)]
+    facts.read("I1130 12:00:02.0 140 max_utils.py:786] \tUsing (GB) 12.34 / 139.5 (8.845878%) on cuda:0")
+    facts.read("I1130 12:00:00.9 140 max_utils.py:823] [train] Total estimated memory size: 10.9 GB, estimated output")
+    assert (facts.parameters_billion, facts.bytes_in_use_gb, facts.bytes_limit_gb, facts.estimated_memory_gb) == (
+        0.1, 12.34, 139.5, 10.9)
+    # a profiler boundary step or batch rampup omits the TFLOP/s part; the step still counts
+    assert facts.read("completed step: 8, seconds: 0.050, total_weights: 32768, loss: 8.000, lm_loss: 8.000") == (
+        8, 8.0, 0.05)
+
+
+def test_the_parameter_count_agrees_at_maxtexts_three_decimals():
+    assert metrics.parameters_agree(100_313_856, 0.100) is True
+    assert metrics.parameters_agree(100_313_856, 0.110) is False
+    assert metrics.parameters_agree(100_313_856, None) is None
+
+
+def test_wallclock_throughput_from_our_clock():
+    arrivals = [(0, 0.0), (1, 40.0), (2, 40.05), (3, 40.1), (4, 40.15)]
+    assert metrics.wallclock_tokens_per_s(arrivals, 2, 32768) == pytest.approx(2 * 32768 / 0.1)
+    assert metrics.wallclock_tokens_per_s(arrivals[:3], 2, 32768) is None
