@@ -19,7 +19,7 @@ system-deps-tests:
 	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh --tests
 
 # The editable install builds parallax._native once: a change to the native sources rebuilds it.
-NATIVE_SOURCES := $(shell find csrc -name '*.cpp' -o -name '*.h' -o -name 'CMakeLists.txt')
+NATIVE_SOURCES := $(shell find csrc -name "*.cpp" -o -name "*.h" -o -name "*.cu" -o -name "*.py" -o -name "CMakeLists.txt")
 
 $(VENV)/.setup-done: pyproject.toml CMakeLists.txt $(NATIVE_SOURCES)
 	PYTHON=$(PYTHON) bash scripts/ensure_system_deps.sh
@@ -27,6 +27,9 @@ $(VENV)/.setup-done: pyproject.toml CMakeLists.txt $(NATIVE_SOURCES)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	# Once more now that the extras are installed: pip builds the package before it installs
+	# jax, and the JAX FFI handlers compile only where jaxlib's headers are (incremental build).
+	$(PY) -m pip install -q --no-deps -e .
 	touch $@
 
 setup: $(VENV)/.setup-done

@@ -5,6 +5,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/map.h>
 
 #include <cstring>
 #include <optional>
@@ -133,4 +134,22 @@ void bind_quant(nb::module_& m) {
       "16x16 random Hadamard transform of each group of 16 along each row (csrc/quant/nvfp4.h).");
 
   m.def("quant_hash32", &hash32, "seed"_a, "index"_a, "The counter-based hash of SR and RHT signs.");
+
+  m.def(
+      "quant_bindings",
+      []() {
+#if defined(PARALLAX_HAVE_CUDA)
+        const bool cuda = true;
+#else
+        const bool cuda = false;
+#endif
+#if defined(PARALLAX_HAVE_JAX_FFI)
+        const bool jax_ffi = true;
+#else
+        const bool jax_ffi = false;
+#endif
+        return std::map<std::string, bool>{{"cpu", true}, {"cuda", cuda}, {"jax_ffi", jax_ffi}};
+      },
+      "Which quantization bindings this build has: {'cpu': True, 'cuda': CUDA kernels compiled in, "
+      "'jax_ffi': XLA FFI handlers compiled in}.");
 }

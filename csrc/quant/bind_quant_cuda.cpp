@@ -1,0 +1,84 @@
+// parallax._native bindings of the CUDA quantization kernels (quant_cuda.h), compiled only
+// where CUDA is. Tensors travel as integers: device pointers (torch's data_ptr()) and the
+// cudaStream_t as an integer (torch.cuda.current_stream().cuda_stream). The caller
+// (parallax.quant.torch_ops) checks devices, dtypes, contiguity and allocates the outputs;
+// these functions only queue the kernels on that stream and never synchronise.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "quant/nvfp4.h"
+#include "quant/quant_cuda.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+int parse_dtype(const std::string& d) {
+  if (d == "float32") return kPxQuantF32;
+  if (d == "bfloat16") return kPxQuantBF16;
+  throw parallax::quant::QuantError("dtype must be \"float32\" or \"bfloat16\", got \"" + d + "\"");
+}
+
+template <typename T>
+T* ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+
+void check(int status, const char* what) {
+  if (status == kPxQuantOk) return;
+  const std::string msg = std::string(what) + ": " + px_quant_cuda_error_message();
+  if (status == kPxQuantErrCuda) throw std::runtime_error(msg);
+  throw parallax::quant::QuantError(msg);
+}
+
+CUstream_st* stream_of(uintptr_t s) { return reinterpret_cast<CUstream_st*>(s); }
+
+}  // namespace
+
+void bind_quant_cuda(nb::module_& m) {
+  m.def(
+      "quant_nvfp4_cuda",
+      [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t codes, uintptr_t scales, uintptr_t scale_ws,
+         size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed,
+         uintptr_t stream) {
+        check(px_nvfp4_qdq_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<uint8_t>(codes),
+                                ptr<uint8_t>(scales), ptr<float>(scale_ws), rows, cols, tile16x16, stochastic, seed,
+                                rht, rht_seed, stream_of(stream)),
+              "quant_nvfp4_cuda");
+      },
+      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "scale_ws"_a, "rows"_a, "cols"_a, "tile16x16"_a,
+      "stochastic"_a, "seed"_a, "rht"_a, "rht_seed"_a, "stream"_a,
+      "Queue NVFP4 quantize-dequantize on a CUDA stream (device pointers as integers; 0 = no "
+      "output; scale_ws: float[2] {amax, s_global}). See csrc/quant/quant_cuda.h.");
+
+  m.def(
+      "hadamard16_cuda",
+      [](uintptr_t x, const std::string& dtype, uintptr_t y, size_t rows, size_t cols, uint64_t seed, bool inverse,
+         uintptr_t stream) {
+        check(px_hadamard16_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), rows, cols, seed, inverse,
+                                 stream_of(stream)),
+              "hadamard16_cuda");
+      },
+      "x"_a, "dtype"_a, "y"_a, "rows"_a, "cols"_a, "seed"_a, "inverse"_a, "stream"_a,
+      "Queue the 16x16 random Hadamard transform on a CUDA stream.");
+
+  m.def(
+      "quant_fp8_cuda",
+      [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t codes, size_t n, const std::string& fmt,
+         float scale, bool saturate, uintptr_t stream) {
+        int f = -1;
+        if (fmt == "e4m3") f = 0;
+        if (fmt == "e5m2") f = 1;
+        if (f < 0) throw parallax::quant::QuantError("fmt must be \"e4m3\" or \"e5m2\", got \"" + fmt + "\"");
+        check(px_fp8_qdq_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<uint8_t>(codes), n, f, scale,
+                              saturate, stream_of(stream)),
+              "quant_fp8_cuda");
+      },
+      "x"_a, "dtype"_a, "y"_a, "codes"_a, "n"_a, "fmt"_a, "scale"_a, "saturate"_a, "stream"_a,
+      "Queue FP8 quantize-dequantize with a given scale on a CUDA stream.");
+}

@@ -1,0 +1,230 @@
+// XLA FFI handlers of the quantization kernels for JAX (jax.ffi.register_ffi_target), CPU and,
+// where CUDA is compiled, CUDA: the same native functions the PyTorch op calls (qdq_cpu.h on
+// the host, quant_cuda.h on XLA's stream). Compiled only when jaxlib's FFI headers were found
+// at build time (csrc/CMakeLists.txt); parallax._native.jax_ffi_targets() hands out the
+// handlers as capsules, parallax/quant/jax_ffi.py registers them.
+//
+// Operands: x, float32 or bfloat16, any rank >= 1: rows = product of the leading dimensions,
+// cols = the last. Results have the shapes parallax/quant/jax_ffi.py gives them; a codes or
+// scales result of zero elements means "not wanted" and is not written.
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <string>
+
+#include "quant/nvfp4.h"
+#include "quant/qdq_cpu.h"
+#include "xla/ffi/api/ffi.h"
+#if defined(PARALLAX_HAVE_CUDA)
+#include "quant/quant_cuda.h"
+#endif
+#if defined(__x86_64__) || defined(_M_X64)
+#include <xmmintrin.h>
+#endif
+
+namespace nb = nanobind;
+namespace ffi = xla::ffi;
+using parallax::quant::QdqDtype;
+using parallax::quant::QuantError;
+
+namespace {
+
+// XLA may run host computations with denormals flushed (FTZ/DAZ); the reference keeps them.
+// This restores IEEE behaviour for the duration of a handler.
+class IeeeDenormals {
+ public:
+#if defined(__x86_64__) || defined(_M_X64)
+  IeeeDenormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ & ~(0x8040u)); }  // FTZ bit 15, DAZ bit 6
+  ~IeeeDenormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned saved_;
+#endif
+};
+
+ffi::ErrorOr<QdqDtype> dtype_of(const ffi::AnyBuffer& x) {
+  if (x.element_type() == ffi::DataType::F32) return QdqDtype::kF32;
+  if (x.element_type() == ffi::DataType::BF16) return QdqDtype::kBF16;
+  return ffi::Unexpected(ffi::Error::InvalidArgument("parallax quant: x must be float32 or bfloat16"));
+}
+
+struct Shape2 {
+  size_t rows, cols;
+};
+
+Shape2 shape_of(const ffi::AnyBuffer& x) {
+  const auto d = x.dimensions();
+  if (d.size() == 0) return {1, 1};
+  size_t rows = 1;
+  for (size_t i = 0; i + 1 < d.size(); ++i) rows *= static_cast<size_t>(d[i]);
+  return {rows, static_cast<size_t>(d[d.size() - 1])};
+}
+
+template <typename B>
+uint8_t* optional_u8(B& b) {
+  return b->element_count() == 0 ? nullptr : b->typed_data();
+}
+
+ffi::Error nvfp4_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::Buffer<ffi::U8>> codes,
+                     ffi::Result<ffi::Buffer<ffi::U8>> scales, ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile,
+                     bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  const Shape2 s = shape_of(x);
+  try {
+    IeeeDenormals ieee;
+    parallax::quant::nvfp4_qdq_cpu(x.untyped_data(), dt.value(), y->untyped_data(), optional_u8(codes),
+                                   optional_u8(scales), ws->typed_data(), s.rows, s.cols, tile, stochastic, seed, rht,
+                                   rht_seed);
+  } catch (const QuantError& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error hadamard_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, uint64_t seed, bool inverse) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  const Shape2 s = shape_of(x);
+  try {
+    IeeeDenormals ieee;
+    parallax::quant::hadamard16_cpu(x.untyped_data(), dt.value(), y->untyped_data(), s.rows, s.cols, seed, inverse);
+  } catch (const QuantError& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+  return ffi::Error::Success();
+}
+
+ffi::Error fp8_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::Buffer<ffi::U8>> codes,
+                   int32_t fmt, float scale, bool saturate) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  try {
+    IeeeDenormals ieee;
+    parallax::quant::fp8_qdq_cpu(x.untyped_data(), dt.value(), y->untyped_data(), optional_u8(codes),
+                                 x.element_count(), fmt, scale, saturate);
+  } catch (const QuantError& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+  return ffi::Error::Success();
+}
+
+#if defined(PARALLAX_HAVE_CUDA)
+ffi::Error cuda_error(int status) {
+  if (status == kPxQuantOk) return ffi::Error::Success();
+  const ffi::ErrorCode code = status == kPxQuantErrCuda ? ffi::ErrorCode::kInternal : ffi::ErrorCode::kInvalidArgument;
+  return ffi::Error(code, std::string("parallax quant (CUDA): ") + px_quant_cuda_error_message());
+}
+
+ffi::Error nvfp4_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                      ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales,
+                      ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile, bool stochastic, uint64_t seed, bool rht,
+                      uint64_t rht_seed) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  const Shape2 s = shape_of(x);
+  return cuda_error(px_nvfp4_qdq_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
+                                      optional_u8(codes), optional_u8(scales), ws->typed_data(), s.rows, s.cols, tile,
+                                      stochastic, seed, rht, rht_seed, stream));
+}
+
+ffi::Error hadamard_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, uint64_t seed,
+                         bool inverse) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  const Shape2 s = shape_of(x);
+  return cuda_error(px_hadamard16_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(), s.rows,
+                                       s.cols, seed, inverse, stream));
+}
+
+ffi::Error fp8_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                    ffi::Result<ffi::Buffer<ffi::U8>> codes, int32_t fmt, float scale, bool saturate) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  return cuda_error(px_fp8_qdq_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
+                                    optional_u8(codes), x.element_count(), fmt, scale, saturate, stream));
+}
+#endif
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("tile16x16")
+                                  .Attr<bool>("stochastic")
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("rht")
+                                  .Attr<uint64_t>("rht_seed"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCpu, hadamard_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("inverse"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cpu, fp8_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("saturate"));
+#if defined(PARALLAX_HAVE_CUDA)
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("tile16x16")
+                                  .Attr<bool>("stochastic")
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("rht")
+                                  .Attr<uint64_t>("rht_seed"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCuda, hadamard_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("inverse"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cuda, fp8_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Attr<int32_t>("fmt")
+                                  .Attr<float>("scale")
+                                  .Attr<bool>("saturate"));
+#endif
+
+void bind_quant_jax_ffi(nb::module_& m) {
+  m.def(
+      "jax_ffi_targets",
+      []() {
+        auto cap = [](XLA_FFI_Handler* h) { return nb::capsule(reinterpret_cast<void*>(h)); };
+        nb::dict cpu, cuda;
+        cpu["parallax_nvfp4_qdq"] = cap(PxNvfp4Cpu);
+        cpu["parallax_hadamard16"] = cap(PxHadamardCpu);
+        cpu["parallax_fp8_qdq"] = cap(PxFp8Cpu);
+#if defined(PARALLAX_HAVE_CUDA)
+        cuda["parallax_nvfp4_qdq"] = cap(PxNvfp4Cuda);
+        cuda["parallax_hadamard16"] = cap(PxHadamardCuda);
+        cuda["parallax_fp8_qdq"] = cap(PxFp8Cuda);
+#endif
+        nb::dict out;
+        out["cpu"] = cpu;
+        out["cuda"] = cuda;
+        return out;
+      },
+      "XLA FFI handlers as capsules: {'cpu': {name: capsule}, 'cuda': {name: capsule}} (empty "
+      "'cuda' without the CUDA kernels).");
+}

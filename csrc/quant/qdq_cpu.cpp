@@ -1,0 +1,88 @@
+#include "quant/qdq_cpu.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "quant/minifloat.h"
+#include "quant/nvfp4.h"
+#include "quant/qdq_math.h"
+
+namespace parallax::quant {
+namespace {
+
+std::vector<float> widen(const void* x, QdqDtype dtype, size_t n) {
+  std::vector<float> f(n);
+  if (n == 0) return f;
+  if (dtype == QdqDtype::kF32) {
+    std::memcpy(f.data(), x, n * sizeof(float));
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(x);
+    for (size_t i = 0; i < n; ++i) f[i] = qdq::bf16_to_f32(h[i]);
+  }
+  return f;
+}
+
+void narrow(const std::vector<float>& f, QdqDtype dtype, void* y) {
+  if (!y || f.empty()) return;
+  if (dtype == QdqDtype::kF32) {
+    std::memcpy(y, f.data(), f.size() * sizeof(float));
+  } else {
+    uint16_t* h = static_cast<uint16_t*>(y);
+    for (size_t i = 0; i < f.size(); ++i) h[i] = qdq::f32_to_bf16(f[i]);
+  }
+}
+
+void check_dtype(QdqDtype dtype) {
+  if (dtype != QdqDtype::kF32 && dtype != QdqDtype::kBF16)
+    throw QuantError("dtype must be float32 or bfloat16, got code " + std::to_string(static_cast<int>(dtype)));
+}
+
+}  // namespace
+
+void nvfp4_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
+                   size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, bool rht,
+                   uint64_t rht_seed) {
+  check_dtype(dtype);
+  std::vector<float> f = widen(x, dtype, rows * cols);
+  if (rht) hadamard16(f.data(), f.data(), rows, cols, rht_seed, false);
+  const Nvfp4Options o{tile16x16 ? Nvfp4Mode::k16x16 : Nvfp4Mode::k1x16, stochastic, seed};
+  const Nvfp4Tensor t = nvfp4_quantize(f.data(), rows, cols, o);
+  if (scale_ws) {
+    float amax = 0.0f;
+    for (float v : f)
+      if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
+    scale_ws[0] = amax;
+    scale_ws[1] = t.global_scale;
+  }
+  if (codes && !t.codes.empty()) std::memcpy(codes, t.codes.data(), t.codes.size());
+  if (scales && !t.scales.empty()) std::memcpy(scales, t.scales.data(), t.scales.size());
+  if (y) {
+    nvfp4_dequantize(t, f.data());
+    narrow(f, dtype, y);
+  }
+}
+
+void hadamard16_cpu(const void* x, QdqDtype dtype, void* y, size_t rows, size_t cols, uint64_t seed, bool inverse) {
+  check_dtype(dtype);
+  std::vector<float> f = widen(x, dtype, rows * cols);
+  hadamard16(f.data(), f.data(), rows, cols, seed, inverse);
+  narrow(f, dtype, y);
+}
+
+void fp8_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, size_t n, int fmt, float scale,
+                 bool saturate) {
+  check_dtype(dtype);
+  if (fmt != 0 && fmt != 1) throw QuantError("fmt must be 0 (e4m3) or 1 (e5m2), got " + std::to_string(fmt));
+  const Fp8Format f = fmt == 0 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
+  std::vector<float> v = widen(x, dtype, n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t c = fp8_encode(v[i] / scale, f, saturate);
+    if (codes) codes[i] = c;
+    v[i] = fp8_decode(c, f) * scale;
+  }
+  narrow(v, dtype, y);
+}
+
+}  // namespace parallax::quant

@@ -1,0 +1,61 @@
+#pragma once
+// The CUDA quantization kernels (quant_cuda.cu): the C entry points both frameworks call, the
+// PyTorch custom op through the nanobind binding (bind_quant_cuda.cpp) and the JAX FFI custom
+// call (jax_ffi.cpp). Each one reproduces the CPU reference (nvfp4.h, minifloat.h) bit for
+// bit; the per-element arithmetic is qdq_math.h's, shared with the host.
+//
+// Conventions of every function:
+//   - pointers are device pointers; tensors are dense row-major [rows, cols] (n elements for
+//     fp8); x, y and codes 16-byte aligned (else kPxQuantErrAlign);
+//   - y has x's dtype: the result is computed in float32 and, for bf16, rounded to nearest
+//     even (NaN -> 0x7FC0); every NaN written is the reference's (0x7FC00000, or with the
+//     sign of an FP8 NaN code);
+//   - the work is queued on `stream` (a cudaStream_t; 0 = the legacy default stream) and the
+//     call returns without synchronising; a nonzero return means nothing was queued past the
+//     failing launch, and px_quant_cuda_error_message() says why;
+//   - optional outputs may be NULL.
+// Compiled only where a CUDA compiler is found (csrc/CMakeLists.txt); without it the module
+// has none of these symbols and says so (parallax._native.quant_bindings()).
+#include <cstddef>
+#include <cstdint>
+
+struct CUstream_st;  // cudaStream_t is `CUstream_st*`; this header needs no CUDA headers.
+
+extern "C" {
+
+enum PxQuantDtype { kPxQuantF32 = 0, kPxQuantBF16 = 1 };
+enum PxQuantStatus {
+  kPxQuantOk = 0,
+  kPxQuantErrShape = 1,   // cols % 16 != 0, or rows % 16 != 0 for 16x16
+  kPxQuantErrAlign = 2,   // a pointer is not 16-byte aligned
+  kPxQuantErrArg = 3,     // an unknown dtype/format, or a required pointer is NULL
+  kPxQuantErrCuda = 4,    // a CUDA runtime error (the message names it)
+};
+
+// NVFP4 quantize-dequantize (nvfp4.h), optionally after the 16x16 random Hadamard transform of
+// each row's groups of 16 with the signs of `rht_seed` (the transform is applied in float32 on
+// the way in, its output never rounded: y = dequant(quant(H(x)))).
+//   mode_16x16  0: 1x16 blocks, scales [rows, cols/16]; 1: 16x16 tiles, scales [rows/16, cols/16]
+//   stochastic  0: round to nearest even; 1: stochastic rounding with counter `seed`
+//   scale_ws    required, device float[2]: on completion {amax, s_global} (the finite amax of
+//               the (transformed) tensor, computed by a reduction kernel: deterministic)
+//   codes       optional, rows*cols/2 bytes (low nibble = even element); scales optional
+int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
+                      size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed, int rht,
+                      uint64_t rht_seed, CUstream_st* stream);
+
+// The 16x16 random Hadamard transform alone (nvfp4.h hadamard16): y = H(s ⊙ x) per group of
+// 16 along each row, or the inverse. cols % 16 == 0.
+int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,
+                       CUstream_st* stream);
+
+// FP8 quantize-dequantize with a given scale (bind_quant.cpp's quant_fp8):
+// y = decode(encode(x / scale)) * scale, codes (optional, n bytes) = encode(x / scale).
+// fmt 0: E4M3, 1: E5M2; saturate as minifloat.h (pass the format's default when unsure).
+int px_fp8_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, size_t n, int fmt, float scale, int saturate,
+                    CUstream_st* stream);
+
+// The message of this thread's last failing call ("" after a success).
+const char* px_quant_cuda_error_message(void);
+
+}  // extern "C"

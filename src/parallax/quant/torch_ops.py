@@ -1,0 +1,174 @@
+"""PyTorch custom ops over Parallax's native quantization kernels: ``torch.ops.parallax.*``.
+
+Registered with ``torch.library.custom_op`` on import, so torch.compile treats each op as one
+opaque node (a ``register_fake`` gives it the output shapes). Every op takes a float32 or
+bfloat16 tensor quantized along its last dimension and returns tensors of the input's dtype:
+the result is computed in float32 and, for bfloat16, rounded to nearest even at the end.
+
+- CPU tensors: the native CPU functions (``parallax._native.quant_nvfp4_codes``,
+  ``hadamard16``, ``quant_fp8``) on a float32 copy.
+- CUDA tensors: the CUDA kernels (csrc/quant/quant_cuda.h), called through nanobind with
+  integer device pointers (``data_ptr()``) and torch's current stream
+  (``torch.cuda.current_stream().cuda_stream``) under the tensor's device; the call only
+  queues work on that stream, like any torch kernel. Integers rather than DLPack: the kernels
+  need nothing DLPack would check that is not checked here, and no stream hand-shake is
+  involved.
+
+Ops (seeds are ints in [0, 2**63 - 1]):
+  nvfp4_qdq(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0) -> y
+  nvfp4_quantize(x, ...same...) -> (y, codes uint8 [rows, cols/2], scales uint8, scale_ws f32[2])
+  hadamard16(x, seed=0, inverse=False) -> y
+  fp8_qdq(x, fmt="e4m3", scale=1.0, saturate=None) -> y
+No autograd formula is registered (the emulated recipe decides its straight-through rule).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from parallax.quant import available_bindings, check_fp8, check_seed, check_shape, native
+
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+
+
+def _check_input(x: torch.Tensor, what: str) -> None:
+    if x.dtype not in _DTYPES:
+        raise ValueError(f"{what}: x must be float32 or bfloat16, got {x.dtype}")
+    if x.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{what}: x must be on the CPU or a CUDA device, got {x.device}")
+
+
+def _cuda_native():
+    n = native()
+    if n is None or not available_bindings()["cuda"]:
+        raise RuntimeError("parallax quant: this build has no CUDA kernels (built without a CUDA compiler); "
+                           "rebuild on a machine with nvcc (pip install --no-build-isolation -e .)")
+    return n
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """x, dense and 16-byte aligned (a copy only when it is not)."""
+    x = x.contiguous()
+    return x if x.data_ptr() % 16 == 0 else x.clone()
+
+
+def _stream(x: torch.Tensor) -> int:
+    return torch.cuda.current_stream(x.device).cuda_stream
+
+
+def _cpu_f32(x: torch.Tensor, rows: int, cols: int) -> np.ndarray:
+    return x.detach().reshape(rows, cols).to(torch.float32).contiguous().numpy()
+
+
+def _finite_amax(a: np.ndarray) -> float:
+    f = np.abs(a[np.isfinite(a)])
+    return float(f.max()) if f.size else 0.0
+
+
+def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes):
+    _check_input(x, "nvfp4")
+    rows, cols = check_shape(tuple(x.shape), mode)
+    seed, rht_seed = check_seed(seed), check_seed(rht_seed, "rht_seed")
+    tile = mode == "16x16"
+    srows = rows // 16 if tile else rows
+    if x.device.type == "cpu":
+        n = native()
+        a = _cpu_f32(x, rows, cols)
+        if rht:
+            a = n.hadamard16(a, rht_seed, False)
+        y, codes, scales, sg = n.quant_nvfp4_codes(a, mode, stochastic, seed)
+        y = torch.from_numpy(y).to(x.dtype).reshape(x.shape)
+        ws = torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
+        return y, torch.from_numpy(codes), torch.from_numpy(scales), ws
+    n = _cuda_native()
+    with torch.cuda.device(x.device):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        codes = torch.empty((rows, cols // 2) if want_codes else (0,), dtype=torch.uint8, device=x.device)
+        scales = torch.empty((srows, cols // 16) if want_codes else (0,), dtype=torch.uint8, device=x.device)
+        ws = torch.empty(2, dtype=torch.float32, device=x.device)
+        n.quant_nvfp4_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), codes.data_ptr() if want_codes else 0,
+                           scales.data_ptr() if want_codes else 0, ws.data_ptr(), rows, cols, tile, stochastic, seed,
+                           rht, rht_seed, _stream(x))
+    return y.reshape(x.shape), codes, scales, ws
+
+
+@torch.library.custom_op("parallax::nvfp4_qdq", mutates_args=())
+def nvfp4_qdq(x: torch.Tensor, mode: str = "1x16", stochastic: bool = False, seed: int = 0, rht: bool = False,
+              rht_seed: int = 0) -> torch.Tensor:
+    """NVFP4 quantize-dequantize along the last dimension (optionally after the 16x16 RHT)."""
+    return _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes=False)[0]
+
+
+@nvfp4_qdq.register_fake
+def _(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
+    _check_input(x, "nvfp4")
+    check_shape(tuple(x.shape), mode)
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("parallax::nvfp4_quantize", mutates_args=())
+def nvfp4_quantize(x: torch.Tensor, mode: str = "1x16", stochastic: bool = False, seed: int = 0, rht: bool = False,
+                   rht_seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dequantized y, packed E2M1 codes uint8 [rows, cols/2], E4M3 scales uint8, {amax, s_global})."""
+    return _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes=True)
+
+
+@nvfp4_quantize.register_fake
+def _(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
+    _check_input(x, "nvfp4")
+    rows, cols = check_shape(tuple(x.shape), mode)
+    srows = rows // 16 if mode == "16x16" else rows
+    return (torch.empty_like(x), x.new_empty((rows, cols // 2), dtype=torch.uint8),
+            x.new_empty((srows, cols // 16), dtype=torch.uint8), x.new_empty((2,), dtype=torch.float32))
+
+
+@torch.library.custom_op("parallax::hadamard16", mutates_args=())
+def hadamard16(x: torch.Tensor, seed: int = 0, inverse: bool = False) -> torch.Tensor:
+    """The 16x16 random Hadamard transform of each group of 16 along the last dimension."""
+    _check_input(x, "hadamard16")
+    rows, cols = check_shape(tuple(x.shape), "1x16", "hadamard16")
+    seed = check_seed(seed)
+    if x.device.type == "cpu":
+        y = native().hadamard16(_cpu_f32(x, rows, cols), seed, inverse)
+        return torch.from_numpy(y).to(x.dtype).reshape(x.shape)
+    n = _cuda_native()
+    with torch.cuda.device(x.device):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        n.hadamard16_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), rows, cols, seed, inverse, _stream(x))
+    return y.reshape(x.shape)
+
+
+@hadamard16.register_fake
+def _(x, seed=0, inverse=False):
+    _check_input(x, "hadamard16")
+    check_shape(tuple(x.shape), "1x16", "hadamard16")
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("parallax::fp8_qdq", mutates_args=())
+def fp8_qdq(x: torch.Tensor, fmt: str = "e4m3", scale: float = 1.0, saturate: Optional[bool] = None) -> torch.Tensor:
+    """FP8 quantize-dequantize with a given scale: decode(encode(x / scale)) * scale."""
+    _check_input(x, "fp8_qdq")
+    sat = check_fp8(fmt, saturate)
+    if x.device.type == "cpu":
+        a = x.detach().to(torch.float32).contiguous().numpy()
+        return torch.from_numpy(native().quant_fp8(a, fmt, scale, sat)).to(x.dtype)
+    n = _cuda_native()
+    with torch.cuda.device(x.device):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        n.quant_fp8_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), 0, xc.numel(), fmt, float(scale), sat,
+                         _stream(x))
+    return y.reshape(x.shape)
+
+
+@fp8_qdq.register_fake
+def _(x, fmt="e4m3", scale=1.0, saturate=None):
+    _check_input(x, "fp8_qdq")
+    check_fp8(fmt, saturate)
+    return torch.empty_like(x)

@@ -1,0 +1,119 @@
+"""The CUDA quantization kernels through both framework bindings on a real GPU (run on the
+device; skipped elsewhere): torch op on CUDA == torch op on CPU == JAX FFI on the GPU, bit for
+bit, RNE and SR with the same seed; torch's current stream is the one used; misaligned and
+non-contiguous inputs; the benchmark script end to end at a small size."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+from parallax import quant  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VARIANTS = [(mode, sr, rht) for mode in ("1x16", "16x16") for sr in (False, True) for rht in (False, True)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cuda_kernels():
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    if not quant.available_bindings()["cuda"]:
+        pytest.fail("parallax._native was built without the CUDA kernels on a GPU machine: rebuild with nvcc "
+                    "(pip install --no-build-isolation --no-deps -e .)", pytrace=False)
+    from parallax.quant import torch_ops  # noqa: F401
+
+
+def bindings_test():
+    spec = importlib.util.spec_from_file_location("qb", ROOT / "tests/unit/test_quant_bindings.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+@pytest.fixture(scope="module")
+def qb():
+    return bindings_test()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("mode,sr,rht", VARIANTS)
+def test_cuda_op_is_the_cpu_op(qb, mode, sr, rht, dtype):
+    x = qb.edge_tensor(256, 768).to(dtype)
+    cpu = torch.ops.parallax.nvfp4_quantize(x, mode, sr, 1234, rht, 99)
+    gpu = torch.ops.parallax.nvfp4_quantize(x.cuda(), mode, sr, 1234, rht, 99)
+    torch.cuda.synchronize()
+    for a, b in zip(cpu, gpu):
+        assert qb.same(a, b.cpu())
+
+
+def test_cuda_hadamard_and_fp8_are_the_cpu_ops(qb):
+    x = qb.edge_tensor(128, 256)
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        for inverse in (False, True):
+            assert qb.same(torch.ops.parallax.hadamard16(xd.cuda(), 5, inverse).cpu(),
+                           torch.ops.parallax.hadamard16(xd, 5, inverse))
+        for fmt, scale in (("e4m3", 0.01), ("e5m2", 3.0)):
+            flat = xd.reshape(-1)[:-3]  # n not a multiple of 8
+            assert qb.same(torch.ops.parallax.fp8_qdq(flat.cuda(), fmt, scale).cpu(),
+                           torch.ops.parallax.fp8_qdq(flat, fmt, scale))
+
+
+def test_runs_on_torchs_current_stream_and_takes_any_layout(qb):
+    x = qb.edge_tensor(64, 256).cuda()
+    ref = torch.ops.parallax.nvfp4_qdq(x, "1x16", True, 3)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = torch.ops.parallax.nvfp4_qdq(x, "1x16", True, 3)
+    side.synchronize()
+    assert qb.same(y, ref)
+    buf = torch.empty(x.numel() + 1, device="cuda")
+    shifted = buf[1:].view_as(x).copy_(x)  # 4-byte offset: not 16-byte aligned
+    assert qb.same(torch.ops.parallax.nvfp4_qdq(shifted, "1x16", True, 3), ref)
+    assert qb.same(torch.ops.parallax.nvfp4_qdq(x.t().contiguous().t().contiguous(), "1x16", True, 3), ref)
+
+
+def test_torch_compile_with_the_cuda_op(qb):
+    x = torch.randn(64, 128, device="cuda", dtype=torch.bfloat16)
+
+    def f(a):
+        return torch.ops.parallax.nvfp4_qdq(a * 2, "16x16", False, 0, True, 1) - a
+
+    assert qb.same(torch.compile(f, fullgraph=True)(x), f(x))
+
+
+def test_jax_ffi_on_the_gpu_is_the_torch_op(qb):
+    jax = pytest.importorskip("jax")
+    if not quant.available_bindings()["jax_ffi"]:
+        pytest.skip("no JAX FFI handlers in this build")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no GPU")
+    from parallax.quant import jax_ffi
+
+    x = qb.edge_tensor(256, 768)
+    for dtype in (torch.float32, torch.bfloat16):
+        for mode, sr, rht in VARIANTS:
+            xd = x.to(dtype)
+            got = jax.jit(lambda a: jax_ffi.nvfp4_quantize(a, mode, sr, 1234, rht, 99))(qb.to_jax(xd))
+            want = torch.ops.parallax.nvfp4_quantize(xd, mode, sr, 1234, rht, 99)
+            for a, b in zip(got, want):
+                assert qb.same(qb.from_jax(a), b), (dtype, mode, sr, rht)
+
+
+def test_benchmark_script_runs_small():
+    spec = importlib.util.spec_from_file_location("quant_bench", ROOT / "scripts/device/quant_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = bench.run(1024, 768, warmup=2, iters=5)
+    assert {(r["variant"], r["impl"]) for r in rows} == {(v, i) for v in bench.VARIANTS
+                                                         for i in ("native", "torch_eager", "torch_compile")}
+    assert all(r["ms"] > 0 for r in rows)
+    assert all(r["identical_to_native"] == 1.0 for r in rows if r["impl"] == "native")

@@ -1,0 +1,237 @@
+"""The framework bindings of the native quantization kernels on the CPU (issue 11's identity
+target in CI): torch.ops.parallax.* == the native CPU functions == the JAX FFI custom call, bit
+for bit, for RNE and stochastic rounding with the same seed; torch.compile keeps the op opaque;
+shapes that 16-blocks do not tile fail clearly; the pure-PyTorch math of the benchmark equals
+the native function. NaN compares as NaN (torch's own bf16 casts differ in NaN payload)."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+_native = pytest.importorskip("parallax._native", reason="parallax._native is not built")
+
+from parallax import quant  # noqa: E402
+
+if not hasattr(_native, "quant_bindings"):
+    pytest.fail("parallax._native predates quant_bindings(): rebuild it (make setup, or pip install -e .)",
+                pytrace=False)
+
+from parallax.quant import torch_ops  # noqa: E402,F401  (registers torch.ops.parallax)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VARIANTS = [(mode, sr, rht) for mode in ("1x16", "16x16") for sr in (False, True) for rht in (False, True)]
+
+
+def edge_tensor(rows=64, cols=256, seed=0) -> torch.Tensor:
+    """Blocks of magnitudes 2^-20..2^20 with a zero block, a -0.0 block, NaN, ±inf, float
+    subnormals and an E2M1-midpoint block at denominator 1 (tensor amax 2688)."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.exp2(torch.randint(-20, 21, (rows, cols // 16, 1), generator=g).float())
+    x = (torch.randn(rows, cols // 16, 16, generator=g) * scale).reshape(rows, cols)
+    x[0, 0] = 2688.0
+    x[1, 16:32] = torch.tensor([0.25, -0.75, 1.25, -1.75, 2.5, -3.5, 5.0, -6.0] * 2)
+    x[2, :16] = 0.0
+    x[3, :16] = -0.0
+    x[4, :16] = torch.tensor(np.arange(1, 17, dtype=np.uint32) * 4099).view(torch.float32)
+    x[5, 3] = float("nan")
+    x[6, 40] = float("inf")
+    x[7, 70] = float("-inf")
+    return x
+
+
+def same(a, b) -> bool:
+    """Bit-identical, NaN equal to NaN."""
+    a = torch.as_tensor(np.asarray(a)) if not isinstance(a, torch.Tensor) else a
+    b = torch.as_tensor(np.asarray(b)) if not isinstance(b, torch.Tensor) else b
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    ia = a.view(torch.int16 if a.element_size() == 2 else torch.int32)
+    ib = b.view(ia.dtype)
+    return bool(((ia == ib) | (torch.isnan(a) & torch.isnan(b))).all())
+
+
+def native_nvfp4(x: torch.Tensor, mode, sr, seed, rht, rht_seed):
+    """The native CPU functions called directly (float32 NumPy), cast back like the op."""
+    a = x.reshape(-1, x.shape[-1]).float().numpy()
+    if rht:
+        a = _native.hadamard16(a, rht_seed, False)
+    y, codes, scales, sg = _native.quant_nvfp4_codes(a, mode, sr, seed)
+    return torch.from_numpy(y).to(x.dtype).reshape(x.shape), torch.from_numpy(codes), torch.from_numpy(scales), sg
+
+
+def test_available_bindings_names_every_binding():
+    b = quant.available_bindings()
+    assert set(b) == {"cpu", "cuda", "torch_op", "jax_ffi"}
+    assert b["cpu"] and b["torch_op"]
+    assert all(isinstance(v, bool) for v in b.values())
+    assert b["cuda"] == _native.quant_bindings()["cuda"] == hasattr(_native, "quant_nvfp4_cuda")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("mode,sr,rht", VARIANTS)
+def test_torch_op_on_cpu_is_the_native_function(mode, sr, rht, dtype):
+    x = edge_tensor().to(dtype)
+    y, codes, scales, ws = torch.ops.parallax.nvfp4_quantize(x, mode, sr, 1234, rht, 99)
+    ry, rc, rs, sg = native_nvfp4(x, mode, sr, 1234, rht, 99)
+    assert same(y, ry) and same(codes, rc) and same(scales, rs)
+    assert ws[1].item() == sg
+    assert same(torch.ops.parallax.nvfp4_qdq(x, mode, sr, 1234, rht, 99), ry)
+
+
+def test_leading_dimensions_are_rows():
+    x = edge_tensor(64, 128)
+    assert same(torch.ops.parallax.nvfp4_qdq(x.reshape(4, 16, 128), "16x16"),
+                torch.ops.parallax.nvfp4_qdq(x, "16x16").reshape(4, 16, 128))
+
+
+def test_stochastic_rounding_depends_on_the_seed_only():
+    x = torch.randn(32, 64)
+    a, b = (torch.ops.parallax.nvfp4_qdq(x, "1x16", True, 5) for _ in range(2))
+    assert same(a, b)
+    assert not same(a, torch.ops.parallax.nvfp4_qdq(x, "1x16", True, 6))
+
+
+def test_hadamard_and_fp8_ops_on_cpu_are_the_native_functions():
+    x = edge_tensor()
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        for inverse in (False, True):
+            ref = torch.from_numpy(_native.hadamard16(xd.float().numpy(), 3, inverse)).to(dtype)
+            assert same(torch.ops.parallax.hadamard16(xd, 3, inverse), ref)
+        for fmt, scale, sat in (("e4m3", 0.01, None), ("e5m2", 2.0, None), ("e5m2", 1e-3, True)):
+            ref = torch.from_numpy(_native.quant_fp8(xd.float().numpy(), fmt, scale, sat)).to(dtype)
+            assert same(torch.ops.parallax.fp8_qdq(xd, fmt, scale, sat), ref)
+
+
+@pytest.mark.parametrize("bad", [(4, 24), (3, 8), (2, 16, 17)])
+def test_shapes_not_tiled_by_16_blocks_fail_clearly(bad):
+    x = torch.zeros(bad)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        torch.ops.parallax.nvfp4_qdq(x)
+    with pytest.raises(ValueError, match="multiple of 16"):
+        torch.ops.parallax.hadamard16(x)
+
+
+def test_16x16_needs_rows_a_multiple_of_16_and_dtypes_seeds_are_checked():
+    with pytest.raises(ValueError, match="leading dimensions"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(8, 32), "16x16")
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(16, 32, dtype=torch.float16))
+    with pytest.raises(ValueError, match="seed"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(16, 32), "1x16", True, -1)
+    with pytest.raises(ValueError, match="mode"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(16, 32), "2x16")
+
+
+def test_torch_compile_keeps_the_op_opaque():
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def f(x):
+        return torch.ops.parallax.nvfp4_qdq(x * 2.0, "1x16", True, 7) + 1.0
+
+    x = torch.randn(32, 64)
+    torch._dynamo.reset()
+    out = torch.compile(f, fullgraph=True, backend=record)(x)
+    targets = [n.target for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert any(t in (torch.ops.parallax.nvfp4_qdq, torch.ops.parallax.nvfp4_qdq.default) for t in targets), targets
+    assert not any("quant_nvfp4" in str(t) for t in targets)  # the native function is not traced into
+    assert same(out, f(x))
+    torch._dynamo.reset()
+    assert same(torch.compile(f, fullgraph=True)(x), f(x))  # inductor, through the fake
+
+
+def test_pure_torch_reference_equals_the_native_function():
+    from parallax.quant.torch_reference import hadamard_signs, nvfp4_qdq_reference
+
+    x = edge_tensor(64, 256, seed=3)
+    for dtype in (torch.float32, torch.bfloat16):
+        for mode in ("1x16", "16x16"):
+            for rht in (False, True):
+                xd = x.to(dtype)
+                ref = torch.ops.parallax.nvfp4_qdq(xd, mode, False, 0, rht, 11)
+                assert same(nvfp4_qdq_reference(xd, mode, hadamard_signs(11) if rht else None), ref), (dtype, mode, rht)
+
+
+def test_the_benchmark_script_imports_and_renders():
+    spec = importlib.util.spec_from_file_location("quant_bench", ROOT / "scripts/device/quant_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert set(bench.VARIANTS) == {"1x16", "16x16", "1x16+rht"}
+    assert bench.bytes_moved(torch.zeros(32768, 768, dtype=torch.bfloat16)) == 2 * 2 * 32768 * 768
+    impls = bench.implementations(torch, "1x16", True, device="cpu")
+    assert set(impls) == {"native", "torch_eager", "torch_compile"}
+    x = edge_tensor().to(torch.bfloat16)
+    assert same(impls["torch_eager"](x), impls["native"](x))
+    rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "gb_s": 2013.3, "pct_h200": 41.9,
+             "identical_to_native": 1.0, "speedup_vs_compile": 3.1}]
+    assert "native" in bench.render(rows, (32768, 768)) and "41.9%" in bench.render(rows, (32768, 768))
+
+
+# ---- JAX --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def jffi():
+    pytest.importorskip("jax")
+    if not quant.available_bindings()["jax_ffi"]:
+        pytest.skip("this build has no JAX FFI handlers (jaxlib headers not found at build time)")
+    from parallax.quant import jax_ffi
+
+    jax_ffi.register()
+    return jax_ffi
+
+
+def to_jax(x: torch.Tensor):
+    import jax.numpy as jnp
+
+    return jnp.asarray(x.float().numpy()).astype(jnp.bfloat16 if x.dtype == torch.bfloat16 else jnp.float32)
+
+
+def from_jax(a) -> torch.Tensor:
+    import jax.numpy as jnp
+
+    if a.dtype == jnp.bfloat16:
+        return torch.from_numpy(np.asarray(a.view(jnp.uint16)).copy()).view(torch.bfloat16)
+    return torch.from_numpy(np.asarray(a).copy())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("mode,sr,rht", VARIANTS)
+def test_jax_ffi_on_cpu_is_the_torch_op(jffi, mode, sr, rht, dtype):
+    import jax
+
+    x = edge_tensor().to(dtype)
+    y, codes, scales, ws = jffi.nvfp4_quantize(to_jax(x), mode, sr, 1234, rht, 99)
+    ty, tc, ts, tws = torch.ops.parallax.nvfp4_quantize(x, mode, sr, 1234, rht, 99)
+    assert same(from_jax(y), ty) and same(from_jax(codes), tc) and same(from_jax(scales), ts)
+    assert same(from_jax(ws), tws)
+    jitted = jax.jit(lambda a: jffi.nvfp4_qdq(a, mode, sr, 1234, rht, 99))
+    assert same(from_jax(jitted(to_jax(x))), ty)
+
+
+def test_jax_ffi_hadamard_fp8_and_shape_errors(jffi):
+    x = edge_tensor()
+    for dtype in (torch.float32, torch.bfloat16):
+        xd = x.to(dtype)
+        assert same(from_jax(jffi.hadamard16(to_jax(xd), 3, True)), torch.ops.parallax.hadamard16(xd, 3, True))
+        assert same(from_jax(jffi.fp8_qdq(to_jax(xd), "e5m2", 0.5)), torch.ops.parallax.fp8_qdq(xd, "e5m2", 0.5))
+    with pytest.raises(ValueError, match="multiple of 16"):
+        jffi.nvfp4_qdq(to_jax(torch.zeros(4, 24)))
+    with pytest.raises(ValueError, match="leading dimensions"):
+        jffi.nvfp4_qdq(to_jax(torch.zeros(8, 32)), "16x16")
+
+
+def test_jax_ffi_keeps_subnormals_on_the_cpu(jffi):
+    """A tensor of float subnormals: XLA's CPU threads may flush denormals; the handler must not."""
+    x = torch.tensor(np.arange(1, 16 * 32 + 1, dtype=np.uint32) * 977).view(torch.float32).reshape(16, 32)
+    assert same(from_jax(jffi.nvfp4_qdq(to_jax(x), "1x16", True, 4)), torch.ops.parallax.nvfp4_qdq(x, "1x16", True, 4))
