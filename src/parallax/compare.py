@@ -537,6 +537,32 @@ def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     return out
 
 
+def eval_deltas(cells: dict) -> list[dict]:
+    """Validation loss of each low-precision cell minus its framework's bf16 at every evaluation
+    step both have (mean over runs; the same validation batches, so the difference is paired),
+    and at the step where the bf16 validation loss is lowest: on a small corpus that is
+    trained for many epochs the training loss goes to ~0 for every recipe (memorised) and only
+    the validation loss still tells the recipes apart. No interval: a run records the mean
+    validation loss of an evaluation, not its batches."""
+    out = []
+    for (fw, rec), cell in cells.items():
+        base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION)))
+        if cell.precision == BASELINE_PRECISION or base is None:
+            continue
+        mine, theirs = cell.record.get("eval_curve"), base.record.get("eval_curve")
+        if not mine or not theirs:
+            continue
+        ours, bf16 = dict(zip(mine["step"], mine["loss"])), dict(zip(theirs["step"], theirs["loss"]))
+        steps = sorted(set(ours) & set(bf16))
+        if not steps:
+            continue
+        best = min(steps, key=lambda k: bf16[k])
+        out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "baseline": base.recipe,
+                    "steps": steps, "delta": [ours[k] - bf16[k] for k in steps],
+                    "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best]})
+    return out
+
+
 def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
     """The fastest stack (framework and recipe) at each format and what each recipe costs in loss."""
     fastest = []
@@ -653,6 +679,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "cells": [c.record for c in current.cells.values()],
         "speedups": speedup_list,
         "loss_deltas": deltas,
+        "eval_deltas": eval_deltas(current.cells),
         "conclusions": conclusions(current.cells, deltas, level),
         "problems": list(current.problems),
         "corrupt": [c.message for c in current.corrupt],

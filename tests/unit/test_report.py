@@ -325,3 +325,21 @@ def test_terminal_shows_the_table(hand):
     out = console.export_text()
     assert "1,280 (1,280–1,280)" in out and "1.250×" in out
     assert "skipped: jax fp8 flax-fp8-delayed seed 0 — fp8 needs compute capability 8.9" in out
+
+
+def test_validation_deltas_at_every_evaluation_and_at_bf16s_best(tmp_path):
+    """A memorising run: training losses equal, validation loss tells the recipes apart."""
+    def evals(values):
+        return [{"step": k, "loss": v, "perplexity": math.exp(v)} for k, v in zip((3, 7, 11), values)]
+
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, evals=evals([3.5, 3.0, 3.4]))
+    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.0] * 10, evals=evals([3.6, 3.25, 3.3]))
+    record = build_comparison(tmp_path, n_boot=200)
+    [row] = record["eval_deltas"]
+    assert (row["framework"], row["recipe"], row["baseline"]) == ("torch", "te-fp8-delayed", "bf16")
+    assert row["steps"] == [3, 7, 11]
+    assert row["delta"] == pytest.approx([0.1, 0.25, -0.1])
+    assert (row["best_step"], row["best_baseline_loss"]) == (7, 3.0)
+    assert row["delta_at_best"] == pytest.approx(0.25)
+    rows = table_rows(markdown.render(record), "Validation ΔLoss vs bf16")
+    assert rows == [["torch", "te-fp8-delayed", "bf16", "+0.2500 (step 7)", "+0.1000", "+0.2500", "-0.1000"]]

@@ -21,6 +21,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _throughput(record),
         _speedups(record),
         _loss(record),
+        _eval_deltas(record),
         _flops(record),
         _not_ok(record),
         _baseline(record),
@@ -174,6 +175,23 @@ def _loss(record: dict) -> str:
     header = ["Framework", "Precision", "Final loss, mean of last steps (95% CI)",
               "ΔLoss vs bf16 (95% CI)", "Validation loss", "Perplexity"]
     return "## Loss\n\n" + table(header, rows)
+
+
+def _eval_deltas(record: dict) -> str:
+    """Validation ΔLoss against bf16 at every evaluation step (``compare.eval_deltas``)."""
+    rows = record.get("eval_deltas") or []
+    if not rows:
+        return ""
+    steps = sorted({k for r in rows for k in r["steps"]})
+    body = [[r["framework"], r["recipe"], r["baseline"], f"{f.delta(r['delta_at_best'])} (step {r['best_step']})"]
+            + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
+            for r in rows]
+    note = ("Validation loss of the recipe minus its framework's bf16 on the same validation batches "
+            "(mean over runs), at each evaluation; the first column at the step where bf16's validation "
+            "loss is lowest. No interval: runs record each evaluation's mean, not its batches.")
+    return ("## Validation ΔLoss vs bf16\n\n"
+            + table(["Framework", "Recipe", "Baseline", "At bf16's best step"] + [f"step {k}" for k in steps], body)
+            + "\n\n" + note)
 
 
 def _flops(record: dict) -> str:

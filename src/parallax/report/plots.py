@@ -79,7 +79,8 @@ def _bars(ax, cells: list[dict], values: list[float], title: str, ylabel: str, e
 def _throughput(record: dict, ax) -> None:
     cells = [c for c in record["cells"] if c.get("tokens_per_s")]
     if not cells:
-        return _empty(ax, "no finished runs")
+        shared = any(n.startswith("throughput not measured") for c in record["cells"] for n in c.get("notes") or [])
+        return _empty(ax, "throughput not measured: the runs shared the device" if shared else "no finished runs")
     values = [c["tokens_per_s"]["value"] for c in cells]
     lower = [v - c["tokens_per_s"]["ci"][0] for v, c in zip(values, cells)]
     upper = [c["tokens_per_s"]["ci"][1] - v for v, c in zip(values, cells)]
