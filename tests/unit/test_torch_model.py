@@ -332,3 +332,13 @@ def test_a_failing_cudnn_version_check_does_not_lose_the_run(monkeypatch):
                                     "bundled with cuDNN.")
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
     assert cudnn_version(torch) == 91900
+
+
+def test_the_attention_probe_records_why_earlier_backends_refused():
+    """On the H200 the TE fp8 cells ran flash where the others ran cuDNN; the record must say why."""
+    from parallax.engines.torch.engine import probe_attention
+
+    refused = {}
+    chosen = probe_attention(torch, torch.device("cpu"), torch.float32, get_preset("tiny"), 16, refused)
+    assert chosen == "FLASH_ATTENTION"  # torch's CPU flash kernel; cuDNN has none on the CPU
+    assert list(refused) == ["cudnn"] and refused["cudnn"]

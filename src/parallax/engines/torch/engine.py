@@ -82,25 +82,34 @@ def resolve_device(torch, spec: str):
     raise ParallaxError(f"unknown --device '{spec}'; choose auto, cpu, cuda or cuda:N")
 
 
-def probe_attention(torch, device, dtype, model: ModelConfig, seq_len: int) -> str:
+def probe_attention(torch, device, dtype, model: ModelConfig, seq_len: int, refused: dict | None = None) -> str:
     """The first backend of ATTENTION_ORDER that runs causal SDPA forward and backward at the
-    run's head count, head size, sequence length and dtype, in the model's [B, S, H, hd] view."""
+    run's head count, head size, sequence length and dtype, in the model's [B, S, H, hd] view.
+    ``refused`` (when given) receives each earlier backend's reason, for the run's record."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for name in ATTENTION_ORDER:
         x = torch.randn(1, seq_len, model.n_heads, model.head_dim, device=device, dtype=dtype)
         x = x.transpose(1, 2).requires_grad_(True)
-        try:
-            with warnings.catch_warnings(), sdpa_kernel([getattr(SDPBackend, name)]):
-                warnings.simplefilter("ignore")  # each refusing backend warns why
-                F.scaled_dot_product_attention(x, x, x, is_causal=True).float().sum().backward()
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
-            return name
-        except RuntimeError:
-            continue
+        with warnings.catch_warnings(record=True) as said:  # a refusing backend warns why
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel([getattr(SDPBackend, name)]):
+                    F.scaled_dot_product_attention(x, x, x, is_causal=True).float().sum().backward()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                return name
+            except RuntimeError as exc:
+                if refused is not None:
+                    refused[ATTENTION_NAMES[name]] = _refusal(exc, said)
     raise ParallaxError(f"no scaled-dot-product-attention backend runs on {device}; check the torch install")
+
+
+def _refusal(exc: RuntimeError, said: list) -> str:
+    """Why a backend refused: its own warnings (torch says there what did not fit), else the error."""
+    lines = [str(w.message).strip().splitlines()[0] for w in said if str(w.message).strip()]
+    return "; ".join(lines[:3])[:400] or (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
 
 
 def attention_context(attention: str):
@@ -304,10 +313,12 @@ class TorchEngine(Engine):
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
         precision = for_recipe(torch, recipe, device, run)
-        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
+        refused: dict[str, str] = {}
+        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len, refused)
         return Plan(recipe=recipe, precision=precision.info, device=str(device),
                     attention=ATTENTION_NAMES[attention],
-                    handles={"device": device, "precision": precision, "attention": attention})
+                    handles={"device": device, "precision": precision, "attention": attention,
+                             "attention_refused": refused})
 
     def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
         torch = import_torch()
@@ -323,7 +334,7 @@ class TorchEngine(Engine):
         return EngineOutput(
             steps=loop.records,
             precision=precision.info,
-            framework=framework_info(torch, trainer),
+            framework={**framework_info(torch, trainer), "attention_refused": plan.handles.get("attention_refused")},
             timing_method=TIMING_METHOD_CUDA if cuda else TIMING_METHOD_HOST,
             compile_s=loop.compile_s,
             peak_allocated_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
