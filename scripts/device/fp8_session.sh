@@ -11,9 +11,9 @@
 #
 #   1. TransformerEngine's torch extension builds in the background (.carry/gpu, ~2 min) while
 #      `pip install -e .` runs;
-#   2. convergence (CONV_STEPS, default 1000 steps, eval every 100) of every recipe, 3 cells at
-#      once on the GPU (benchmark --concurrent 3: loss only, no throughput), JAX cells first so
-#      that the TE cells start after TE is built; beside it the fp8 GPU tests and check-env;
+#   2. the JAX fp8 GPU tests during the build; then convergence (CONV_STEPS, default 1000 steps,
+#      eval every 100) of every fp8 recipe and bf16, 4 cells at once on the GPU (benchmark
+#      --concurrent 4: loss only, no throughput), beside the torch fp8 GPU tests and check-env;
 #   3. the throughput matrix, alone on the GPU: every recipe, REPEATS (3) repeats, 60 steps;
 #   4. profiles of one step of the recipes that miss their targets (scripts/device/profile_step.py),
 #      and TE eager against TE with its blocks in CUDA graphs (scripts/device/te_graphs.py);
@@ -83,14 +83,16 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --fo
 part install 240 python3 -m pip install -q --no-build-isolation --no-deps -e .
 export PYTHONPATH=/tmp/carry-site${PYTHONPATH:+:$PYTHONPATH}
 
-# 2. convergence (loss only) beside the GPU tests
-part convergence 560 "${BENCH[@]}" --frameworks jax,torch --recipes "$CONV" --steps "${CONV_STEPS:-1000}" \
-    --warmup 20 --eval-every 100 --eval-batches 8 --data "$DATA" --epochs 40 --concurrent 3 \
-    --timeout-per-run 420 --output-dir "$E/convergence/bench" --resume --report &
-CONV_PID=$!
+# 2. the JAX fp8 GPU tests while TE builds; then convergence (loss only) beside the torch GPU tests.
+# The convergence waits for TE: a TE cell started before the build ends fails (seen 2026-12-01).
 part gputests-jax 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_jax_fp8_gpu.py
 while [[ ! -f $E/te.ready ]] && (($(left) > 60)); do sleep 2; done
-log "TE ready: $(grep -c . "$E/carry.log") lines of carry.log; $(tail -n 1 "$E/carry.log")"
+log "TE ready: $(tail -n 1 "$E/carry.log")"
+# 5 evaluation batches of 32: the sample's validation split holds 187 sequences of 1,025 tokens.
+part convergence 600 "${BENCH[@]}" --frameworks jax,torch --recipes "$CONV" --steps "${CONV_STEPS:-1000}" \
+    --warmup 20 --eval-every 100 --eval-batches 5 --data "$DATA" --epochs 40 --concurrent 4 \
+    --timeout-per-run 560 --output-dir "$E/convergence/bench" --resume --report &
+CONV_PID=$!
 part checkenv 120 bash -c "python3 -m parallax check-env && python3 -m parallax check-env --json > $E/checkenv/check_env.json"
 part gputests-torch 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py
 wait $CONV_PID
