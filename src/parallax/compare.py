@@ -537,13 +537,14 @@ def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     return out
 
 
-def eval_deltas(cells: dict) -> list[dict]:
+def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     """Validation loss of each low-precision cell minus its framework's bf16 at every evaluation
-    step both have (mean over runs; the same validation batches, so the difference is paired),
-    and at the step where the bf16 validation loss is lowest: on a small corpus that is
+    step both have, and at the step where the bf16 validation loss is lowest: on a small corpus
     trained for many epochs the training loss goes to ~0 for every recipe (memorised) and only
-    the validation loss still tells the recipes apart. No interval: a run records the mean
-    validation loss of an evaluation, not its batches."""
+    the validation loss still tells the recipes apart. Every recipe sees the same validation
+    batches, so where runs recorded each batch's loss (and share a seed) the difference is
+    paired batch by batch and its interval bootstraps those differences; otherwise the means
+    are compared, with no interval."""
     out = []
     for (fw, rec), cell in cells.items():
         base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION)))
@@ -557,10 +558,45 @@ def eval_deltas(cells: dict) -> list[dict]:
         if not steps:
             continue
         best = min(steps, key=lambda k: bf16[k])
+        paired = _paired_batch_differences(cell, base)
+        cis = [_batch_ci(paired.get(k), n_boot, level, _cell_seed(fw, rec, "eval", str(k))) for k in steps]
         out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "baseline": base.recipe,
-                    "steps": steps, "delta": [ours[k] - bf16[k] for k in steps],
-                    "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best]})
+                    "steps": steps, "delta": [ours[k] - bf16[k] for k in steps], "ci": cis,
+                    "batches": len(paired.get(best, [])) or None,
+                    "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best],
+                    "ci_at_best": cis[steps.index(best)]})
     return out
+
+
+def _batch_losses(cell: CellData) -> dict:
+    """{(seed, step): [each run's batch losses]} of a cell's ok runs that recorded them."""
+    found: dict = {}
+    for r in cell.ok:
+        for e in r.run.get("eval") or []:
+            if e.get("batch_losses"):
+                found.setdefault((r.config.get("seed", 0), int(e["step"])), []).append(e["batch_losses"])
+    return found
+
+
+def _paired_batch_differences(a: CellData, b: CellData) -> dict:
+    """{step: the batch-by-batch differences a − b, pooled over the seeds both ran}."""
+    ours, theirs = _batch_losses(a), _batch_losses(b)
+    out: dict = {}
+    for key in sorted(set(ours) & set(theirs)):
+        mine, base = np.mean(ours[key], axis=0), np.mean(theirs[key], axis=0)
+        if mine.shape == base.shape:
+            out.setdefault(key[1], []).extend((mine - base).tolist())
+    return out
+
+
+def _batch_ci(diffs, n_boot: int, level: float, seed: int) -> list[float] | None:
+    """Percentile bootstrap interval of the mean of paired batch differences (two or more)."""
+    if not diffs or len(diffs) < 2:
+        return None
+    values = np.asarray(diffs, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    reps = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
+    return list(stats.percentile_ci(reps, level))
 
 
 def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
@@ -679,7 +715,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "cells": [c.record for c in current.cells.values()],
         "speedups": speedup_list,
         "loss_deltas": deltas,
-        "eval_deltas": eval_deltas(current.cells),
+        "eval_deltas": eval_deltas(current.cells, n_boot, level),
         "conclusions": conclusions(current.cells, deltas, level),
         "problems": list(current.problems),
         "corrupt": [c.message for c in current.corrupt],

@@ -17,7 +17,7 @@
   flops         every FLOPs accounting with TFLOP/s and MFU against every denominator
   memory        peak_allocated_bytes, peak_reserved_bytes
   loss          first, final, final_smoothed
-  eval          [{step, loss, perplexity}]
+  eval          [{step, loss, perplexity, batch_losses}] (loss: the mean of the batches' losses)
   started_at, finished_at (ISO 8601, UTC)
 
 ``steps.jsonl`` holds one object per step: step, loss, step_ms, lr, measured (False during

@@ -189,7 +189,8 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
             "final_smoothed": smoothed_final(losses),
         },
         "eval": [
-            {"step": e.step, "loss": e.loss, "perplexity": perplexity(e.loss)} for e in out.evals
+            {"step": e.step, "loss": e.loss, "perplexity": perplexity(e.loss), "batch_losses": e.batch_losses}
+            for e in out.evals
         ],
         "per_step": {
             "step_ms": [s.step_ms for s in out.steps],

@@ -246,6 +246,7 @@ def test_train_records_every_step_and_the_timing_overhead():
     assert all(s.grad_norm > 0 for s in out.steps)
     assert out.steps[0].loss == pytest.approx(np.log(TINY.vocab_size), abs=0.1)
     assert [e.step for e in out.evals] == [4]
+    assert len(out.evals[0].batch_losses) == 1 and out.evals[0].loss == out.evals[0].batch_losses[0]
     assert out.framework["attention_backend"] == "xla" and out.framework["name"] == "jax"
     assert out.precision.precision == "bf16"
     # compile_s is compilation plus the first step, as the torch engine reports it

@@ -341,5 +341,21 @@ def test_validation_deltas_at_every_evaluation_and_at_bf16s_best(tmp_path):
     assert row["delta"] == pytest.approx([0.1, 0.25, -0.1])
     assert (row["best_step"], row["best_baseline_loss"]) == (7, 3.0)
     assert row["delta_at_best"] == pytest.approx(0.25)
+    assert row["ci"] == [None, None, None]  # these runs recorded means only
     rows = table_rows(markdown.render(record), "Validation ΔLoss vs bf16")
     assert rows == [["torch", "te-fp8-delayed", "bf16", "+0.2500 (step 7)", "+0.1000", "+0.2500", "-0.1000"]]
+
+
+def test_validation_deltas_pair_batch_losses_for_an_interval(tmp_path):
+    def evals(batches):
+        return [{"step": 9, "loss": float(np.mean(batches)), "perplexity": 1.0, "batch_losses": batches}]
+
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, evals=evals([3.0, 3.2, 3.4, 3.6]))
+    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.0] * 10, evals=evals([3.1, 3.3, 3.5, 3.9]))
+    [row] = build_comparison(tmp_path, n_boot=2000)["eval_deltas"]
+    assert row["delta_at_best"] == pytest.approx(0.15) and row["batches"] == 4
+    low, high = row["ci_at_best"]
+    # the paired differences are 0.1, 0.1, 0.1, 0.3: every resample's mean lies in [0.1, 0.3]
+    assert 0.1 - 1e-9 <= low < 0.15 < high <= 0.3 + 1e-9
+    text = markdown.render(build_comparison(tmp_path, n_boot=2000))
+    assert "paired differences of the 4 validation batches" in text

@@ -233,6 +233,8 @@ def test_engine_train_records_every_step_and_evaluates_on_schedule():
     assert all(s.step_ms > 0 and math.isfinite(s.loss) and s.grad_norm > 0 for s in out.steps)
     assert [s.lr for s in out.steps] == [pytest.approx(float(lr_at(k, run.optim, run.steps))) for k in range(5)]
     assert [e.step for e in out.evals] == [1, 3, 4]
+    for e in out.evals:  # each validation batch's loss, and their mean
+        assert len(e.batch_losses) == 2 and e.loss == pytest.approx(sum(e.batch_losses) / 2)
     assert [p for p in progress if p[0] == "step"] == [("step", k) for k in range(5)]
     assert ("phase", "training") in progress
     assert out.framework["attention_backend"] in ("flash", "math")

@@ -46,7 +46,7 @@ class FakeEngine(Engine):
         steps = [StepRecord(k, loss, ms, 1e-4, self.grad_norm, self.bad_layers.get(k))
                  for k, (loss, ms) in enumerate(zip(losses, self.step_ms))]
         return EngineOutput(steps=steps, precision=BF16, framework={"name": "fake", "device": "cpu"},
-                            timing_method="fake", compile_s=1.5, evals=[EvalRecord(len(steps) - 1, 4.0)])
+                            timing_method="fake", compile_s=1.5, evals=[EvalRecord.of(len(steps) - 1, [3.5, 4.5])])
 
     def reference_trainer(self, run, weights, compute_dtype, device):
         raise NotImplementedError
@@ -93,7 +93,7 @@ def test_result_statistics_use_only_the_measured_steps(tmp_path, use_engine):
     assert spec["tflops"] == pytest.approx(32 / 0.025 * spec["flops_per_token"] / 1e12)
     assert spec["mfu_precision_peak"] is None  # a CPU run has no honest peak
     assert result["loss"]["first"] == 5.0 and result["loss"]["final"] == pytest.approx(4.5)
-    assert result["eval"] == [{"step": 5, "loss": 4.0, "perplexity": pytest.approx(math.exp(4.0))}]
+    assert result["eval"] == [{"step": 5, "loss": 4.0, "perplexity": pytest.approx(math.exp(4.0)), "batch_losses": [3.5, 4.5]}]
 
 
 def test_all_zero_gradients_are_a_failed_run_with_its_measurements_kept(tmp_path, use_engine):

@@ -83,7 +83,12 @@ class StepRecord:
 @dataclass
 class EvalRecord:
     step: int
-    loss: float
+    loss: float  # the mean over the validation batches
+    batch_losses: list[float] = field(default_factory=list)  # each batch's, for paired intervals
+
+    @classmethod
+    def of(cls, step: int, batch_losses: list[float]) -> "EvalRecord":
+        return cls(step, float(sum(batch_losses) / len(batch_losses)), [float(x) for x in batch_losses])
 
 
 @dataclass

@@ -183,14 +183,20 @@ def _eval_deltas(record: dict) -> str:
     if not rows:
         return ""
     steps = sorted({k for r in rows for k in r["steps"]})
-    body = [[r["framework"], r["recipe"], r["baseline"], f"{f.delta(r['delta_at_best'])} (step {r['best_step']})"]
+    body = [[r["framework"], r["recipe"], r["baseline"],
+             f"{f.value_ci(r['delta_at_best'], r.get('ci_at_best'), f.delta)} (step {r['best_step']})"]
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
+    batches = sorted({r["batches"] for r in rows if r.get("batches")})
+    interval = (f"its 95% interval bootstraps the paired differences of the {', '.join(map(str, batches))} "
+                "validation batches (batch-to-batch variation only, one seed)" if batches else
+                "no interval: these runs recorded each evaluation's mean, not its batches")
     note = ("Validation loss of the recipe minus its framework's bf16 on the same validation batches "
-            "(mean over runs), at each evaluation; the first column at the step where bf16's validation "
-            "loss is lowest. No interval: runs record each evaluation's mean, not its batches.")
+            f"(mean over runs), at each evaluation; the first column at the step where bf16's validation "
+            f"loss is lowest, where {interval}.")
     return ("## Validation ΔLoss vs bf16\n\n"
-            + table(["Framework", "Recipe", "Baseline", "At bf16's best step"] + [f"step {k}" for k in steps], body)
+            + table(["Framework", "Recipe", "Baseline", "At bf16's best step (95% CI)"]
+                    + [f"step {k}" for k in steps], body)
             + "\n\n" + note)
 
 

@@ -66,7 +66,7 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
         progress.step(k, loss, step_ms)
 
     def on_pause(state) -> None:
-        evals.append(EvalRecord(records[-1].step, evaluate(state[0], state[1])))
+        evals.append(EvalRecord.of(records[-1].step, evaluate(state[0], state[1])))
 
     state = timing.timed_steps(step_fn, state, device_batches, range(run.steps),
                                on_done, lambda k: evaluate is not None and eval_due(run, k), on_pause)
@@ -124,7 +124,7 @@ def _timed_compile(step_fn, state: tuple, first: np.ndarray):
 
 
 def _evaluator(model, eval_batches: list[np.ndarray], device, params, extra):
-    """((params, extra) -> mean eval loss, compile seconds); compiled before training so that
+    """((params, extra) -> each batch's eval loss, compile seconds); compiled before training so that
     the first evaluation's time is only evaluation. (None, 0.0) without eval batches. The
     forward pass reads the recipe's extra variables (fp8 scales) and changes nothing."""
     import jax
@@ -138,8 +138,8 @@ def _evaluator(model, eval_batches: list[np.ndarray], device, params, extra):
     compiled = jax.jit(lambda p, e, b: loss_fn(model, p, b, e)).lower(params, extra, on_device[0]).compile()
     compile_s = time.perf_counter() - t0
 
-    def evaluate(p, e) -> float:
-        return float(np.mean([float(compiled(p, e, b)) for b in on_device]))
+    def evaluate(p, e) -> list[float]:
+        return [float(compiled(p, e, b)) for b in on_device]
 
     return evaluate, compile_s
 

@@ -193,10 +193,15 @@ class Trainer:
         watched = [norms[i] for i, _ in self.quantized]
         return torch.stack([loss.detach().float(), grad_norm.float(), *(n.float() for n in watched)])
 
-    def eval_loss(self, batches) -> float:
+    def eval_losses(self, batches) -> list[float]:
+        """The loss of each validation batch (one device-to-host copy for all)."""
         with self.torch.no_grad():
             losses = [self.loss(b).float() for b in batches]
-        return float(self.torch.stack(losses).mean().item())
+        return self.torch.stack(losses).tolist()
+
+    def eval_loss(self, batches) -> float:
+        losses = self.eval_losses(batches)
+        return float(sum(losses) / len(losses))
 
     def lr(self, step: int) -> float:
         return float(lr_at(step, self.run.optim, self.run.steps))
@@ -275,7 +280,7 @@ class TrainLoop:
             if eval_set and eval_due(run, step):
                 self._finish(pending)
                 pending = None
-                self.evals.append(EvalRecord(step, trainer.eval_loss(eval_set)))
+                self.evals.append(EvalRecord.of(step, trainer.eval_losses(eval_set)))
                 previous = clock.mark()  # evaluation is no part of the next step's time
         self._finish(pending)
 
