@@ -52,10 +52,12 @@ def test_summary_reports_counts_and_speed(prepared, tmp_path, capsys):
     (["data", "prepare", "--out", "{tmp}/o"], "no corpus given"),
     (["data", "prepare", "{tmp}/missing.txt", "--out", "{tmp}/o"], "missing.txt: no such file or directory"),
     (["data", "prepare", "{tmp}/empty.txt", "--out", "{tmp}/o"], "empty.txt: empty file"),
-    (["data", "prepare", str(V2), "--out", "{tmp}/o", "--tokenizer", "{tmp}/none.json"], "none.json: no such file"),
-    (["data", "prepare", str(V2), "--out", "{tmp}/o", "--vocab-size", "70000"], "--vocab-size must be in [2, 65536]"),
+    (["data", "prepare", "{tmp}/corpus.txt", "--out", "{tmp}/o", "--tokenizer", "{tmp}/none.json"],
+     "none.json: no such file"),
+    (["data", "prepare", "{tmp}/corpus.txt", "--out", "{tmp}/o", "--vocab-size", "70000"],
+     "--vocab-size must be in [2, 65536]"),
     (["data", "prepare", "--hf", "--valid", "x.txt", "--out", "{tmp}/o"], "with --hf the dataset's validation split"),
-    (["data", "prepare", str(V2)], "Missing option '--out'"),
+    (["data", "prepare", "{tmp}/corpus.txt"], "Missing option '--out'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
     (tmp_path / "empty.txt").write_text("")
