@@ -374,3 +374,31 @@ def test_cli_without_te_on_the_cpu_says_the_gpu_first(tmp_path):
         "parallax: error: recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability 8.9+; "
         "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_the_engine_trains_the_te_model_through_the_hooks(te_standins, fake_te):
+    """The engine's path for a recipe with its own model (build, convert, context, guard), on
+    the CPU with the stand-ins and te-bf16's hooks: the plan is made by hand, since the engine
+    refuses TE recipes on the CPU."""
+    import jax as _jax
+
+    from fixtures.batches import RepeatedBatch
+    from parallax.config import OptimConfig
+    from parallax.data.synthetic import synthetic_batch
+    from parallax.engines.base import NullProgress, Plan
+    from parallax.engines.jax.training import train
+    from parallax.precision.jax.select import on_device
+
+    recipe = registry.get("jax", "te-bf16")
+    precision = on_device(for_recipe(recipe, recipe.load_hooks()), "cpu")
+    device = _jax.devices("cpu")[0]
+    run = RunConfig(framework="jax", recipe="te-bf16", precision=None, model="tiny", batch_size=2, seq_len=32,
+                    steps=6, warmup=1, device="cpu", optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+    plan = Plan(recipe=recipe, precision=precision.info, device="cpu:0",
+                handles={"device": device, "precision": precision})
+    batch = synthetic_batch(0, 0, 2, 32, TINY.vocab_size)
+    out = train(run, plan, RepeatedBatch(batch), NullProgress())
+    losses = [s.loss for s in out.steps]
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert out.extra["extra_collections"] == [] and out.extra["quantized_parameters"] == []
+    assert [c["enabled"] for c in fake_te.calls] == [False]  # the whole run in one TE context
