@@ -203,8 +203,11 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
         after = text.split(option, 1)[1]
         assert f"[default: {value}]" in after.split(" --", 1)[0], option
     assert "[default: auto]" in text
-    assert "[default: the preset's: llama-100m 32, tiny 8]" in text
-    assert "[default: the preset's: llama-100m 1024, tiny 128]" in text
+    from parallax.config import PRESET_SIZES
+
+    for field in ("batch_size", "seq_len"):  # every preset's, in table order
+        sizes = ", ".join(f"{name} {getattr(s, field)}" for name, s in PRESET_SIZES.items())
+        assert f"[default: the preset's: {sizes}]" in text, field
 
 
 def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypatch):
