@@ -31,7 +31,7 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--precision", "fp4"], "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
     (["--recipe", "te-fp9"], "unknown recipe 'te-fp9' for torch; choose one of: bf16, te-bf16, te-fp8-delayed"),
     (["--recipe", "bf16", "--precision", "fp8"], "recipe 'bf16' is bf16, not fp8; drop --precision or pick a fp8 recipe"),
-    (["--framework", "jax", "--recipe", "te-fp8-delayed"], "jax recipe 'te-fp8-delayed' is not implemented yet"),
+    (["--framework", "jax", "--precision", "nvfp4"], "jax recipe 'emulated-nvfp4' is not implemented yet"),
     (["--framework", "maxtext"], "the maxtext engine needs Python >= 3.12" if sys.version_info < (3, 12)
      else "maxtext is not installed; install it with: pip install 'slm-parallax[maxtext]'"),
     (["--synthetic", "--data", "somewhere"], "choose one of --synthetic, --data PATH and --hf"),
@@ -203,8 +203,11 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
         after = text.split(option, 1)[1]
         assert f"[default: {value}]" in after.split(" --", 1)[0], option
     assert "[default: auto]" in text
-    assert "[default: the preset's: llama-100m 32, tiny 8]" in text
-    assert "[default: the preset's: llama-100m 1024, tiny 128]" in text
+    from parallax.config import PRESET_SIZES
+
+    for field in ("batch_size", "seq_len"):  # every preset's, in table order
+        sizes = ", ".join(f"{name} {getattr(s, field)}" for name, s in PRESET_SIZES.items())
+        assert f"[default: the preset's: {sizes}]" in text, field
 
 
 def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypatch):

@@ -321,11 +321,11 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
 def test_cli_refuses_a_planned_jax_recipe_in_one_line(tmp_path, capsys):
     from parallax.cli import main
 
-    code = main(["train", "--framework", "jax", "--recipe", "te-fp8-delayed", "--model", "tiny", "--seq-len", "32",
+    code = main(["train", "--framework", "jax", "--recipe", "emulated-nvfp4", "--model", "tiny", "--seq-len", "32",
                  "--device", "cpu", "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("parallax: error: jax recipe 'te-fp8-delayed' is not implemented yet (planned: ")
+    assert err.startswith("parallax: error: jax recipe 'emulated-nvfp4' is not implemented yet (planned: ")
     assert err.count("\n") == 1
     assert not (tmp_path / "run" / "run.json").exists()
 

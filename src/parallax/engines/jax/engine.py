@@ -58,12 +58,13 @@ class JaxEngine(Engine):
             )
         hooks = recipe.load_hooks()
         set_xla_flags(hooks.xla_flags())  # before JAX starts: its details() may start it
+        hooks.prepare()
         import_jax()
         device = resolve_device(run.device)
         cc = getattr(device, "compute_capability", None)
         capability.require(recipe, device.platform, cc, getattr(device, "device_kind", ""))
         precision = for_recipe(recipe, hooks)
-        hooks.check(device)
+        hooks.check(device, run)
         precision = on_device(precision, device.platform, cc)
         return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
                     handles={"device": device, "precision": precision})

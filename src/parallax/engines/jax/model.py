@@ -132,10 +132,15 @@ class Llama(nn.Module):
         cos, sin = rope_tables(tokens.shape[1], cfg.head_dim, cfg.rope_theta)
         x = Embedding(cfg.vocab_size, cfg.d_model, self.dtype, name="tok_embeddings")(tokens)
         for i in range(cfg.n_layers):
-            x = Block(cfg, self.dtype, self.attention, self.dot_general_cls, name=f"layers_{i}")(x, cos, sin)
+            x = self.block(i)(x, cos, sin)
         x = RMSNorm(cfg.norm_eps, self.dtype, name="norm")(x)
         logits = _dense(cfg.vocab_size, self.dtype, "lm_head")(x)
         return logits.astype(jnp.float32)
+
+    def block(self, i: int) -> nn.Module:
+        """Decoder layer ``i`` (called inside ``__call__``); a model variant overrides it and
+        keeps everything around the blocks, e.g. ``te_model.TeLlama``."""
+        return Block(self.config, self.dtype, self.attention, self.dot_general_cls, name=f"layers_{i}")
 
 
 def loss_fn(model: Llama, params, batch, extra=None):

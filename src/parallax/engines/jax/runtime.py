@@ -114,8 +114,8 @@ def train_step(model, tx, watched, params, extra, opt_state, batch):
     histories of amaxes, not derivatives, and would swamp the norm.
 
     metrics = [loss before the step, params' gradient global norm before clipping, then the
-    gradient norm of each ``watched`` kernel (``quantized_kernels``)], float32, one array so
-    the host reads them with one copy.
+    gradient norm of each ``watched`` kernel (param tree paths, ``quantized_kernels``)],
+    float32, one array so the host reads them with one copy.
     """
     import jax
     import jax.numpy as jnp
@@ -128,27 +128,35 @@ def train_step(model, tx, watched, params, extra, opt_state, batch):
 
     loss, (grads, extra) = jax.value_and_grad(loss_of, argnums=(0, 1))(params, extra)
     updates, opt_state = tx.update(grads, opt_state, params)
-    norms = [optax.tree.norm(grads[layer][name]["kernel"]) for layer, name in watched]
+    norms = [optax.tree.norm(tree_at(grads, path)) for path in watched]
     metrics = jnp.stack([loss, optax.tree.norm(grads), *norms]).astype(jnp.float32)
     return optax.apply_updates(params, updates), extra, opt_state, metrics
 
 
+def tree_at(tree, path: tuple[str, ...]):
+    """The node of a nested dict at ``path`` (a tuple of keys)."""
+    for key in path:
+        tree = tree[key]
+    return tree
+
+
 def jit_train_step(model, tx, watched=()):
     """The jitted step; params, extra variables and optimizer state are donated (updated in
-    place). ``watched``: (layer, linear) kernels whose gradient norms join the metrics."""
+    place). ``watched``: param tree paths of kernels whose gradient norms join the metrics."""
     import jax
 
     return jax.jit(partial(train_step, model, tx, tuple(watched)), donate_argnums=(0, 1, 2))
 
 
-def quantized_kernels(config: ModelConfig, dot_general_cls) -> list[tuple[str, str]]:
-    """(Flax layer, linear) of every kernel a recipe's dot_general quantizes, layer by layer in
-    BLOCK_LINEARS order; none without one. The numerics guard reads their gradient norms."""
+def quantized_kernels(config: ModelConfig, dot_general_cls) -> list[tuple[str, str, str]]:
+    """The param tree path (layer, linear, "kernel") of every kernel a recipe's dot_general
+    quantizes, layer by layer in BLOCK_LINEARS order; none without one. The numerics guard
+    reads their gradient norms."""
     from parallax.engines.jax.model import BLOCK_LINEARS
 
     if dot_general_cls is None:
         return []
-    return [(f"layers_{i}", name) for i in range(config.n_layers) for name in BLOCK_LINEARS]
+    return [(f"layers_{i}", name, "kernel") for i in range(config.n_layers) for name in BLOCK_LINEARS]
 
 
 def init_extra(model, collections: tuple[str, ...], batch_shape: tuple[int, int], device) -> dict:
@@ -169,9 +177,10 @@ def init_extra(model, collections: tuple[str, ...], batch_shape: tuple[int, int]
 
 
 def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int, seq_len: int,
-                dot_general_cls=None):
-    """(Llama module, attention implementation, why) for this device and shape;
-    ``dot_general_cls`` (a recipe's) for the block linears."""
+                dot_general_cls=None, module=None):
+    """(Flax module, attention implementation, why) for this device and shape: the plain Llama
+    with ``dot_general_cls`` (a recipe's) in the block linears, or what ``module(config, dtype,
+    attention)`` builds (a recipe's own model, e.g. TransformerEngine's, ``JaxHooks.model``)."""
     import jax.numpy as jnp
 
     from parallax.engines.jax.model import Llama
@@ -179,5 +188,7 @@ def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int
     dtype = jnp.dtype(compute_dtype)
     shape = (batch_size, seq_len, config.n_heads, config.head_dim)
     attention, reason = choose_attention(dtype, device, shape)
+    if module is not None:
+        return module(config, dtype, attention), attention, reason
     model = Llama(config, dtype=dtype, attention=attention, dot_general_cls=dot_general_cls)
     return model, attention, reason

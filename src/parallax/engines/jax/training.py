@@ -10,15 +10,13 @@ import numpy as np
 
 from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, bad_gradients, eval_due
-from parallax.engines.jax import convert, timing
-from parallax.engines.jax.convert import to_flax
+from parallax.engines.jax import timing
 from parallax.engines.jax.runtime import (
     build_model,
     import_jax,
     init_extra,
     jit_train_step,
     make_optimizer,
-    quantized_kernels,
 )
 from parallax.schedule import lr_at
 from parallax.weights import init_weights
@@ -32,19 +30,26 @@ OVERHEAD_STEPS = 20
 
 
 def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
+    """The whole run inside the recipe's context (TE's autocast: its modules read the recipe
+    when they are initialised and traced)."""
+    with plan.handles["precision"].hooks.context():
+        return _train(run, plan, batches, progress)
+
+
+def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
     device, precision = plan.handles["device"], plan.handles["precision"]
     config, hooks = run.model_config, precision.hooks
 
     progress.phase("building the model")
     model, attention, attention_reason = build_model(
-        config, precision.compute_dtype, device, run.batch_size, run.seq_len, hooks.dot_general_cls())
-    params = jax.device_put(to_flax(init_weights(config, run.seed), config), device)
+        config, precision.compute_dtype, device, run.batch_size, run.seq_len, module=hooks.model)
+    params = jax.device_put(hooks.to_params(init_weights(config, run.seed), config), device)
     extra = init_extra(model, hooks.extra_collections(), (run.batch_size, run.seq_len), device)
     tx = make_optimizer(run.optim, run.steps)
     opt_state = jax.device_put(tx.init(params), device)  # committed where the params are
-    watched = quantized_kernels(config, hooks.dot_general_cls())
-    names = [convert.canonical_name((layer, name, "kernel")) for layer, name in watched]
+    kernels = hooks.quantized_kernels(config)
+    watched, names = [path for path, _ in kernels], [name for _, name in kernels]
     first, host_batches = _with_private_first(batches)
     device_batches = timing.device_batches(host_batches, device)
 

@@ -2,11 +2,15 @@
 parameters with XLA's own dot_general in every linear.
 
 A recipe overrides what it changes: Flax fp8 hands the block linears an fp8 ``dot_general``
-class and carries its scales and amax history as extra variables (``flax_fp8_hooks.py``).
-Methods that need JAX import it themselves, so importing a recipe module never imports JAX.
+class and carries its scales and amax history as extra variables (``flax_fp8_hooks.py``);
+TransformerEngine builds its own model, with its own parameter tree, and traces it inside
+TE's autocast (``te_hooks.py``). Methods that need JAX import it themselves, so importing a
+recipe module never imports JAX.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from parallax import hardware
 from parallax.precision.recipe import Backend
@@ -21,8 +25,13 @@ class JaxHooks:
     def __init__(self, recipe):
         self.recipe = recipe
 
-    def check(self, device) -> None:
-        """Raise ParallaxError when this recipe cannot run on ``device`` here."""
+    def prepare(self) -> None:
+        """Called once before JAX (and the recipe's library) is imported: process settings the
+        library reads when it loads."""
+
+    def check(self, device, run=None) -> None:
+        """Raise ParallaxError when this recipe cannot run on ``device`` here, or at the shapes
+        of ``run`` (a RunConfig; None where there is none)."""
 
     def native(self, platform: str, compute_capability) -> bool:
         """Native where an NVIDIA GPU has tensor cores for the format. XLA:CPU converts the
@@ -48,3 +57,34 @@ class JaxHooks:
         """Variable collections besides ``params`` the training state carries; each is
         replaced by its 'gradient' every step (Flax's OVERWRITE_WITH_GRADIENT convention)."""
         return ()
+
+    # ---- the model: the plain Llama by default; a recipe may build its own
+    def model(self, config, dtype, attention: str):
+        """The Flax module a run trains (``runtime.build_model`` calls this)."""
+        from parallax.engines.jax.model import Llama
+
+        return Llama(config, dtype=dtype, attention=attention, dot_general_cls=self.dot_general_cls())
+
+    def to_params(self, weights, config):
+        """The model's ``params`` tree (NumPy float32 leaves) from canonical weights."""
+        from parallax.engines.jax.convert import to_flax
+
+        return to_flax(weights, config)
+
+    def from_params(self, params, config) -> dict:
+        """Canonical float32 weights from the model's ``params`` tree (or its gradients)."""
+        from parallax.engines.jax.convert import from_flax
+
+        return from_flax(params)
+
+    def quantized_kernels(self, config) -> list[tuple[tuple[str, ...], str]]:
+        """(param tree path, name recorded by the numerics guard) of every quantized kernel."""
+        from parallax.engines.jax.convert import canonical_name
+        from parallax.engines.jax.runtime import quantized_kernels
+
+        return [(path, canonical_name(path)) for path in quantized_kernels(config, self.dot_general_cls())]
+
+    def context(self):
+        """Entered around building, initialising and tracing the model (a library that reads
+        its recipe from a global at trace time, as TE's autocast does, needs it there)."""
+        return contextlib.nullcontext()
