@@ -4,6 +4,7 @@ The capture itself (stand-in TE) is in test_torch_recipes.py; the real one in te
 
 from __future__ import annotations
 
+import json
 import types
 from pathlib import Path
 
@@ -126,5 +127,21 @@ def test_the_report_says_which_cells_replayed_cuda_graphs(tmp_path):
 def test_the_comparison_refuses_one_recipe_with_two_settings(tmp_path):
     write_cell(tmp_path, "torch", "te-fp8-delayed", "on", True, seed=0)
     write_cell(tmp_path, "torch", "te-fp8-delayed", "off", False, seed=1)
-    with pytest.raises(ParallaxError, match="mixes --cuda-graphs settings of torch te-fp8-delayed"):
+    with pytest.raises(ParallaxError, match=r"mixes runs of torch te-fp8-delayed with and without CUDA graphs "
+                                            r"\(--cuda-graphs\); compare them from separate directories"):
         build_comparison(tmp_path)
+
+
+def test_the_comparison_takes_what_ran_and_old_runs_as_eager(tmp_path):
+    write_cell(tmp_path, "torch", "te-fp8-delayed", "auto", True, seed=0)
+    write_cell(tmp_path, "torch", "te-fp8-delayed", "auto", False, seed=1)  # auto, but ran eager: mixed
+    with pytest.raises(ParallaxError, match="with and without CUDA graphs"):
+        build_comparison(tmp_path)
+    other = tmp_path / "old"
+    write_cell(other, "torch", "te-fp8-delayed", "off", False, seed=0)
+    write_cell(other, "torch", "te-fp8-delayed", "off", False, seed=1)
+    for run_json in (other / "runs").glob("*/run.json"):  # written before the option existed
+        data = json.loads(run_json.read_text())
+        del data["config"]["cuda_graphs"], data["framework"]["cuda_graphs"]
+        run_json.write_text(json.dumps(data))
+    assert [c["framework_info"].get("cuda_graphs") for c in build_comparison(other)["cells"]] == [None]
