@@ -16,7 +16,8 @@
 #      --concurrent 4: loss only, no throughput), beside the torch fp8 GPU tests and check-env;
 #   3. the throughput matrix, alone on the GPU: every recipe, REPEATS (3) repeats, 60 steps;
 #   4. profiles of one step of the recipes that miss their targets (scripts/device/profile_step.py),
-#      and TE eager against TE with its blocks in CUDA graphs (scripts/device/te_graphs.py);
+#      and TE eager against TE with its blocks in CUDA graphs, the engine's --cuda-graphs
+#      (scripts/device/te_graphs.py);
 #   5. the crossover presets (llama-330m, then llama-860m) with what time is left.
 #
 # Each part is bounded by the time left to the deadline (BUDGET_S from the start, default 1560 s).
@@ -108,7 +109,7 @@ for fr in ${PROFILES:-torch:te-fp8-delayed torch:te-bf16 jax:flax-fp8-direct}; d
         --out "$E/profiles"
 done
 
-# 4b. TE with its blocks in CUDA graphs: the experiment for the TE target (scripts/device/te_graphs.py)
+# 4b. TE eager against the engine's --cuda-graphs on, through its own Trainer (scripts/device/te_graphs.py)
 part tegraphs 150 env OUT="$E/tegraphs" python3 scripts/device/te_graphs.py
 
 # 5. the crossover, with what is left

@@ -51,6 +51,8 @@ def parse(argv) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=15)
     parser.add_argument("--steps", type=int, default=5, help="steps timed, then as many profiled")
     parser.add_argument("--no-compile", action="store_true", help="torch only: eager mode")
+    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                        help="torch TE recipes: replay the blocks as CUDA graphs, as the benchmark does (auto)")
     parser.add_argument("--keep-trace", action="store_true", help="also write the compressed trace")
     parser.add_argument("--out", type=Path, required=True)
     return parser.parse_args(argv)
@@ -61,7 +63,7 @@ def run_config(args) -> RunConfig:
     total = args.warmup + 2 * args.steps
     return RunConfig(framework=args.framework, precision=recipe.format, recipe=recipe.name, model=args.model,
                      batch_size=args.batch, seq_len=args.seq, steps=total, warmup=args.warmup,
-                     compile=not args.no_compile)
+                     compile=not args.no_compile, cuda_graphs=args.cuda_graphs)
 
 
 class TorchStep:
@@ -77,12 +79,13 @@ class TorchStep:
             torch.cuda.set_device(device)
         self.device = device
         self.trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention,
-                               run.compile)
+                               run.compile, cuda_graphs=plan.cuda_graphs)
         self.batches = iter(SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size))
         self.done = 0
         self.device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         self.flags = {"compile_mode": self.trainer.compile_mode or "eager",
-                      "attention": ATTENTION_NAMES[attention], "torch": torch.__version__}
+                      "attention": ATTENTION_NAMES[attention], "torch": torch.__version__,
+                      "cuda_graphs": plan.cuda_graphs}
 
     def steps(self, n: int) -> None:
         trainer = self.trainer

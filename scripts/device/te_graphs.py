@@ -1,13 +1,14 @@
-"""Does capturing TransformerEngine's blocks in CUDA graphs pay? An experiment, not a recipe yet.
+"""TransformerEngine eager against TE with its blocks in CUDA graphs, as the benchmark runs them.
 
 TE's modules run eagerly: every step launches each block's kernels from Python, and
 DelayedScaling adds its amax/scale bookkeeping on the host. Where the host is slower than the
-GPU, the step waits on launches. ``te.make_graphed_callables`` captures each block's forward and
-backward once (TE's own support for fp8 recipes inside graphs), so a step replays 12 graphs plus
-the eager embedding, head and optimizer. For te-bf16, te-fp8-delayed and te-fp8-current this
-script measures ms/step of the engine's own Trainer (llama-100m, batch 32 x 1024, synthetic
-batches) eagerly and with the blocks graphed, in one process, and writes one JSON line per case
-to OUT/te_graphs.jsonl. A case that fails records its error and the next one runs.
+GPU, the step waits on launches. ``--cuda-graphs`` (on by default for the TE recipes on a GPU)
+has the engine capture each block's forward and backward once with ``te.make_graphed_callables``
+(``TransformerEngineHooks.graph``), so a step replays 12 graphs plus the embedding, head and
+optimizer. For te-bf16, te-fp8-delayed and te-fp8-current this script builds the engine's own
+Trainer through ``TorchEngine.check`` with ``cuda_graphs`` off and on (llama-100m, batch
+32 x 1024, synthetic batches), measures ms/step in one process, and writes one JSON line per
+case to OUT/te_graphs.jsonl. A case that fails records its error and the next one runs.
 
     python3 scripts/device/te_graphs.py            # on the H200, TE carried (.carry/gpu)
 """
@@ -22,61 +23,23 @@ import time
 import traceback
 
 
-def build(recipe_name: str):
-    import torch
-
+def build(recipe_name: str, graphs: bool):
+    """The Trainer that ``parallax train --recipe NAME --cuda-graphs on|off`` runs: the plan of the
+    engine's check (device, recipe, attention, the graphs decision) and the capture inside Trainer."""
     from parallax.config import RunConfig
-    from parallax.engines.torch.engine import Trainer, probe_attention, resolve_device
+    from parallax.engines.torch.engine import Trainer, TorchEngine
     from parallax.precision import registry
-    from parallax.precision.torch.select import for_recipe
     from parallax.weights import init_weights
 
     recipe = registry.get("torch", recipe_name)
     run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20,
-                    precision=recipe.format, recipe=recipe.name)
-    device = resolve_device(torch, "cuda")
-    precision = for_recipe(torch, recipe, device)
-    attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len)
-    return Trainer(run, init_weights(run.model_config, 0), precision, device, attention, True), run
-
-
-def graph_blocks(trainer, run) -> None:
-    """Replace the TE model's forward by one whose blocks are CUDA graphs (TE's capture)."""
-    import torch
-    from torch import nn
-
-    from parallax.engines.torch.engine import attention_context
-    from parallax.precision.torch.te_hooks import import_te
-
-    te, model, hooks = import_te(), trainer.model, trainer.hooks
-    seq = run.seq_len
-    cos, sin, split = model.rope_cos[:seq], model.rope_sin[:seq], model.split
-
-    class OneInput(nn.Module):  # make_graphed_callables takes tensor arguments only
-        def __init__(self, block):
-            super().__init__()
-            self.block = block
-
-        def forward(self, h):
-            return self.block(h, cos, sin, split)
-
-    blocks = tuple(OneInput(b) for b in model.layers)
-    shape = (run.batch_size, seq, run.model_config.d_model)
-    samples = tuple((torch.randn(shape, dtype=model.compute_dtype, device=trainer.device, requires_grad=True),)
-                    for _ in blocks)
-    recipe = hooks.te_recipe()
-    # captured with the attention backend the engine chose, under autocast without its weight cache
-    with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False), attention_context(trainer.attention):
-        graphed = te.make_graphed_callables(blocks, samples, num_warmup_iters=3, fp8_enabled=recipe is not None,
-                                            fp8_recipe=recipe, fp8_weight_caching=False)
-
-    def forward(tokens, targets=None):
-        h = model.tok_embeddings(tokens).to(model.compute_dtype)
-        for block in graphed:
-            h = block(h)
-        return model.head(h, targets)
-
-    trainer.forward = forward
+                    precision=recipe.format, recipe=recipe.name, device="cuda",
+                    cuda_graphs="on" if graphs else "off").validate()
+    plan = TorchEngine().check(run)
+    h = plan.handles
+    trainer = Trainer(run, init_weights(run.model_config, 0), h["precision"], h["device"], h["attention"],
+                      run.compile, cuda_graphs=plan.cuda_graphs)
+    return trainer, run
 
 
 def measure(trainer, run, warmup: int = 10, steps: int = 30) -> dict:
@@ -110,9 +73,8 @@ def case(recipe_name: str, graphed: bool) -> dict:
     row = {"recipe": recipe_name, "blocks": "cuda-graphs (te.make_graphed_callables)" if graphed else "eager"}
     try:
         torch.cuda.reset_peak_memory_stats()
-        trainer, run = build(recipe_name)
-        if graphed:
-            graph_blocks(trainer, run)
+        trainer, run = build(recipe_name, graphed)
+        row["graph_capture_s"] = None if trainer.graph_capture_s is None else round(trainer.graph_capture_s, 1)
         row.update(measure(trainer, run))
     except Exception as exc:  # one case's failure is a result; the next case runs
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"

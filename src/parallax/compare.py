@@ -50,7 +50,7 @@ SMOOTH_WINDOW = 10
 BASELINE_FRAMEWORK = "torch"
 BASELINE_PRECISION = "bf16"
 DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
-PER_CELL = CELL_FIELDS + ("compile",)
+PER_CELL = CELL_FIELDS + ("compile", "cuda_graphs")
 CONFIG_KEYS = ("framework", "precision", "batch_size", "seq_len", "model")  # what grouping and rates need
 
 
@@ -196,16 +196,25 @@ def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
     """The configuration common to every run; ParallaxError when runs disagree.
 
     ``compile`` may differ between frameworks (JAX always compiles; --no-compile is torch's)
-    but not within one: ``compiled`` maps each framework to its setting."""
-    configs, compiled = {}, {}
+    but not within one: ``compiled`` maps each framework to its setting. Whether the blocks
+    replayed CUDA graphs (``framework.cuda_graphs`` of the runs that got that far; absent in
+    runs from before the option, which were eager) may differ between recipes but not within one."""
+    configs, compiled, graphs = {}, {}, {}
     for r in runs:
         key = json.dumps({k: v for k, v in r.config.items() if k not in PER_CELL}, sort_keys=True)
         configs.setdefault(key, r.run_dir)
         compiled.setdefault(r.config["framework"], set()).add(r.config.get("compile"))
+        if isinstance(r.run.get("framework"), dict):
+            cell = f"{r.config['framework']} {r.config.get('recipe')}"
+            graphs.setdefault(cell, set()).add(bool(r.run["framework"].get("cuda_graphs", False)))
     mixed = [fw for fw, values in compiled.items() if len(values) > 1]
     if mixed:
         raise ParallaxError(f"{results_dir} mixes compiled and eager runs of {mixed[0]}; "
                             "compare them from separate directories")
+    mixed = [cell for cell, values in graphs.items() if len(values) > 1]
+    if mixed:
+        raise ParallaxError(f"{results_dir} mixes runs of {mixed[0]} with and without CUDA graphs "
+                            "(--cuda-graphs); compare them from separate directories")
     if len(configs) > 1:
         (a, dir_a), (b, dir_b) = list(configs.items())[:2]
         diff = [k for k in json.loads(a) if json.loads(a)[k] != json.loads(b).get(k)]

@@ -87,6 +87,12 @@ AUTO_MODEL = "auto"
 DEFAULT_MODEL = AUTO_MODEL
 GPU_MODEL, CPU_MODEL = "llama-100m", "tiny"
 
+# ``RunConfig.cuda_graphs``: whether the torch engine captures the model's blocks in CUDA graphs
+# (``engines/torch/engine.py`` decides in ``check``). "auto": where the recipe supports it (the
+# TransformerEngine recipes, ``Recipe.cuda_graphs``) on a CUDA device; "on": that, or an error;
+# "off": never.
+CUDA_GRAPHS = ("auto", "on", "off")
+
 
 @dataclass(frozen=True)
 class PresetSizes:
@@ -179,6 +185,7 @@ class RunConfig:
     eval_batches: int = 8
     epochs: float | None = None  # passes over the training tokens allowed; None: at most one
     compile: bool = True
+    cuda_graphs: str = "auto"  # one of CUDA_GRAPHS
     device: str = "auto"
     output_dir: str = "runs/latest"
     peak_tflops: float | None = None
@@ -254,6 +261,8 @@ class RunConfig:
                                 "(to skip evaluation, use --eval-every 0)")
         if self.epochs is not None and self.epochs <= 0:
             raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
         return self.replace(precision=recipe.format, recipe=recipe.name)

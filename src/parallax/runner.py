@@ -157,8 +157,13 @@ class Matrix:
 
     def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
         compile_ = self.base.compile or cell.framework not in EAGER_FRAMEWORKS
+        # --cuda-graphs on requires graphs of the cells whose recipe can capture them; the
+        # others (plain torch, torchao, JAX) have none and run without, as JAX ignores --no-compile.
+        graphs = self.base.cuda_graphs
+        if graphs == "on" and not registry.get(cell.framework, cell.recipe).cuda_graphs:
+            graphs = "off"
         return self.base.replace(framework=cell.framework, precision=cell.precision, recipe=cell.recipe,
-                                 seed=cell.seed, output_dir=str(run_dir), compile=compile_)
+                                 seed=cell.seed, output_dir=str(run_dir), compile=compile_, cuda_graphs=graphs)
 
     def to_dict(self) -> dict:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}

@@ -46,6 +46,7 @@ def fake_trainer(monkeypatch):
     (["--repeats", "0"], "--repeats must be at least 1, got 0"),
     (["--timeout-per-run", "0"], "--timeout-per-run must be positive"),
     (["--steps", "2", "--warmup", "2"], "--steps (2) must be greater than --warmup (2)"),
+    (["--cuda-graphs", "yes"], "Invalid value for '--cuda-graphs': 'yes' is not one of 'auto', 'on', 'off'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, message):
     argv = ["benchmark", *TINY, "--output-dir", str(tmp_path / "out"), *args]
@@ -69,6 +70,19 @@ def test_benchmark_with_report(tmp_path, capsys, fake_trainer):
         assert (out / name).exists(), name
     report = (out / "report.md").read_text()
     assert "| jax | fp8 flax-fp8-delayed | skipped |" in report and "![Throughput (95% CI)](plots/throughput.png)" in report
+
+
+@pytest.mark.parametrize("value", ["auto", "on", "off"])
+def test_cuda_graphs_is_part_of_the_matrix_and_of_each_cells_config(tmp_path, capsys, fake_trainer, value):
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--frameworks", "torch,jax", "--precisions", "bf16,fp8",
+                 "--output-dir", str(out), "--cuda-graphs", value]) == 0
+    assert json.loads((out / "matrix.json").read_text())["run"]["cuda_graphs"] == value
+    cells = {p.name: json.loads((p / "run.json").read_text())["config"]["cuda_graphs"]
+             for p in (out / "runs").iterdir()}
+    without = "off" if value == "on" else value  # the cells whose recipe has no capture
+    assert cells == {"torch-bf16-seed0-rep0": without, "torch-te-fp8-delayed-seed0-rep0": value,
+                     "jax-bf16-seed0-rep0": without, "jax-flax-fp8-delayed-seed0-rep0": without}
 
 
 def test_a_crashed_cell_makes_exit_1_and_the_rest_still_runs(tmp_path, capsys, fake_trainer):

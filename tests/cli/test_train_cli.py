@@ -208,6 +208,7 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
     for field in ("batch_size", "seq_len"):  # every preset's, in table order
         sizes = ", ".join(f"{name} {getattr(s, field)}" for name, s in PRESET_SIZES.items())
         assert f"[default: the preset's: {sizes}]" in text, field
+    assert "--cuda-graphs [auto|on|off]" in text and f"[default: {d.cuda_graphs}]" in text.split("--cuda-graphs", 1)[1]
 
 
 def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypatch):
@@ -228,3 +229,40 @@ def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypa
     assert "--tokenizer-sample-mb" not in captured.err
     run = results.load_run(out)
     assert run["status"] == "ok" and run["config"]["data"] == str(SUBSET)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--recipe", "bf16"], "--cuda-graphs on: recipe 'bf16' has no CUDA-graph capture (only te-bf16, "
+                           "te-fp8-delayed, te-fp8-current have); use --cuda-graphs auto or off"),
+    (["--recipe", "torchao-fp8-tensorwise"], "--cuda-graphs on: recipe 'torchao-fp8-tensorwise' has no "
+                                             "CUDA-graph capture (only te-bf16, te-fp8-delayed, te-fp8-current "
+                                             "have); use --cuda-graphs auto or off"),
+    (["--recipe", "te-bf16"], "--cuda-graphs on needs a CUDA GPU; this run is on cpu; use --cuda-graphs auto or "
+                              "off, or --device cuda"),
+])
+def test_cuda_graphs_on_without_capture_is_one_line_exit_2(tmp_path, capsys, args, message):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    code = main(["train", *TINY, "--steps", "3", "--warmup", "1", "--output-dir", str(out), "--cuda-graphs", "on",
+                 *args])
+    assert code == 2
+    assert one_error_line(capsys) == f"parallax: error: {message}"
+    assert not (out / "run.json").exists()
+
+
+def test_cuda_graphs_on_is_refused_by_the_jax_engine(tmp_path, capsys):
+    pytest.importorskip("jax")
+    out = tmp_path / "run"
+    code = main(["train", "--framework", "jax", "--model", "tiny", "--batch-size", "2", "--seq-len", "16",
+                 "--device", "cpu", "--steps", "3", "--warmup", "1", "--output-dir", str(out), "--cuda-graphs", "on"])
+    assert code == 2
+    assert one_error_line(capsys) == (
+        "parallax: error: --cuda-graphs on is for the torch engine's TransformerEngine recipes; XLA already runs "
+        "the JAX step as whole-step compiled executables; use --cuda-graphs auto or off")
+    assert not (out / "run.json").exists()
+
+
+def test_cuda_graphs_takes_auto_on_or_off(tmp_path, capsys):
+    code = main(["train", *TINY, "--output-dir", str(tmp_path / "run"), "--cuda-graphs", "sometimes"])
+    assert code == 2
+    assert "Invalid value for '--cuda-graphs': 'sometimes' is not one of 'auto', 'on', 'off'" in capsys.readouterr().err

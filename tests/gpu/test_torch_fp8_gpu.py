@@ -124,3 +124,89 @@ def test_te_fp8_refuses_a_token_count_off_the_multiple_of_8():
     run = recipe_run("te-fp8-delayed", batch_size=3, seq_len=10)
     with pytest.raises(ParallaxError, match="batch·seq divisible by 8"):
         TorchEngine().check(run)
+
+
+# ---- CUDA graphs of the TE blocks (--cuda-graphs): the same training as the eager blocks
+
+GRAPH_RECIPES = ("te-bf16", "te-fp8-delayed")
+# Tolerances. A replay launches the kernels that the eager blocks launch, on the same inputs, so
+# the first loss (a forward of the same weights) agrees to float32 rounding of the mean; we allow
+# 1e-3 nats in case cuBLASLt picks another algorithm during capture (a bf16-rounding difference
+# per element averages far below that over 1024 tokens). Later steps also carry the backward's
+# non-deterministic reductions (attention dQ, split-K weight gradients: bf16-level noise, also
+# between two eager runs) through the updates, so they get 1e-2 nats: still a tenth of what a
+# real capture bug would cost here: on one batch repeated, stale fp8 weights or a graph that
+# reads stale inputs leave the loss where step 0 had it, while the eager run's falls by several
+# hundredths of a nat per step or more at lr 3e-3 (the test asserts it does).
+FIRST_LOSS_TOL, LOSS_TOL = 1e-3, 1e-2
+SCALE_RTOL = 5e-2  # fp8 scales come from amaxes of those same tensors (gradients included)
+
+
+def graph_trainer(name: str, graphs: bool, weights):
+    run = recipe_run(name, cuda_graphs="on" if graphs else "off", batch_size=8, seq_len=128)
+    plan = TorchEngine().check(run)
+    assert plan.cuda_graphs is graphs
+    h = plan.handles
+    return Trainer(run, weights, h["precision"], h["device"], h["attention"], run.compile,
+                   cuda_graphs=plan.cuda_graphs)
+
+
+def fp8_scales(trainer) -> dict[str, torch.Tensor]:
+    """DelayedScaling's forward and backward scales of every TE module (TE's fp8_meta)."""
+    return {f"{name}.{key}": module.fp8_meta[key].scale.detach().clone()
+            for name, module in trainer.model.named_modules() if hasattr(module, "fp8_meta")
+            for key in ("scaling_fwd", "scaling_bwd") if key in module.fp8_meta}
+
+
+@pytest.mark.parametrize("name", GRAPH_RECIPES)
+def test_cuda_graphs_train_as_the_eager_blocks_from_the_same_weights(name):
+    weights = init_weights(TINY, 7)
+    batches = [synthetic_batch(7, 0, 8, 128, TINY.vocab_size)] * 5  # one batch: the loss must fall on it
+    runs = {}
+    for graphs in (False, True):
+        trainer = graph_trainer(name, graphs, weights)
+        metrics = [trainer.train_step(trainer.upload(b), trainer.lr(k)).tolist() for k, b in enumerate(batches)]
+        runs[graphs] = (metrics, trainer.eval_loss([trainer.upload(batches[0])]), fp8_scales(trainer))
+        del trainer
+    (eager, eager_eval, eager_scales), (graphed, graphed_eval, graphed_scales) = runs[False], runs[True]
+    losses = [m[0] for m in eager], [m[0] for m in graphed]
+    assert abs(losses[1][0] - losses[0][0]) < FIRST_LOSS_TOL, losses
+    assert all(abs(g - e) < LOSS_TOL for e, g in zip(*losses)), losses
+    assert losses[0][-1] < losses[0][0] - 0.05 and losses[1][-1] < losses[1][0] - 0.05, losses  # both train
+    assert math.isfinite(graphed_eval) and abs(graphed_eval - eager_eval) < LOSS_TOL
+    quantized = [v for m in graphed for v in m[2:]]
+    assert len(quantized) == (0 if name == "te-bf16" else 5 * 4 * TINY.n_layers)
+    assert all(math.isfinite(v) and v > 0 for v in quantized)
+    if name == "te-fp8-delayed":
+        # The recipe's bookkeeping saw the graphed modules: scales moved off their initial 1.0,
+        # and to where the eager run's went.
+        assert eager_scales.keys() == graphed_scales.keys() and eager_scales
+        for key, scale in graphed_scales.items():
+            assert not torch.all(scale == 1.0), key
+            torch.testing.assert_close(scale, eager_scales[key], rtol=SCALE_RTOL, atol=0, msg=key)
+
+
+@pytest.mark.parametrize("name", GRAPH_RECIPES)
+def test_cuda_graphs_run_is_recorded_and_exports_the_canonical_layout(name):
+    weights = init_weights(TINY, 1)
+    trainer = graph_trainer(name, True, weights)
+    batch = synthetic_batch(0, 0, 8, 128, TINY.vocab_size)
+    trainer.train_step(trainer.upload(batch), 1e-3)
+    after = trainer.hooks.export(TINY, trainer.model, trainer.model.state_dict())
+    assert {k: v.shape for k, v in after.items()} == {k: v.shape for k, v in weights.items()}
+    assert all(v.dtype == np.float32 for v in after.values())
+    assert not np.array_equal(after["layers.0.w_gate"], weights["layers.0.w_gate"])
+    from parallax.engines.torch.engine import framework_info
+
+    info = framework_info(torch, trainer)
+    assert info["cuda_graphs"] is True and info["graph_capture_s"] > 0
+    assert info["graph_scope"].startswith("te.make_graphed_callables over the 2 decoder blocks")
+
+
+def test_cuda_graphs_default_on_for_te_and_off_for_plain_torch_on_the_gpu():
+    assert TorchEngine().check(recipe_run("te-fp8-delayed")).cuda_graphs is True
+    assert TorchEngine().check(recipe_run("te-fp8-delayed", cuda_graphs="off")).cuda_graphs is False
+    plain = RunConfig(model="tiny", batch_size=8, seq_len=128, steps=3, warmup=1, device="cuda")
+    assert TorchEngine().check(plain).cuda_graphs is False
+    with pytest.raises(ParallaxError, match="recipe 'bf16' has no CUDA-graph capture"):
+        TorchEngine().check(plain.replace(cuda_graphs="on"))

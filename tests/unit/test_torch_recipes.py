@@ -18,9 +18,11 @@ from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.torch import convert, te_model  # noqa: E402
+from parallax.engines.base import Plan  # noqa: E402
 from parallax.engines.torch.engine import TorchEngine, Trainer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
 from parallax.precision import registry  # noqa: E402
+from parallax.precision.torch.select import for_recipe  # noqa: E402
 from parallax.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
@@ -340,3 +342,144 @@ def test_te_hooks_fall_back_to_fp8_autocast_and_report_te_s_reason(stand_in_te):
     with pytest.raises(ParallaxError, match="TransformerEngine cannot run fp8 on cpu: Device compute capability 8.9"):
         hooks.check(torch, torch.device("cpu"), tiny_run())
     assert registry.get("torch", "te-bf16").load_hooks().details(torch)["te_recipe"] is None
+
+
+# ---- CUDA graphs of the TE blocks (--cuda-graphs), with a stand-in make_graphed_callables
+
+class GraphRecorder:
+    """A stand-in ``te.make_graphed_callables``: records what it was handed, and returns, for
+    each block, a callable that counts its calls (``replays``) and runs the block eagerly, so
+    that the model trains on the CPU and the test sees which path each forward took."""
+
+    def __init__(self):
+        self.calls, self.replays = [], []
+
+    def graphed(self, index, module):
+        def replay(h):
+            self.replays.append(index)
+            return module(h)
+        return replay
+
+    def record(self, modules, sample_args, num_warmup_iters, arguments):
+        self.calls.append({"modules": modules, "sample_args": sample_args, "num_warmup_iters": num_warmup_iters,
+                           "autocast": torch.is_autocast_enabled("cpu"),
+                           "autocast_dtype": torch.get_autocast_dtype("cpu"),
+                           "autocast_cache": torch.is_autocast_cache_enabled(), **arguments})
+        return tuple(self.graphed(i, m) for i, m in enumerate(modules))
+
+    def current(self):  # TE 2.9+: the new names, the old ones kept as deprecated aliases
+        def make_graphed_callables(modules, sample_args, num_warmup_iters=3, allow_unused_input=False,
+                                   sample_kwargs=None, fp8_enabled=None, fp8_calibrating=None, fp8_recipe=None,
+                                   fp8_group=None, fp8_weight_caching=None, enabled=None, calibrating=None,
+                                   recipe=None, amax_reduction_group=None, cache_quantized_params=None):
+            assert (fp8_enabled, fp8_recipe, fp8_weight_caching) == (None, None, None), "deprecated names used"
+            return self.record(modules, sample_args, num_warmup_iters,
+                               {"enabled": enabled, "recipe": recipe, "cache": cache_quantized_params})
+        return make_graphed_callables
+
+    def before_2_9(self):  # TE 2.8: the fp8_ names only
+        def make_graphed_callables(modules, sample_args, num_warmup_iters=3, allow_unused_input=False,
+                                   fp8_enabled=False, fp8_calibrating=False, fp8_recipe=None, fp8_weight_caching=False,
+                                   sample_kwargs=None):
+            return self.record(modules, sample_args, num_warmup_iters,
+                               {"enabled": fp8_enabled, "recipe": fp8_recipe, "cache": fp8_weight_caching})
+        return make_graphed_callables
+
+
+@pytest.mark.parametrize("version", ["current", "before_2_9"])
+@pytest.mark.parametrize("name", ["te-fp8-delayed", "te-bf16"])
+def test_a_plan_with_cuda_graphs_captures_the_blocks_and_training_replays_them(stand_in_te, name, version):
+    recorder = GraphRecorder()
+    stand_in_te.make_graphed_callables = getattr(recorder, version)()
+    run = tiny_run(recipe=name, precision=None, steps=3, eval_every=2, eval_batches=1).validate()
+    cpu = torch.device("cpu")
+    precision = for_recipe(torch, run.recipe_spec, cpu, run)
+    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math", cuda_graphs=True,
+                handles={"device": cpu, "precision": precision, "attention": "MATH"})
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())
+
+    (call,) = recorder.calls  # captured once, before the first step
+    assert len(call["modules"]) == TINY.n_layers
+    assert [type(m).__name__ for m in call["modules"]] == ["OneInputBlock"] * TINY.n_layers
+    for (sample,) in call["sample_args"]:
+        assert (tuple(sample.shape), sample.dtype, sample.requires_grad) == (
+            (run.batch_size, run.seq_len, TINY.d_model), torch.bfloat16, True)
+    assert len({id(s) for (s,) in call["sample_args"]}) == TINY.n_layers  # one static input per graph
+    assert call["num_warmup_iters"] == 3 and call["cache"] is False
+    assert (call["autocast"], call["autocast_dtype"], call["autocast_cache"]) == (True, torch.bfloat16, False)
+    hooks = precision.hooks
+    if name == "te-bf16":
+        assert call["enabled"] is False and call["recipe"] is None
+    else:
+        assert call["enabled"] is True and call["recipe"] is hooks.te_recipe()
+        assert type(call["recipe"]).__name__ == "DelayedScaling"
+    # Every training step replays every block; the evaluations (after steps 2 and 3) run eagerly.
+    assert recorder.replays == list(range(TINY.n_layers)) * run.steps
+    assert len(out.evals) == 2 and all(math.isfinite(e.loss) for e in out.evals)
+    assert all(math.isfinite(s.loss) and s.bad_layers is None for s in out.steps)
+    assert out.framework["cuda_graphs"] is True
+    assert out.framework["graph_scope"].startswith(
+        f"te.make_graphed_callables over the {TINY.n_layers} decoder blocks (forward and backward")
+    assert out.framework["graph_capture_s"] >= 0
+    assert out.framework["compile_scope"] is None  # compile=False: nothing compiled
+    assert hooks.compile_info(True).endswith(
+        "TE modules and SDPA inside the blocks' CUDA graphs (graph_scope), the embedding eager")
+    assert hooks.compile_info(False).endswith("TE modules, SDPA and the embedding eager")
+
+
+def test_without_cuda_graphs_nothing_is_captured_and_it_is_recorded_off(stand_in_te):
+    recorder = GraphRecorder()
+    stand_in_te.make_graphed_callables = recorder.current()
+    run = tiny_run(recipe="te-fp8-delayed", precision=None, steps=2).validate()
+    cpu = torch.device("cpu")
+    precision = for_recipe(torch, run.recipe_spec, cpu, run)
+    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math",
+                handles={"device": cpu, "precision": precision, "attention": "MATH"})
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())
+    assert recorder.calls == [] and recorder.replays == []
+    assert (out.framework["cuda_graphs"], out.framework["graph_scope"], out.framework["graph_capture_s"]) == (
+        False, None, None)
+
+
+def test_te_model_forward_replays_graphs_under_grad_and_runs_eager_blocks_under_no_grad():
+    weights = init_weights(TINY, 3)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
+    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    names = list(model.state_dict())
+    batch = torch.from_numpy(synthetic_batch(3, 0, 2, 16, TINY.vocab_size))
+    tokens, targets = batch[:, :-1], batch[:, 1:]
+    eager = model(tokens, targets)
+    recorder = GraphRecorder()
+    graphed = recorder.record(model.one_input_blocks(16), (), 3, {})
+    model.use_graphed(graphed, (2, 16, TINY.d_model))
+    assert list(model.state_dict()) == names  # the graphed blocks add no second name for a parameter
+
+    loss = model(tokens, targets)
+    assert recorder.replays == list(range(TINY.n_layers))
+    torch.testing.assert_close(loss, eager, rtol=0, atol=0)  # same blocks, same parameters
+    loss.backward()
+    assert all(p.grad is not None for p in model.layers.parameters())
+
+    with torch.no_grad():
+        model(tokens, targets)
+    assert recorder.replays == list(range(TINY.n_layers))  # no replay under no_grad
+
+    with pytest.raises(RuntimeError, match=r"replay shape \(2, 16, 64\), got \(1, 16, 64\)"):
+        model(tokens[:1], targets[:1])
+    with pytest.raises(ValueError, match="1 graphed blocks for 2 layers"):
+        model.use_graphed(graphed[:1], (2, 16, TINY.d_model))
+
+
+def test_recipes_with_cuda_graphs_are_the_te_ones_and_their_hooks_capture():
+    from parallax.precision.torch.base import TorchHooks
+
+    graphable = [r for r in registry.recipes() if r.cuda_graphs]
+    assert [r.name for r in graphable] == ["te-bf16", "te-fp8-delayed", "te-fp8-current"]
+    for recipe in graphable:
+        hooks = type(recipe.load_hooks())
+        assert recipe.framework == "torch" and hooks.graph is not TorchHooks.graph, recipe.name
+        assert hooks.graph_info is not TorchHooks.graph_info, recipe.name
+    with pytest.raises(RuntimeError, match="has no CUDA-graph capture"):
+        registry.get("torch", "bf16").load_hooks().graph(torch, None, (1, 2, 3), None, None)

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from parallax.cli import defaults
-from parallax.config import AUTO_MODEL, DEFAULT_MODEL, PRECISIONS, RunConfig
+from parallax.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, RunConfig
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.precision import registry
@@ -79,6 +79,10 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--eval-batches", type=int, default=DEFAULTS.eval_batches, show_default=True)
 @click.option("--no-compile", is_flag=True,
               help="Run torch eagerly (no torch.compile); JAX always compiles its step with XLA.")
+@click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS), default=DEFAULTS.cuda_graphs, show_default=True,
+              help="Replay the blocks of the TransformerEngine cells as CUDA graphs: auto = on a GPU, on = "
+                   "required (a TE cell that cannot is skipped), off = never. Other cells have no capture "
+                   "and run without.")
 @click.option("--device", default=None, help=f"auto, cpu, cuda or cuda:N.  [default: {DEFAULTS.device}; "
               f"cpu where --model {AUTO_MODEL} finds no GPU]")
 @click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s for MFU on an unknown GPU.")
@@ -91,13 +95,13 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
 def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
-            seeds, repeats, eval_every, eval_batches, no_compile, device, peak_tflops, output_dir,
+            seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs, device, peak_tflops, output_dir,
             report, resume, concurrent, timeout_per_run):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
     sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}
     base, note = defaults.run_config(
         {"model": model, **sizes, "steps": steps, "warmup": warmup, "eval_every": eval_every,
-         "eval_batches": eval_batches, "compile": not no_compile, "peak_tflops": peak_tflops, "epochs": epochs,
+         "eval_batches": eval_batches, "compile": not no_compile, "cuda_graphs": cuda_graphs, "peak_tflops": peak_tflops, "epochs": epochs,
          **data_choice(synthetic, hf, data)}, doing="benchmarking")
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from parallax.cli import defaults
-from parallax.config import DEFAULT_MODEL, PRECISIONS, RunConfig
+from parallax.config import CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, RunConfig
 from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 
@@ -91,6 +91,9 @@ def _default(field: str) -> str:
               help="Validation loss every N steps and at the end (0: never)." + _default("eval_every"))
 @click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation." + _default("eval_batches"))
 @click.option("--no-compile", is_flag=True, help="Run eagerly (torch): no torch.compile.")
+@click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS),
+              help="Replay the model's blocks as CUDA graphs (torch, TransformerEngine recipes): auto = on for "
+                   "them on a GPU, on = that or an error, off = never." + _default("cuda_graphs"))
 @click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N." + _default("device"))
 @click.option("--peak-tflops", type=float,
               help="Dense peak TFLOP/s of the run's precision, for MFU." + _shown("the GPU's datasheet peak"))

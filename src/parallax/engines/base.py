@@ -64,6 +64,7 @@ class Plan:
     precision: PrecisionInfo  # the label the run records
     device: str  # e.g. "cuda:0", "gpu:0", "cpu"
     attention: str | None = None  # the attention backend chosen for this shape and dtype
+    cuda_graphs: bool = False  # the step replays the model's blocks as CUDA graphs (RunConfig.cuda_graphs)
     details: dict = field(default_factory=dict)
     handles: dict = field(default_factory=dict)  # engine-private objects (device, hooks)
 

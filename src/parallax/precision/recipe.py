@@ -55,6 +55,9 @@ class Recipe:
     hooks: str | None  # "module:Class" implementing the engine's hook interface; None: planned
     default: bool = False  # the framework's recipe for ``--precision <format>``
     cpu: bool = False  # runs on the CPU (correct arithmetic, no benchmark numbers)
+    # The torch engine can capture the model's blocks in CUDA graphs (its hooks' ``graph``):
+    # what ``--cuda-graphs auto`` turns on and ``--cuda-graphs on`` requires.
+    cuda_graphs: bool = False
     emulated: bool = False  # the format is emulated (quantize-dequantize), never native
     min_cc: tuple[int, int] | None = None  # below it the recipe cannot run on a GPU at all
     params: dict = field(default_factory=dict)  # recorded in every result
@@ -95,4 +98,4 @@ class Recipe:
                 "emulated": self.emulated, "peak_column": self.peak_column,
                 "native_min_cc": ".".join(map(str, self.native_min_cc)),
                 "min_cc": ".".join(map(str, self.min_cc)) if self.min_cc else None,
-                "params": dict(self.params), "implemented": self.implemented, "planned": self.planned}
+                "params": dict(self.params), "cuda_graphs": self.cuda_graphs, "implemented": self.implemented, "planned": self.planned}

@@ -113,7 +113,8 @@ def _conclusions(record: dict) -> str:
 
 
 def _stacks(record: dict) -> str:
-    """What each cell ran: versions, device, attention, compilation, recipe, timing method."""
+    """What each cell ran: versions, device, attention, compilation (and CUDA graphs of the blocks,
+    ``framework.cuda_graphs``), recipe, timing method."""
     rows = []
     for c in record["cells"]:
         fw, p = c.get("framework_info"), c.get("precision_info")
@@ -122,7 +123,7 @@ def _stacks(record: dict) -> str:
         native = "native" if p.get("native") else "emulated"
         rows.append([c["framework"], f.precision_label(c), fw.get("version") or f.NA,
                      fw.get("device_name") or fw.get("device") or f.NA, fw.get("attention_backend") or f.NA,
-                     "yes" if fw.get("compiled") else "no",
+                     ("yes" if fw.get("compiled") else "no") + (" + CUDA graphs" if fw.get("cuda_graphs") else ""),
                      f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
     if not rows:
         return ""

@@ -56,6 +56,11 @@ class JaxEngine(Engine):
             raise ParallaxError(
                 "the JAX engine always compiles with XLA; drop --no-compile (it applies to torch only)"
             )
+        if run.cuda_graphs == "on":
+            raise ParallaxError(
+                "--cuda-graphs on is for the torch engine's TransformerEngine recipes; XLA already runs the "
+                "JAX step as whole-step compiled executables; use --cuda-graphs auto or off"
+            )
         hooks = recipe.load_hooks()
         set_xla_flags(hooks.xla_flags())  # before JAX starts: its details() may start it
         hooks.prepare()

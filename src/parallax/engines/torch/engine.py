@@ -133,11 +133,33 @@ def make_optimizer(torch, module, optim: OptimConfig, device):
     )
 
 
+def cuda_graphs_decision(run: RunConfig, recipe, device) -> bool:
+    """Whether the step replays the model's blocks as CUDA graphs (``RunConfig.cuda_graphs``):
+    ``auto`` where the recipe supports it (``Recipe.cuda_graphs``) on a CUDA device, ``off``
+    never, ``on`` there or a ParallaxError that names the fix. Decided from the recipe and the
+    device type alone, before any GPU work."""
+    supported = recipe.cuda_graphs and device.type == "cuda"
+    if run.cuda_graphs == "on" and not supported:
+        if not recipe.cuda_graphs:
+            from parallax.precision import registry
+
+            graphable = ", ".join(r.name for r in registry.of_framework("torch") if r.cuda_graphs and r.implemented)
+            raise ParallaxError(f"--cuda-graphs on: recipe '{recipe.name}' has no CUDA-graph capture (only "
+                                f"{graphable} have); use --cuda-graphs auto or off")
+        raise ParallaxError(f"--cuda-graphs on needs a CUDA GPU; this run is on {device}; "
+                            "use --cuda-graphs auto or off, or --device cuda")
+    return supported and run.cuda_graphs != "off"
+
+
 class Trainer:
-    """One model, its optimizer and its step, shared by ``train`` and the reference trainer."""
+    """One model, its optimizer and its step, shared by ``train`` and the reference trainer.
+
+    ``cuda_graphs``: once the optimizer exists and the model is compiled, the recipe's hooks
+    capture the model's blocks in CUDA graphs at the run's one shape, (batch, seq, d_model)
+    (``hooks.graph``; the TransformerEngine recipes); training steps then replay them."""
 
     def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool,
-                 compile_mode: str = "default"):
+                 compile_mode: str = "default", cuda_graphs: bool = False):
         self.torch = torch = import_torch()
         self.run, self.precision, self.device, self.attention = run, precision, device, attention
         self.hooks = hooks = precision.hooks
@@ -155,6 +177,14 @@ class Trainer:
         # less (TransformerEngine's modules stay eager): ``hooks.compile`` decides.
         self.compile_mode = compile_mode if compile else None
         self.forward = hooks.compile(torch, self.model, compile_mode) if compile else self.model
+        self.cuda_graphs, self.graph_capture_s = cuda_graphs, None
+        if cuda_graphs:
+            started = time.perf_counter()
+            shape = (run.batch_size, run.seq_len, run.model_config.d_model)
+            hooks.graph(torch, self.model, shape, device, lambda: attention_context(attention))
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            self.graph_capture_s = time.perf_counter() - started
 
     def upload(self, batch: np.ndarray, pinned: bool = False):
         """A [B, S+1] host batch on the device, copied asynchronously. A batch already in
@@ -316,12 +346,13 @@ class TorchEngine(Engine):
         cuda = device.type == "cuda"
         cc = "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
+        cuda_graphs = cuda_graphs_decision(run, recipe, device)
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
         precision = for_recipe(torch, recipe, device, run)
         refused: dict[str, str] = {}
         attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len, refused)
         return Plan(recipe=recipe, precision=precision.info, device=str(device),
-                    attention=ATTENTION_NAMES[attention],
+                    attention=ATTENTION_NAMES[attention], cuda_graphs=cuda_graphs,
                     handles={"device": device, "precision": precision, "attention": attention,
                              "attention_refused": refused})
 
@@ -332,8 +363,9 @@ class TorchEngine(Engine):
         if cuda:
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
-        progress.phase("building the model")
-        trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile)
+        progress.phase("building the model" + (", capturing CUDA graphs" if plan.cuda_graphs else ""))
+        trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile,
+                          cuda_graphs=plan.cuda_graphs)
         loop = TrainLoop(trainer, batches, progress)
         loop.run_steps()
         return EngineOutput(
@@ -381,7 +413,11 @@ def framework_info(torch, trainer: Trainer) -> dict:
         + " to run causal SDPA fwd+bwd at this shape and dtype",
         "compiled": trainer.compile_mode is not None,
         "compile_mode": trainer.compile_mode,
-        "compile_scope": trainer.hooks.compile_info() if trainer.compile_mode is not None else None,
+        "compile_scope": trainer.hooks.compile_info(trainer.cuda_graphs) if trainer.compile_mode is not None else None,
+        "cuda_graphs": trainer.cuda_graphs,
+        "graph_scope": trainer.hooks.graph_info(trainer.run.model_config) if trainer.cuda_graphs else None,
+        # Warm-up iterations and capture, before the first step: neither in compile_s nor in a step.
+        "graph_capture_s": trainer.graph_capture_s,
         # fused=False leaves the choice to torch, which takes the for-loop kernels on the CPU.
         "optimizer": "AdamW (fused)" if cuda else "AdamW (for-loop)",
         "fused_projections": ["wq+wk+wv", "w_gate+w_up"],

@@ -20,6 +20,11 @@ by the second (TransformerEngine ``tests/pytorch/test_numerics.py``: ``TorchGLU`
 ``LayerNormMLP(activation="swiglu")`` against it with ``fc1_weight`` copied unchanged). So
 ``fc1_weight`` is ``[w_gate; w_up]``, the layout of the plain model's ``w_gate_up``.
 
+CUDA graphs (``--cuda-graphs``, ``te_hooks.TransformerEngineHooks.graph``): every block, as a
+function of the residual stream alone (``OneInputBlock``), is captured forward and backward by
+``te.make_graphed_callables``; ``use_graphed`` makes training forwards replay them, while a
+forward under ``torch.no_grad`` (evaluation, logits) runs the same blocks eagerly.
+
 Parameters are float32 master weights (``params_dtype=torch.float32``); TE, like nn.Linear,
 takes its compute dtype from ``torch.autocast``. The converters at the bottom work on plain
 state dicts with TE's parameter names, so they need neither TE nor a GPU.
@@ -95,6 +100,20 @@ class Head(nn.Module):
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten().long())
 
 
+class OneInputBlock(nn.Module):
+    """A block as a function of the residual stream alone, the RoPE tables (of one sequence
+    length) and the split fixed: what ``te.make_graphed_callables`` captures, since a graphed
+    callable takes tensor arguments only. It holds the block itself, so its parameters are the
+    model's; it is not registered in the model (no second name for them in the state dict)."""
+
+    def __init__(self, block: Block, cos: torch.Tensor, sin: torch.Tensor, split):
+        super().__init__()
+        self.block, self.cos, self.sin, self.split = block, cos, sin, split
+
+    def forward(self, h):
+        return self.block(h, self.cos, self.sin, self.split)
+
+
 class TELlama(nn.Module):
     def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device):
         super().__init__()
@@ -106,6 +125,23 @@ class TELlama(nn.Module):
         cos, sin = rope_tables(config.max_seq_len, config.head_dim, config.rope_theta)
         self.register_buffer("rope_cos", torch.from_numpy(cos).to(device), persistent=False)
         self.register_buffer("rope_sin", torch.from_numpy(sin).to(device), persistent=False)
+        # use_graphed() sets these: the blocks' CUDA graphs and the [B, S, d] shape they replay
+        # (a plain tuple, so that nn.Module registers nothing new).
+        self.graphed: tuple | None = None
+        self.graph_shape: tuple[int, int, int] | None = None
+
+    def one_input_blocks(self, seq: int) -> tuple[OneInputBlock, ...]:
+        """Every block as a callable of h alone, for sequences of ``seq`` tokens (after
+        ``compile_glue``, so that the graphs capture the compiled split)."""
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        return tuple(OneInputBlock(layer, cos, sin, self.split) for layer in self.layers)
+
+    def use_graphed(self, graphed, shape: tuple[int, int, int]) -> None:
+        """Run ``graphed`` (one callable of h per block, same parameters) in place of the
+        blocks whenever autograd records (training); evaluation under no_grad stays eager."""
+        if len(graphed) != len(self.layers):
+            raise ValueError(f"{len(graphed)} graphed blocks for {len(self.layers)} layers")
+        self.graphed, self.graph_shape = tuple(graphed), tuple(shape)
 
     def compile_glue(self, mode: str) -> None:
         """torch.compile the pure-torch pieces: the head split + RoPE (one function shared by
@@ -117,8 +153,15 @@ class TELlama(nn.Module):
         seq = tokens.shape[1]
         cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
         h = self.tok_embeddings(tokens).to(self.compute_dtype)
-        for layer in self.layers:
-            h = layer(h, cos, sin, self.split)
+        if self.graphed is not None and torch.is_grad_enabled():
+            # A graph replays the shapes it was captured at: another shape is a caller's bug.
+            if tuple(h.shape) != self.graph_shape:
+                raise RuntimeError(f"the blocks' CUDA graphs replay shape {self.graph_shape}, got {tuple(h.shape)}")
+            for block in self.graphed:
+                h = block(h)
+        else:
+            for layer in self.layers:
+                h = layer(h, cos, sin, self.split)
         return self.head(h, targets)
 
 

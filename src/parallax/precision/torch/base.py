@@ -69,8 +69,20 @@ class TorchHooks:
         """The callable the step runs: the whole module compiled by default."""
         return torch.compile(module, mode=mode)
 
-    def compile_info(self) -> str:
+    def compile_info(self, cuda_graphs: bool = False) -> str:
+        """What torch.compile covers (``cuda_graphs``: whether ``graph`` ran too)."""
         return "torch.compile of the whole model (forward, loss; backward through AOTAutograd)"
+
+    def graph(self, torch, module, sample_shape: tuple[int, int, int], device, attention) -> None:
+        """Capture ``module``'s blocks in CUDA graphs for inputs of ``sample_shape`` (batch, seq,
+        d_model) on ``device``; ``attention()`` is the engine's SDPA context. Only for recipes
+        with ``Recipe.cuda_graphs`` (the engine's ``check`` refuses the others)."""
+        raise RuntimeError(f"recipe {self.recipe.key} has no CUDA-graph capture; "
+                           "the engine's check should have refused --cuda-graphs on")
+
+    def graph_info(self, config: ModelConfig) -> str:
+        """What ``graph`` captures, recorded as the run's ``framework.graph_scope``."""
+        raise RuntimeError(f"recipe {self.recipe.key} has no CUDA-graph capture")
 
     def context(self, torch, device_type: str):
         """Entered around every forward pass (the backward runs in its recorded recipe)."""

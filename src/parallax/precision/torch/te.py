@@ -9,6 +9,8 @@ Recipes (``transformer_engine.common.recipe``, REFERENCE.md §3):
   tensor's own amax, each GEMM;
 - ``te-nvfp4``: ``NVFP4BlockScaling`` on Blackwell (planned with the nvfp4 issue).
 The model is ``engines/torch/te_model.py``; embedding and lm_head stay bf16 (plain torch).
+``cuda_graphs=True``: the engine can replay the blocks as CUDA graphs (``te.make_graphed_callables``,
+``te_hooks.py``), on by default on a GPU (``--cuda-graphs``).
 """
 
 from __future__ import annotations
@@ -24,15 +26,16 @@ AMAX_COMPUTE_ALGO = "max"
 
 RECIPES = (
     Recipe(framework="torch", name="te-bf16", format="bf16", backend=TE, hooks=HOOKS, min_cc=(8, 0),
+           cuda_graphs=True,
            summary="TransformerEngine modules in bf16 (no fp8 autocast)",
            params={"te_recipe": None}),
     Recipe(framework="torch", name="te-fp8-delayed", format="fp8", default=True, backend=TE, hooks=HOOKS,
-           min_cc=FP8_MIN_CC,
+           min_cc=FP8_MIN_CC, cuda_graphs=True,
            summary="TransformerEngine DelayedScaling(HYBRID): E4M3 forward, E5M2 backward, amax history",
            params={"te_recipe": "DelayedScaling", "fp8_format": "HYBRID",
                    "amax_history_len": AMAX_HISTORY_LEN, "amax_compute_algo": AMAX_COMPUTE_ALGO}),
     Recipe(framework="torch", name="te-fp8-current", format="fp8", backend=TE, hooks=HOOKS,
-           min_cc=FP8_MIN_CC,
+           min_cc=FP8_MIN_CC, cuda_graphs=True,
            summary="TransformerEngine Float8CurrentScaling(HYBRID): per-tensor scales from the current amax",
            params={"te_recipe": "Float8CurrentScaling", "fp8_format": "HYBRID"}),
     Recipe(framework="torch", name="te-nvfp4", format="nvfp4", default=True, backend=TE, hooks=None,

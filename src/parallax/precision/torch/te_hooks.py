@@ -11,8 +11,12 @@ amax every GEMM (one more reduction, no history to go stale).
 
 fp8 covers the four TE linears of every block (QKV, output, fc1, fc2); embedding, lm_head and
 the loss stay bf16/float32. ``te-bf16`` runs the same modules with no fp8 autocast, so
-"TE vs plain torch" and "what fp8 buys inside TE" are separate comparisons. TE's modules run
-eager (DelayedScaling does not support torch.compile); the pure-torch glue is compiled.
+"TE vs plain torch" and "what fp8 buys inside TE" are separate comparisons. TE's modules are not
+torch.compiled (DelayedScaling does not support it); the pure-torch glue is. Run eagerly, TE's
+blocks leave the step host-bound (on the H200, te-fp8-delayed's kernels sum to 46.6 ms of a
+68-87 ms step: launches and the recipe's host bookkeeping), so by default (``--cuda-graphs auto``
+on a GPU) ``graph`` captures each block, forward and backward, in CUDA graphs that every
+training step replays.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from parallax.precision.torch.base import TorchHooks, linear_weights
 
 FP8_TOKENS_MULTIPLE = 8  # TE fp8 GEMMs: the product of the leading dims (batch·seq) ...
 FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
+# Forward+backward runs of every block before its capture (TE's default): they let lazy
+# initialisation (cuBLAS workspaces, torch.compile of the split, TE's fp8 metadata) happen
+# outside the graph. TE restores the fp8 scaling state afterwards, so they leave no trace.
+GRAPH_WARMUP_ITERS = 3
 
 
 def import_te():
@@ -77,6 +85,21 @@ def fp8_support(te) -> tuple[bool, str]:
     from transformer_engine.pytorch.fp8 import check_fp8_support
 
     return check_fp8_support()
+
+
+def graph_precision_arguments(make_graphed_callables, recipe) -> dict:
+    """The precision arguments of ``te.make_graphed_callables`` for ``recipe`` (None: bf16, no
+    quantization), named as the installed TE names them. TE 2.9 renamed them (``fp8_enabled``
+    → ``enabled``, ``fp8_recipe`` → ``recipe``, ``fp8_weight_caching`` →
+    ``cache_quantized_params``) and keeps the old names as deprecated aliases that warn; 2.8
+    has only the old ones. Weight caching stays off: it needs ``is_first_microbatch`` at every
+    call and is for gradient accumulation over micro-batches, which we do not do."""
+    import inspect
+
+    enabled = recipe is not None
+    if "enabled" in inspect.signature(make_graphed_callables).parameters:
+        return {"enabled": enabled, "recipe": recipe, "cache_quantized_params": False}
+    return {"fp8_enabled": enabled, "fp8_recipe": recipe, "fp8_weight_caching": False}
 
 
 def te_version() -> str | None:
@@ -170,9 +193,38 @@ class TransformerEngineHooks(TorchHooks):
         module.compile_glue(mode)
         return module
 
-    def compile_info(self) -> str:
+    def compile_info(self, cuda_graphs: bool = False) -> str:
+        blocks = ("TE modules and SDPA inside the blocks' CUDA graphs (graph_scope), the embedding eager"
+                  if cuda_graphs else "TE modules, SDPA and the embedding eager")
         return ("torch.compile of the pure-torch glue only: the head split + RoPE of every layer and the "
-                "final RMSNorm + lm_head + float32 cross-entropy; TE modules, SDPA and the embedding eager")
+                f"final RMSNorm + lm_head + float32 cross-entropy; {blocks}")
+
+    # ---- CUDA graphs (RunConfig.cuda_graphs)
+    def graph(self, torch, module, sample_shape, device, attention) -> None:
+        """Capture every block of the TE model, forward and backward, with TE's
+        ``make_graphed_callables`` (TE's own capture: it runs the fp8 recipe's quantization
+        inside the graphs and keeps the recipe's scaling state outside them), then make the
+        model's training forwards replay them (``TELlama.use_graphed``).
+
+        Captured under torch.autocast without its weight-cast cache (TE refuses the cache: a
+        cached cast made during capture would be replayed stale) and under the engine's SDPA
+        backend; fp8 weights are re-quantized at every replay (no weight caching: the optimizer
+        changes them every step). The replay must run inside TE's fp8 autocast, which is what
+        ``context`` gives every step: that is where the recipe's amax and scale bookkeeping
+        (TE's global state, DelayedScaling's history) sees the graphed modules."""
+        te = import_te()
+        blocks = module.one_input_blocks(sample_shape[1])
+        samples = tuple((torch.randn(sample_shape, dtype=self.compute_dtype(torch), device=device,
+                                     requires_grad=True),) for _ in blocks)
+        precision = graph_precision_arguments(te.make_graphed_callables, self.te_recipe())
+        with torch.autocast(device.type, dtype=self.compute_dtype(torch), cache_enabled=False), attention():
+            graphed = te.make_graphed_callables(blocks, samples, num_warmup_iters=GRAPH_WARMUP_ITERS, **precision)
+        module.use_graphed(graphed, sample_shape)
+
+    def graph_info(self, config) -> str:
+        return (f"te.make_graphed_callables over the {config.n_layers} decoder blocks (forward and backward, "
+                f"{GRAPH_WARMUP_ITERS} warm-up iterations, fp8 weights re-quantized every replay); embedding, "
+                "head, loss, clipping and AdamW eager/compiled as without graphs; evaluation (no_grad) eager")
 
     def context(self, torch, device_type: str):
         recipe = self.te_recipe()
