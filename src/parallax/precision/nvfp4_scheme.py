@@ -72,6 +72,8 @@ GPU, in torch and in JAX, from the same weights and batches.
 
 from __future__ import annotations
 
+from parallax.errors import ParallaxError
+
 MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 SEED_MASK = (1 << 63) - 1  # seeds travel as int64 (parallax.quant.MAX_SEED)
@@ -84,6 +86,7 @@ WGRAD_DY = 1
 # The torch model's fused linears, their canonical parts in order along the output dimension.
 FUSED = {"wqkv": ("wq", "wk", "wv"), "w_gate_up": ("w_gate", "w_up")}
 
+BLOCK = 16  # NVFP4 blocks: every quantized dimension, the token count included (wgrad)
 BF16_LAST_FRACTION = 1 / 6  # ≈ the paper's 16% of linear layers in BF16
 
 # The recipe parameters, recorded in every result (the same for both engines).
@@ -137,3 +140,15 @@ def bf16_blocks(n_layers: int, fraction: float) -> int:
 def quantized_layers(n_layers: int, fraction: float) -> tuple[int, ...]:
     """The block indices whose linears run emulated NVFP4."""
     return tuple(range(n_layers - bf16_blocks(n_layers, fraction)))
+
+
+def check_shapes(name: str, run) -> None:
+    """Every quantized dimension must be a multiple of 16 (no padding): d_model, d_ff, the
+    attention width and batch·seq (the wgrad GEMM quantizes along the tokens)."""
+    model = run.model_config
+    sizes = {"d_model": model.d_model, "d_ff": model.d_ff, "n_heads·head_dim": model.n_heads * model.head_dim,
+             "batch·seq": run.batch_size * run.seq_len}
+    for what, size in sizes.items():
+        if size % BLOCK:
+            raise ParallaxError(f"recipe '{name}': NVFP4 blocks need {what} divisible by {BLOCK}; "
+                                f"this run has {size}")

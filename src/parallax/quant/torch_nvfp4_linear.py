@@ -23,6 +23,27 @@ def _parts(t: torch.Tensor, n: int, dim: int) -> list[torch.Tensor]:
     return [p.contiguous() for p in t.chunk(n, dim=dim)]
 
 
+def forward_operands(x2: torch.Tensor, weight: torch.Tensor, n_parts: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Q(X, 1x16), Q(W, 16x16)) in bf16 for X [M, K] and W [N, K], W's rows in ``n_parts`` equal
+    canonical parts quantized alone."""
+    xq = _ops.nvfp4_qdq(x2.to(torch.bfloat16), "1x16")
+    w = weight.to(torch.bfloat16)
+    wq = torch.cat([_ops.nvfp4_qdq(p, "16x16") for p in _parts(w, n_parts, 0)], dim=0)
+    return xq, wq
+
+
+def backward_operands(x2, dy2, counter, seeds, rht_seed) -> dict[str, torch.Tensor]:
+    """The backward GEMMs' operands, bf16: 'dy' = Q(dY, 1x16, SR) [M, N] (dgrad), 'xt' =
+    Q(H(Xᵀ), 1x16) [K, M] and 'dyt' = Q(H(dYᵀ), 1x16, SR) [N, M] (wgrad), per canonical part."""
+    dys = _parts(dy2.to(torch.bfloat16), len(seeds), 1)
+    dyq = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "1x16", True, s[scheme.DGRAD_DY])
+                     for p, s in zip(dys, seeds)], dim=1)
+    xt = _ops.nvfp4_qdq(x2.to(torch.bfloat16).t().contiguous(), "1x16", False, 0, True, rht_seed)
+    dyt = torch.cat([_ops.nvfp4_qdq_counter(p.t().contiguous(), counter, "1x16", True, s[scheme.WGRAD_DY], True,
+                                            rht_seed) for p, s in zip(dys, seeds)], dim=0)
+    return {"dy": dyq, "xt": xt, "dyt": dyt}
+
+
 class Nvfp4LinearFunction(torch.autograd.Function):
     """y = x·Wᵀ on NVFP4-quantized operands (scheme module docstring): the weight in 16×16
     blocks, x in 1×16 blocks; dgrad on SR-quantized dY; wgrad on the RHT'd, SR-quantized dYᵀ and
@@ -31,29 +52,19 @@ class Nvfp4LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, counter, seeds, rht_seed):
-        k = x.shape[-1]
-        x2 = x.to(torch.bfloat16).reshape(-1, k)
-        xq = _ops.nvfp4_qdq(x2, "1x16")
-        w = weight.to(torch.bfloat16)
-        wq = torch.cat([_ops.nvfp4_qdq(p, "16x16") for p in _parts(w, len(seeds), 0)], dim=0)
+        x2 = x.to(torch.bfloat16).reshape(-1, x.shape[-1])
+        xq, wq = forward_operands(x2, weight, len(seeds))
         y = torch.matmul(xq, wq.t())
         ctx.save_for_backward(x2, wq, counter)
         ctx.seeds, ctx.rht_seed, ctx.x_shape, ctx.x_dtype, ctx.w_dtype = seeds, rht_seed, x.shape, x.dtype, weight.dtype
-        return y.reshape(*x.shape[:-1], w.shape[0])
+        return y.reshape(*x.shape[:-1], wq.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         x2, wq, counter = ctx.saved_tensors
-        seeds, rht = ctx.seeds, ctx.rht_seed
-        dy2 = dy.to(torch.bfloat16).reshape(-1, wq.shape[0])
-        dys = _parts(dy2, len(seeds), 1)
-        dyq = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "1x16", True, s[scheme.DGRAD_DY])
-                         for p, s in zip(dys, seeds)], dim=1)
-        dx = torch.matmul(dyq, wq)
-        xt = _ops.nvfp4_qdq(x2.t().contiguous(), "1x16", False, 0, True, rht)
-        dw = torch.cat([torch.matmul(_ops.nvfp4_qdq_counter(p.t().contiguous(), counter, "1x16", True,
-                                                            s[scheme.WGRAD_DY], True, rht), xt.t())
-                        for p, s in zip(dys, seeds)], dim=0)
+        q = backward_operands(x2, dy.reshape(-1, wq.shape[0]), counter, ctx.seeds, ctx.rht_seed)
+        dx = torch.matmul(q["dy"], wq)
+        dw = torch.matmul(q["dyt"], q["xt"].t())
         return dx.reshape(ctx.x_shape).to(ctx.x_dtype), dw.to(ctx.w_dtype), None, None, None
 
 

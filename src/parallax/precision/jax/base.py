@@ -21,8 +21,9 @@ class JaxHooks:
     def __init__(self, recipe):
         self.recipe = recipe
 
-    def check(self, device) -> None:
-        """Raise ParallaxError when this recipe cannot run on ``device`` here."""
+    def check(self, device, run=None) -> None:
+        """Raise ParallaxError when this recipe cannot run on ``device`` here (at the shapes and
+        seed of ``run``, a RunConfig; None where there is no run)."""
 
     def native(self, platform: str, compute_capability) -> bool:
         """Native where an NVIDIA GPU has tensor cores for the format. XLA:CPU converts the

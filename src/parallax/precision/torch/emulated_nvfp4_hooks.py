@@ -11,9 +11,6 @@ from parallax.errors import ParallaxError
 from parallax.precision import nvfp4_scheme
 from parallax.precision.torch.base import TorchHooks
 
-BLOCK = 16  # NVFP4 blocks: every quantized dimension, the token count included (wgrad)
-
-
 class EmulatedNvfp4Hooks(TorchHooks):
     def __init__(self, recipe):
         super().__init__(recipe)
@@ -36,7 +33,7 @@ class EmulatedNvfp4Hooks(TorchHooks):
                                 "rebuild on a machine with nvcc (pip install --no-build-isolation -e .) or use --device cpu")
         if run is not None:
             self.run_seed = run.seed
-            check_shapes(self.recipe.name, run)
+            nvfp4_scheme.check_shapes(self.recipe.name, run)
 
     def native(self, torch, device) -> bool:
         return False
@@ -63,14 +60,3 @@ class EmulatedNvfp4Hooks(TorchHooks):
 
         return [f"{name}.weight" for name, m in module.named_modules() if isinstance(m, EmulatedNvfp4Linear)]
 
-
-def check_shapes(name: str, run) -> None:
-    """Every quantized dimension must be a multiple of 16 (no padding): d_model, d_ff, the
-    attention width and batch·seq (the wgrad GEMM quantizes along the tokens)."""
-    model = run.model_config
-    sizes = {"d_model": model.d_model, "d_ff": model.d_ff, "n_heads·head_dim": model.n_heads * model.head_dim,
-             "batch·seq": run.batch_size * run.seq_len}
-    for what, size in sizes.items():
-        if size % BLOCK:
-            raise ParallaxError(f"recipe '{name}': NVFP4 blocks need {what} divisible by {BLOCK}; "
-                                f"this run has {size}")
