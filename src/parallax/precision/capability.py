@@ -144,8 +144,12 @@ def capability(recipe: Recipe, probe: dict | None, packages: dict[str, str | Non
         if not missing_engine:
             blocking += filter(None, [_no_cuda_build(recipe.framework, packages)])
 
+    # The default of --precision on this device (torch nvfp4: te-nvfp4 on 10.0+, else emulated).
+    is_default = registry.default(recipe.framework, recipe.format,
+                                  device.get("compute_capability") if device else None) is recipe
+
     def result(status, reason, backend):
-        return Capability(recipe.framework, recipe.name, recipe.format, status, reason, backend, recipe.default)
+        return Capability(recipe.framework, recipe.name, recipe.format, status, reason, backend, is_default)
 
     if device is None and len(blocking) == 1 and recipe.cpu:
         reason = (f"{blocking[0]}; runs on the CPU, correct but slow: "
