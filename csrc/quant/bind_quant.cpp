@@ -12,6 +12,7 @@
 
 #include "quant/minifloat.h"
 #include "quant/nvfp4.h"
+#include "quant/qdq_math.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -134,6 +135,11 @@ void bind_quant(nb::module_& m) {
       "16x16 random Hadamard transform of each group of 16 along each row (csrc/quant/nvfp4.h).");
 
   m.def("quant_hash32", &hash32, "seed"_a, "index"_a, "The counter-based hash of SR and RHT signs.");
+  m.def(
+      "quant_step_seed", [](uint64_t seed, uint32_t counter) { return parallax::quant::qdq::step_seed(seed, counter); },
+      "seed"_a, "counter"_a,
+      "The stochastic-rounding seed of step `counter` for per-run seed `seed` (qdq_math.h step_seed): what the "
+      "counter variants of the CUDA kernel and of the JAX FFI call compute at run time.");
 
   m.def(
       "quant_bindings",

@@ -14,6 +14,7 @@
 
 #include "quant/nvfp4.h"
 #include "quant/qdq_cpu.h"
+#include "quant/qdq_math.h"
 #include "xla/ffi/api/ffi.h"
 #if defined(PARALLAX_HAVE_CUDA)
 #include "quant/quant_cuda.h"
@@ -82,6 +83,18 @@ ffi::Error nvfp4_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Resul
   return ffi::Error::Success();
 }
 
+// nvfp4_cpu with the SR seed step_seed(seed, counter), the counter a uint32 scalar operand (a
+// traced value: a training step advances it without recompiling).
+ffi::Error nvfp4_counter_cpu(ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter, ffi::Result<ffi::AnyBuffer> y,
+                             ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales,
+                             ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile, bool stochastic, uint64_t seed, bool rht,
+                             uint64_t rht_seed) {
+  if (counter.element_count() != 1)
+    return ffi::Error::InvalidArgument("parallax quant: the seed counter must be one uint32");
+  const uint64_t s = parallax::quant::qdq::step_seed(seed, counter.typed_data()[0]);
+  return nvfp4_cpu(x, y, codes, scales, ws, tile, stochastic, s, rht, rht_seed);
+}
+
 ffi::Error hadamard_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, uint64_t seed, bool inverse) {
   auto dt = dtype_of(x);
   if (dt.has_error()) return dt.error();
@@ -128,6 +141,21 @@ ffi::Error nvfp4_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::An
                                       stochastic, seed, rht, rht_seed, stream));
 }
 
+ffi::Error nvfp4_counter_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter,
+                              ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::Buffer<ffi::U8>> codes,
+                              ffi::Result<ffi::Buffer<ffi::U8>> scales, ffi::Result<ffi::Buffer<ffi::F32>> ws,
+                              bool tile, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  if (counter.element_count() != 1)
+    return ffi::Error::InvalidArgument("parallax quant: the seed counter must be one uint32");
+  const Shape2 s = shape_of(x);
+  return cuda_error(px_nvfp4_qdq_counter_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
+                                              optional_u8(codes), optional_u8(scales), ws->typed_data(), s.rows,
+                                              s.cols, tile, stochastic, seed, counter.typed_data(), rht, rht_seed,
+                                              stream));
+}
+
 ffi::Error hadamard_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, uint64_t seed,
                          bool inverse) {
   auto dt = dtype_of(x);
@@ -151,6 +179,19 @@ ffi::Error fp8_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu,
                               ffi::Ffi::Bind()
                                   .Arg<ffi::AnyBuffer>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("tile16x16")
+                                  .Attr<bool>("stochastic")
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("rht")
+                                  .Attr<uint64_t>("rht_seed"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCpu, nvfp4_counter_cpu,
+                              ffi::Ffi::Bind()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
                                   .Ret<ffi::AnyBuffer>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
@@ -188,6 +229,20 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda,
                                   .Attr<uint64_t>("seed")
                                   .Attr<bool>("rht")
                                   .Attr<uint64_t>("rht_seed"));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCuda, nvfp4_counter_cuda,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
+                                  .Arg<ffi::AnyBuffer>()
+                                  .Arg<ffi::Buffer<ffi::U32>>()
+                                  .Ret<ffi::AnyBuffer>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::U8>>()
+                                  .Ret<ffi::Buffer<ffi::F32>>()
+                                  .Attr<bool>("tile16x16")
+                                  .Attr<bool>("stochastic")
+                                  .Attr<uint64_t>("seed")
+                                  .Attr<bool>("rht")
+                                  .Attr<uint64_t>("rht_seed"));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCuda, hadamard_cuda,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::PlatformStream<CUstream_st*>>()
@@ -213,10 +268,12 @@ void bind_quant_jax_ffi(nb::module_& m) {
         auto cap = [](XLA_FFI_Handler* h) { return nb::capsule(reinterpret_cast<void*>(h)); };
         nb::dict cpu, cuda;
         cpu["parallax_nvfp4_qdq"] = cap(PxNvfp4Cpu);
+        cpu["parallax_nvfp4_qdq_counter"] = cap(PxNvfp4CounterCpu);
         cpu["parallax_hadamard16"] = cap(PxHadamardCpu);
         cpu["parallax_fp8_qdq"] = cap(PxFp8Cpu);
 #if defined(PARALLAX_HAVE_CUDA)
         cuda["parallax_nvfp4_qdq"] = cap(PxNvfp4Cuda);
+        cuda["parallax_nvfp4_qdq_counter"] = cap(PxNvfp4CounterCuda);
         cuda["parallax_hadamard16"] = cap(PxHadamardCuda);
         cuda["parallax_fp8_qdq"] = cap(PxFp8Cuda);
 #endif

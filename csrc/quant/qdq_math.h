@@ -178,6 +178,13 @@ PX_HD uint64_t mix64(uint64_t z) {
 }
 // hash32(seed, i) = hash_keyed(mix64(seed + G), i): the key is computed once per seed.
 PX_HD uint64_t hash_key(uint64_t seed) { return mix64(seed + kGolden); }
+// The stochastic-rounding seed of training step `counter` for an operand whose per-run seed is
+// `seed` (the emulated NVFP4 recipes, parallax/precision/nvfp4_scheme.py): the counter is a
+// runtime value (a device scalar inside compiled graphs), so the mix happens here, in one place
+// for the CPU, the CUDA kernels and both frameworks.
+PX_HD uint64_t step_seed(uint64_t seed, uint32_t counter) {
+  return mix64(seed + (static_cast<uint64_t>(counter) + 1) * kGolden);
+}
 PX_HD uint32_t hash_keyed(uint64_t key, uint64_t index) {
   return static_cast<uint32_t>(mix64(key + index * kGolden) >> 32);
 }

@@ -197,6 +197,8 @@ struct Nvfp4Args {
   bool stochastic;
   uint64_t key;       // hash_key(seed)
   uint32_t neg_mask;  // Hadamard signs
+  uint64_t seed;                  // with counter: the per-run seed ...
+  const uint32_t* counter;        // ... and the device step counter (NULL: key as given)
 };
 
 template <typename T, bool kTile, bool kRht>
@@ -208,6 +210,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_kernel(Nvfp4Args a) {
   if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   const size_t gpr = a.cols / 16;  // groups (and scale columns) per row
   const size_t units = kTile ? (a.rows / 16) * gpr : (a.rows * gpr + 15) / 16;
+  const uint64_t key = a.counter ? q::hash_key(q::step_seed(a.seed, *a.counter)) : a.key;
 
   for (size_t u = warp; u < units; u += warps) {
     size_t i;          // index of this lane's first element
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_kernel(Nvfp4Args a) {
     uint32_t packed = 0;
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint8_t c = q::element_code(v[k], b, a.stochastic, a.key, i + k);
+      const uint8_t c = q::element_code(v[k], b, a.stochastic, key, i + k);
       packed |= static_cast<uint32_t>(c) << (4 * k);
       v[k] = q::element_value(c, b, sg);
     }
@@ -343,6 +346,13 @@ extern "C" {
 int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
                       size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed, int rht,
                       uint64_t rht_seed, CUstream_st* stream) {
+  return px_nvfp4_qdq_counter_cuda(x, dtype, y, codes, scales, scale_ws, rows, cols, mode_16x16, stochastic, seed,
+                                   nullptr, rht, rht_seed, stream);
+}
+
+int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
+                              size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed,
+                              const uint32_t* seed_counter, int rht, uint64_t rht_seed, CUstream_st* stream) {
   g_error.clear();
   if (int st = check_common(x, dtype, y, codes, rows * cols)) return st;
   if (!scale_ws) return fail(kPxQuantErrArg, "scale_ws (device float[2]) is required");
@@ -361,7 +371,8 @@ int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t
     rht ? amax_kernel<float, true><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws)
         : amax_kernel<float, false><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws);
   if (int st = cuda_status(cudaGetLastError(), "amax kernel launch")) return st;
-  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, stochastic != 0, q::hash_key(seed), mask};
+  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, stochastic != 0, q::hash_key(seed), mask, seed,
+                    seed_counter};
   const size_t units = mode_16x16 ? (rows / 16) * (cols / 16) : (n / 16 + 15) / 16;
   const int gq = grid_for(units);
   if (dtype == kPxQuantBF16)

@@ -44,6 +44,14 @@ int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t
                       size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed, int rht,
                       uint64_t rht_seed, CUstream_st* stream);
 
+// The same with the stochastic-rounding seed taken at run time: `seed_counter` (device uint32,
+// may be NULL = px_nvfp4_qdq_cuda) is read by the kernel and the seed used is
+// step_seed(seed, *seed_counter) (qdq_math.h). For compiled graphs (torch.compile, XLA) whose
+// training step advances the counter without recompiling.
+int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
+                              size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed,
+                              const uint32_t* seed_counter, int rht, uint64_t rht_seed, CUstream_st* stream);
+
 // The 16x16 random Hadamard transform alone (nvfp4.h hadamard16): y = H(s ⊙ x) per group of
 // 16 along each row, or the inverse. cols % 16 == 0.
 int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,

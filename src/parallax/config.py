@@ -206,7 +206,27 @@ class RunConfig:
         """The registry recipe this run uses (``precision.registry.resolve``)."""
         from parallax.precision import registry
 
-        return registry.resolve(self.framework, self.precision, self.recipe)
+        return registry.resolve(self.framework, self.precision, self.recipe, self.device_cc())
+
+    def device_cc(self) -> str | None:
+        """The compute capability of the GPU this run's ``device`` names, asked only where the
+        default recipe of the run's format depends on it (torch nvfp4: registry.default); None
+        for the CPU, no GPU, a recipe given by name, or a format whose default is fixed."""
+        from parallax.precision import registry
+
+        if self.recipe is not None or self.precision not in PRECISIONS or self.framework not in FRAMEWORKS:
+            return None
+        if not registry.device_dependent(self.framework, self.precision):
+            return None
+        kind, _, index = self.device.partition(":")
+        if kind == "cpu":
+            return None
+        from parallax import envinfo
+
+        position = int(index) if index.isdigit() else 0
+        devices = envinfo.probe_gpus().get("devices") or []
+        found = next((d for d in devices if d.get("index") == position), None)
+        return found.get("compute_capability") if found else None
 
     @property
     def tokens_per_step(self) -> int:
@@ -231,7 +251,7 @@ class RunConfig:
         step. ``parallax parity`` times nothing."""
         from parallax.precision import registry
 
-        recipe = registry.resolve(self.framework, self.precision, self.recipe)
+        recipe = registry.resolve(self.framework, self.precision, self.recipe, self.device_cc())
         model = get_preset(self.model)
         for name in ("batch_size", "seq_len", "steps"):
             if getattr(self, name) <= 0:

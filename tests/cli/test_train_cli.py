@@ -27,7 +27,7 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--steps", "0", "--warmup", "0"], "--steps must be positive, got 0"),
     (["--steps", "20", "--warmup", "20"], "--steps (20) must be greater than --warmup (20)"),
     (["--model", "llama-7b"], "unknown model preset 'llama-7b'"),
-    (["--precision", "nvfp4"], "torch recipe 'te-nvfp4' is not implemented yet (planned: "),
+    (["--precision", "nvfp4", "--batch-size", "3", "--seq-len", "10"], "recipe 'emulated-nvfp4': NVFP4 blocks need batch·seq divisible by 16"),
     (["--precision", "fp4"], "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
     (["--recipe", "te-fp9"], "unknown recipe 'te-fp9' for torch; choose one of: bf16, te-bf16, te-fp8-delayed"),
     (["--recipe", "bf16", "--precision", "fp8"], "recipe 'bf16' is bf16, not fp8; drop --precision or pick a fp8 recipe"),

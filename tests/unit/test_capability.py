@@ -43,7 +43,9 @@ def engines_shipped(monkeypatch):
 
 def cell(framework, name, probe, packages=GPU_PACKAGES, device_index=0):
     """The capability of a recipe, by name or by format (the framework's default recipe)."""
-    recipe = registry.resolve(framework, name, None) if name in PRECISIONS else registry.get(framework, name)
+    devices = probe.get("devices") or [{}]
+    cc = devices[0].get("compute_capability")  # --precision's default recipe depends on the GPU (nvfp4)
+    recipe = registry.resolve(framework, name, None, cc) if name in PRECISIONS else registry.get(framework, name)
     return cap.capability(recipe, probe, packages, device_index)
 
 
@@ -100,18 +102,29 @@ def test_a100_fp8_says_which_capability_the_recipe_needs():
     assert "flax-fp8-delayed needs compute capability 8.9+" in cell("jax", "fp8", A100).reason
 
 
-def test_h200_nvfp4_is_planned_and_needs_blackwell():
-    c = cell("torch", "nvfp4", H200)
-    assert c.status == "unavailable" and c.recipe == "te-nvfp4"
-    assert "not implemented in Parallax yet (planned: the nvfp4 issue" in c.reason
-    assert "te-nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it" in c.reason
-    emulated = cell("jax", "nvfp4", H200)
-    assert emulated.recipe == "emulated-nvfp4" and "nvfp4 emulated on GPU 0 (9.0, Hopper)" in emulated.reason
+def test_h200_nvfp4_is_emulated_and_te_nvfp4_needs_blackwell():
+    c = cell("torch", "te-nvfp4", H200, WITH_LIBS)
+    assert c.status == "unavailable" and not c.default
+    assert c.reason == "te-nvfp4 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it"
+    for framework in ("torch", "jax"):
+        emulated = cell(framework, "emulated-nvfp4", H200)
+        assert emulated.status == "emulated" and emulated.default
+        assert "nvfp4 emulated on GPU 0 (9.0, Hopper)" in emulated.reason
+
+
+def test_b200_nvfp4_default_is_te_native_and_rtx_pro_carries_its_caveat():
+    b200 = cell("torch", "te-nvfp4", B200, WITH_LIBS)
+    assert b200.status == "native" and b200.default
+    assert not cell("torch", "emulated-nvfp4", B200).default
+    rtx = cell("torch", "te-nvfp4", RTX_PRO, WITH_LIBS)
+    assert rtx.status == "native" and rtx.default
+    assert "full NVFP4 training recipe is 10.x-only (12.x: forward or no-RHT/SR only" in rtx.reason
+    assert cell("jax", "emulated-nvfp4", B200).default  # TE-JAX NVFP4 is not wired
 
 
 def test_b200_nvfp4_hardware_allows_it_without_caveat():
     c = cell("torch", "nvfp4", B200)
-    assert c.status == "unavailable"
+    assert c.recipe == "te-nvfp4" and c.status == "unavailable"  # TE is not installed in GPU_PACKAGES
     assert c.reason.endswith("GPU 0 (10.0, Blackwell datacenter) supports nvfp4 natively")
 
 
@@ -135,7 +148,9 @@ def test_cpu_machine_every_gpu_cell_says_no_gpu():
         assert c.reason.startswith("no NVIDIA GPU found"), c
     runnable = {(c.framework, c.recipe): c.status for c in matrix if c.runnable}
     assert runnable == {("torch", "bf16"): "cpu", ("jax", "bf16"): "cpu",
-                        ("jax", "flax-fp8-delayed"): "cpu", ("jax", "flax-fp8-direct"): "cpu"}
+                        ("jax", "flax-fp8-delayed"): "cpu", ("jax", "flax-fp8-direct"): "cpu",
+                        ("torch", "emulated-nvfp4"): "cpu", ("torch", "emulated-nvfp4-all"): "cpu",
+                        ("jax", "emulated-nvfp4"): "cpu", ("jax", "emulated-nvfp4-all"): "cpu"}
 
 
 def test_cpu_cell_explains_the_label():

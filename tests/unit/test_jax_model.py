@@ -268,8 +268,8 @@ def test_check_returns_the_bf16_label_of_the_device_that_will_run():
 
 def test_a_planned_recipe_is_refused_with_one_line():
     with pytest.raises(ParallaxError) as err:
-        get_engine("jax").check(tiny_run(precision="nvfp4"))
-    assert str(err.value).startswith("jax recipe 'emulated-nvfp4' is not implemented yet (planned: ")
+        get_engine("jax").check(tiny_run(precision=None, recipe="te-fp8-delayed"))
+    assert str(err.value).startswith("jax recipe 'te-fp8-delayed' is not implemented yet (planned: ")
 
 
 def test_no_compile_is_refused():

@@ -224,10 +224,10 @@ def test_matrix_cells_without_runs_are_pending(hand):
     # grouped by format, then framework
     assert [(c["framework"], c["recipe"]) for c in r["cells"]] == [
         ("torch", "bf16"), ("jax", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "flax-fp8-delayed"),
-        ("torch", "te-nvfp4"), ("jax", "emulated-nvfp4")]
+        ("torch", "emulated-nvfp4"), ("jax", "emulated-nvfp4")]
     assert cell(r, "jax", "nvfp4")["status"] == "pending"
     rows = table_rows(markdown.render(r), "Runs without a result")
-    assert ["–", "torch", "nvfp4 te-nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
+    assert ["–", "torch", "nvfp4 emulated-nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
 
 
 # ----------------------------------------------------------------------------- renderers

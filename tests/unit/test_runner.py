@@ -147,15 +147,15 @@ def test_matrix_of_ok_cells_writes_runs_index_and_environment(tmp_path, monkeypa
 
 def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch):
     m = small_matrix(frameworks=("torch", "jax"), recipes=("bf16", "fp8", "nvfp4"), seeds=(0, 1))
-    plan = {"torch-te-fp8-delayed-seed0": "oom", "torch-te-fp8-delayed-seed1": "oom_silent", "torch-te-nvfp4-seed0": "crash",
-            "torch-te-nvfp4-seed1": "failed_json", "jax-fp8": "skip", "jax-emulated-nvfp4-seed0": "hang",
+    plan = {"torch-te-fp8-delayed-seed0": "oom", "torch-te-fp8-delayed-seed1": "oom_silent", "torch-emulated-nvfp4-seed0": "crash",
+            "torch-emulated-nvfp4-seed1": "failed_json", "jax-fp8": "skip", "jax-emulated-nvfp4-seed0": "hang",
             "jax-emulated-nvfp4-seed1": "signal", "jax-bf16-seed1": "zero_no_json"}
     results = by_id(run(tmp_path, m, plan, monkeypatch, timeout_s=3))
     status = {k: r.status for k, r in results.items()}
     assert status == {
-        "torch-bf16-seed0-rep0": "ok", "torch-te-fp8-delayed-seed0-rep0": "oom", "torch-te-nvfp4-seed0-rep0": "failed",
+        "torch-bf16-seed0-rep0": "ok", "torch-te-fp8-delayed-seed0-rep0": "oom", "torch-emulated-nvfp4-seed0-rep0": "failed",
         "jax-bf16-seed0-rep0": "ok", "jax-flax-fp8-delayed-seed0-rep0": "skipped", "jax-emulated-nvfp4-seed0-rep0": "timeout",
-        "torch-bf16-seed1-rep0": "ok", "torch-te-fp8-delayed-seed1-rep0": "oom", "torch-te-nvfp4-seed1-rep0": "failed",
+        "torch-bf16-seed1-rep0": "ok", "torch-te-fp8-delayed-seed1-rep0": "oom", "torch-emulated-nvfp4-seed1-rep0": "failed",
         "jax-bf16-seed1-rep0": "failed", "jax-flax-fp8-delayed-seed1-rep0": "skipped", "jax-emulated-nvfp4-seed1-rep0": "failed",
     }
 
@@ -166,10 +166,10 @@ def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch)
     silent = saved("torch-te-fp8-delayed-seed1-rep0")
     assert silent["error"].startswith("out of memory (exit code 3)")
     assert "Tried to allocate 2.00 GiB" in silent["error"] and silent["exit_code"] == 3
-    crash = saved("torch-te-nvfp4-seed0-rep0")
+    crash = saved("torch-emulated-nvfp4-seed0-rep0")
     assert crash["error"].splitlines()[0] == "exit code 1: RuntimeError: boom"
     assert "Traceback (most recent call last):" in crash["error"]  # the log tail
-    assert saved("torch-te-nvfp4-seed1-rep0")["error"] == "loss became NaN at step 4"
+    assert saved("torch-emulated-nvfp4-seed1-rep0")["error"] == "loss became NaN at step 4"
     skipped = saved("jax-flax-fp8-delayed-seed0-rep0")
     assert skipped["error"] == SKIP_REASON and skipped["config"]["precision"] == "fp8"
     timeout = saved("jax-emulated-nvfp4-seed0-rep0")

@@ -258,8 +258,9 @@ def test_engine_first_loss_equals_the_reference_loss_of_synthetic_batch_zero():
 def test_check_refuses_what_cannot_run_here_in_one_line():
     from parallax.errors import ParallaxError
 
-    with pytest.raises(ParallaxError, match="torch recipe 'te-nvfp4' is not implemented yet"):
-        TorchEngine().check(tiny_run(precision="nvfp4"))
+    with pytest.raises(ParallaxError, match="recipe 'te-nvfp4' needs an NVIDIA GPU of compute capability 10.0.*"
+                                            "use --recipe emulated-nvfp4: what --precision nvfp4 picks here"):
+        TorchEngine().check(tiny_run(precision=None, recipe="te-nvfp4"))
     with pytest.raises(ParallaxError, match="recipe 'te-fp8-current' needs an NVIDIA GPU of compute capability 8.9"):
         TorchEngine().check(tiny_run(precision=None, recipe="te-fp8-current"))
 

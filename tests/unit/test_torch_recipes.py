@@ -96,7 +96,9 @@ def test_every_torch_recipe_with_hooks_loads_its_class():
             loaded[recipe.name] = type(hooks).__name__
     assert loaded == {"bf16": "AutocastHooks", "te-bf16": "TransformerEngineHooks",
                       "te-fp8-delayed": "TransformerEngineHooks", "te-fp8-current": "TransformerEngineHooks",
-                      "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks"}
+                      "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks",
+                      "te-nvfp4": "TransformerEngineHooks", "emulated-nvfp4": "EmulatedNvfp4Hooks",
+                      "emulated-nvfp4-all": "EmulatedNvfp4Hooks"}
 
 
 def test_te_bf16_quantizes_nothing():

@@ -144,8 +144,12 @@ def capability(recipe: Recipe, probe: dict | None, packages: dict[str, str | Non
         if not missing_engine:
             blocking += filter(None, [_no_cuda_build(recipe.framework, packages)])
 
+    # The default of --precision on this device (torch nvfp4: te-nvfp4 on 10.0+, else emulated).
+    is_default = registry.default(recipe.framework, recipe.format,
+                                  device.get("compute_capability") if device else None) is recipe
+
     def result(status, reason, backend):
-        return Capability(recipe.framework, recipe.name, recipe.format, status, reason, backend, recipe.default)
+        return Capability(recipe.framework, recipe.name, recipe.format, status, reason, backend, is_default)
 
     if device is None and len(blocking) == 1 and recipe.cpu:
         reason = (f"{blocking[0]}; runs on the CPU, correct but slow: "
@@ -185,6 +189,16 @@ def require_implemented(recipe: Recipe) -> None:
                             f"(planned: {recipe.planned}); parallax check-env lists what runs")
 
 
+def _instead(recipe: Recipe, compute_capability) -> str | None:
+    """What to run instead, when the framework's default of the same format on this device is
+    another implemented recipe that runs here (torch te-nvfp4 on an H200 -> emulated-nvfp4)."""
+    other = registry.default(recipe.framework, recipe.format, compute_capability)
+    have = hardware.cc_tuple(compute_capability)
+    fits = other is not None and other.implemented and other is not recipe and (
+        other.cpu if have is None else not (other.min_cc and have < other.min_cc))
+    return f"use --recipe {other.name}: what --precision {recipe.format} picks here" if fits else None
+
+
 def require(recipe: Recipe, platform: str, compute_capability=None, device_name: str = "") -> None:
     """Raise a one-line ParallaxError, before any GPU work, when ``recipe`` cannot run on the
     device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
@@ -196,12 +210,13 @@ def require(recipe: Recipe, platform: str, compute_capability=None, device_name:
     if platform == "cpu" and not recipe.cpu:
         need = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
         raise ParallaxError(f"recipe '{recipe.name}' needs an NVIDIA GPU of compute capability {need}+; "
-                            "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
+                            f"this run is on the CPU ({_instead(recipe, None) or 'pick a bf16 recipe, or run on a GPU'})")
     have = hardware.cc_tuple(compute_capability)
     if platform != "cpu" and recipe.min_cc and have is not None and have < recipe.min_cc:
         need = ".".join(map(str, recipe.min_cc))
         raise ParallaxError(
             f"recipe '{recipe.name}' needs compute capability {need}+; {device_name or 'this GPU'} is "
-            f"{hardware.cc_string(compute_capability)} (pick a bf16 recipe: parallax check-env lists them)")
+            f"{hardware.cc_string(compute_capability)} "
+            f"({_instead(recipe, compute_capability) or 'pick a bf16 recipe: parallax check-env lists them'})")
     if recipe.backend.module:
         require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)

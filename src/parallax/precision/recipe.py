@@ -54,6 +54,9 @@ class Recipe:
     backend: Backend
     hooks: str | None  # "module:Class" implementing the engine's hook interface; None: planned
     default: bool = False  # the framework's recipe for ``--precision <format>``
+    # The default instead on a GPU of at least this compute capability (registry.default):
+    # torch's te-nvfp4 on 10.0+, its emulated-nvfp4 elsewhere.
+    default_min_cc: tuple[int, int] | None = None
     cpu: bool = False  # runs on the CPU (correct arithmetic, no benchmark numbers)
     # The torch engine can capture the model's blocks in CUDA graphs (its hooks' ``graph``):
     # what ``--cuda-graphs auto`` turns on and ``--cuda-graphs on`` requires.
@@ -95,6 +98,7 @@ class Recipe:
     def to_dict(self) -> dict:
         return {"framework": self.framework, "name": self.name, "format": self.format,
                 "summary": self.summary, "backend": self.backend.to_dict(), "default": self.default,
+                "default_min_cc": ".".join(map(str, self.default_min_cc)) if self.default_min_cc else None,
                 "emulated": self.emulated, "peak_column": self.peak_column,
                 "native_min_cc": ".".join(map(str, self.native_min_cc)),
                 "min_cc": ".".join(map(str, self.min_cc)) if self.min_cc else None,

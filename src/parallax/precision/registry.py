@@ -18,6 +18,7 @@ RECIPE_MODULES = (
     "parallax.precision.torch.autocast",
     "parallax.precision.torch.te",
     "parallax.precision.torch.torchao",
+    "parallax.precision.torch.emulated_nvfp4",
     "parallax.precision.jax.flax_bf16",
     "parallax.precision.jax.flax_fp8",
     "parallax.precision.jax.te",
@@ -69,10 +70,27 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
-def default(framework: str, fmt: str) -> Recipe | None:
-    """The framework's recipe for ``--precision fmt``, or None when it has none."""
+def default(framework: str, fmt: str, compute_capability=None) -> Recipe | None:
+    """The framework's recipe for ``--precision fmt`` on a GPU of ``compute_capability`` (None:
+    no GPU, or not known), or None when it has none. The one place where the device chooses: a
+    recipe with ``default_min_cc`` is the default on GPUs of at least that capability (torch
+    nvfp4: TE's native NVFP4BlockScaling on 10.0+), the plain ``default`` recipe elsewhere
+    (torch nvfp4: emulated-nvfp4 on the H200, A100, CPU)."""
+    from parallax.hardware import cc_tuple
+
     check_format(fmt)
-    return next((r for r in of_framework(framework) if r.format == fmt and r.default), None)
+    own = [r for r in of_framework(framework) if r.format == fmt]
+    have = cc_tuple(compute_capability)
+    if have is not None:
+        found = next((r for r in own if r.default_min_cc and have >= r.default_min_cc), None)
+        if found is not None:
+            return found
+    return next((r for r in own if r.default), None)
+
+
+def device_dependent(framework: str, fmt: str) -> bool:
+    """Whether ``default(framework, fmt, cc)`` depends on the GPU's compute capability."""
+    return any(r.default_min_cc for r in of_framework(framework) if r.format == check_format(fmt))
 
 
 def get(framework: str, name: str) -> Recipe:
@@ -84,9 +102,10 @@ def get(framework: str, name: str) -> Recipe:
         " (parallax check-env lists them)")
 
 
-def resolve(framework: str, precision: str | None, recipe: str | None) -> Recipe:
+def resolve(framework: str, precision: str | None, recipe: str | None, compute_capability=None) -> Recipe:
     """The recipe a run uses: ``recipe`` by name, else the framework's default for
-    ``precision``. A recipe whose format contradicts ``precision`` is an error, never a swap."""
+    ``precision`` on a GPU of ``compute_capability``. A recipe whose format contradicts
+    ``precision`` is an error, never a swap."""
     if recipe is not None:
         chosen = get(framework, recipe)
         if precision is not None and check_format(precision) != chosen.format:
@@ -95,7 +114,7 @@ def resolve(framework: str, precision: str | None, recipe: str | None) -> Recipe
                 f"a {precision} recipe: {', '.join(r.name for r in of_framework(framework) if r.format == precision) or 'none yet'}")
         return chosen
     fmt = check_format(precision or "bf16")
-    chosen = default(framework, fmt)
+    chosen = default(framework, fmt, compute_capability)
     if chosen is None:
         raise ParallaxError(f"{framework} has no {fmt} recipe yet; parallax check-env lists the recipes")
     return chosen

@@ -67,6 +67,24 @@ def nvfp4_qdq(x, mode: str = "1x16", stochastic: bool = False, seed: int = 0, rh
     return nvfp4_quantize(x, mode, stochastic, seed, rht, rht_seed, with_codes=False)[0]
 
 
+def nvfp4_qdq_counter(x, counter, mode: str = "1x16", stochastic: bool = False, seed: int = 0, rht: bool = False,
+                      rht_seed: int = 0):
+    """nvfp4_qdq with the stochastic-rounding seed ``step_seed(seed, counter)`` (csrc/quant/qdq_math.h),
+    ``counter`` a traced scalar (converted to uint32; exact for integer values below 2**24 when
+    it is a float32): a jitted step advances it without recompiling."""
+    register()
+    x = jnp.asarray(x)
+    _check_dtype(x, "nvfp4")
+    check_shape(tuple(x.shape), mode)
+    counter = jnp.asarray(counter).astype(jnp.uint32).reshape(())
+    out = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((0,), jnp.uint8),
+           jax.ShapeDtypeStruct((0,), jnp.uint8), jax.ShapeDtypeStruct((2,), jnp.float32))
+    call = jax.ffi.ffi_call("parallax_nvfp4_qdq_counter", out, vmap_method="sequential")
+    return call(x, counter, tile16x16=np.bool_(mode == "16x16"), stochastic=np.bool_(stochastic),
+                seed=np.uint64(check_seed(seed)), rht=np.bool_(rht),
+                rht_seed=np.uint64(check_seed(rht_seed, "rht_seed")))[0]
+
+
 def hadamard16(x, seed: int = 0, inverse: bool = False):
     """The 16x16 random Hadamard transform of each group of 16 along the last dimension."""
     register()

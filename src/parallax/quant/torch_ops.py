@@ -17,6 +17,7 @@ the result is computed in float32 and, for bfloat16, rounded to nearest even at 
 Ops (seeds are ints in [0, 2**63 - 1]):
   nvfp4_qdq(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0) -> y
   nvfp4_quantize(x, ...same...) -> (y, codes uint8 [rows, cols/2], scales uint8, scale_ws f32[2])
+  nvfp4_qdq_counter(x, counter, ...same...) -> y   (SR seed step_seed(seed, counter), counter a tensor)
   hadamard16(x, seed=0, inverse=False) -> y
   fp8_qdq(x, fmt="e4m3", scale=1.0, saturate=None) -> y
 No autograd formula is registered (the emulated recipe decides its straight-through rule).
@@ -68,10 +69,11 @@ def _finite_amax(a: np.ndarray) -> float:
     return float(f.max()) if f.size else 0.0
 
 
-def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes):
+def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=False):
+    """``derived_seed``: ``seed`` is a step seed the native side derived (any uint64), not a user's."""
     _check_input(x, "nvfp4")
     rows, cols = check_shape(tuple(x.shape), mode)
-    seed, rht_seed = check_seed(seed), check_seed(rht_seed, "rht_seed")
+    seed, rht_seed = (seed if derived_seed else check_seed(seed)), check_seed(rht_seed, "rht_seed")
     tile = mode == "16x16"
     srows = rows // 16 if tile else rows
     if x.device.type == "cpu":
@@ -105,6 +107,45 @@ def nvfp4_qdq(x: torch.Tensor, mode: str = "1x16", stochastic: bool = False, see
 
 @nvfp4_qdq.register_fake
 def _(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
+    _check_input(x, "nvfp4")
+    check_shape(tuple(x.shape), mode)
+    return torch.empty_like(x)
+
+
+def _check_counter(x: torch.Tensor, counter: torch.Tensor) -> None:
+    if counter.dtype != torch.int32 or counter.numel() != 1 or counter.device != x.device:
+        raise ValueError(f"nvfp4_qdq_counter: counter must be one int32 on {x.device} (the step, read as uint32), "
+                         f"got {counter.dtype} {tuple(counter.shape)} on {counter.device}")
+
+
+@torch.library.custom_op("parallax::nvfp4_qdq_counter", mutates_args=())
+def nvfp4_qdq_counter(x: torch.Tensor, counter: torch.Tensor, mode: str = "1x16", stochastic: bool = False,
+                      seed: int = 0, rht: bool = False, rht_seed: int = 0) -> torch.Tensor:
+    """nvfp4_qdq with the stochastic-rounding seed ``step_seed(seed, counter)`` (csrc/quant/qdq_math.h),
+    ``counter`` a one-element int32 tensor on x's device read at run time (as uint32): a compiled
+    graph's step advances it without recompiling. The CPU path reads it on the host, the CUDA
+    kernel on the device (no synchronisation)."""
+    _check_input(x, "nvfp4")
+    _check_counter(x, counter)
+    if x.device.type == "cpu":
+        step = int(counter.reshape(()).item()) & 0xFFFFFFFF
+        return _nvfp4(x, mode, stochastic, native().quant_step_seed(check_seed(seed), step), rht, rht_seed,
+                      want_codes=False, derived_seed=True)[0]
+    rows, cols = check_shape(tuple(x.shape), mode)
+    seed, rht_seed = check_seed(seed), check_seed(rht_seed, "rht_seed")
+    n = _cuda_native()
+    with torch.cuda.device(x.device):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        ws = torch.empty(2, dtype=torch.float32, device=x.device)
+        c = counter.contiguous()
+        n.quant_nvfp4_counter_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), 0, 0, ws.data_ptr(), rows, cols,
+                                   mode == "16x16", stochastic, seed, c.data_ptr(), rht, rht_seed, _stream(x))
+    return y.reshape(x.shape)
+
+
+@nvfp4_qdq_counter.register_fake
+def _(x, counter, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
     _check_input(x, "nvfp4")
     check_shape(tuple(x.shape), mode)
     return torch.empty_like(x)

@@ -68,8 +68,8 @@ class JaxEngine(Engine):
         device = resolve_device(run.device)
         cc = getattr(device, "compute_capability", None)
         capability.require(recipe, device.platform, cc, getattr(device, "device_kind", ""))
-        precision = for_recipe(recipe, hooks)
         hooks.check(device, run)
+        precision = for_recipe(recipe, hooks)
         precision = on_device(precision, device.platform, cc)
         return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
                     handles={"device": device, "precision": precision})

@@ -156,7 +156,9 @@ def quantized_kernels(config: ModelConfig, dot_general_cls) -> list[tuple[str, s
 
     if dot_general_cls is None:
         return []
-    return [(f"layers_{i}", name, "kernel") for i in range(config.n_layers) for name in BLOCK_LINEARS]
+    # An op that quantizes only some blocks says which (the emulated NVFP4 op's quantized_layers).
+    layers = getattr(dot_general_cls, "quantized_layers", range(config.n_layers))
+    return [(f"layers_{i}", name, "kernel") for i in layers for name in BLOCK_LINEARS]
 
 
 def init_extra(model, collections: tuple[str, ...], batch_shape: tuple[int, int], device) -> dict:

@@ -30,8 +30,8 @@ class JaxHooks:
         library reads when it loads."""
 
     def check(self, device, run=None) -> None:
-        """Raise ParallaxError when this recipe cannot run on ``device`` here, or at the shapes
-        of ``run`` (a RunConfig; None where there is none)."""
+        """Raise ParallaxError when this recipe cannot run on ``device`` here (at the shapes and
+        seed of ``run``, a RunConfig; None where there is no run)."""
 
     def native(self, platform: str, compute_capability) -> bool:
         """Native where an NVIDIA GPU has tensor cores for the format. XLA:CPU converts the

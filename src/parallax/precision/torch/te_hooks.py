@@ -26,6 +26,7 @@ import ctypes
 import glob
 import importlib.metadata
 import os
+import re
 
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, linear_weights
@@ -118,11 +119,47 @@ def te_version() -> str | None:
     return None
 
 
+NVFP4_RTX_MIN_TE = (2, 19)  # TE PR #3281: before it, NVFP4 on sm_120/121 trained on all-zero gradients
+NVFP4_RTX_OFF = ("disable_rht", "disable_stochastic_rounding")
+
+
+def nvfp4_variant(params: dict, compute_capability, version: str | None) -> tuple[dict, str | None]:
+    """(NVFP4BlockScaling keyword arguments, warning or None) on a GPU of ``compute_capability``
+    with TE ``version`` (REFERENCE.md §1). 10.x (and 11.0): the full recipe of ``params``. 12.x:
+    TE supports only the forward pass or training without RHT and stochastic rounding there (TE
+    PR #3195, issues #2255, #2956), so both are turned off and the warning says so; TE before
+    2.19 is refused (PR #3281: its default NVFP4 recipe on sm_120/121 silently trained on
+    all-zero gradients). Below 10.0 a ParallaxError naming the emulated recipe."""
+    from parallax.hardware import cc_string, cc_tuple, family
+
+    cc = cc_tuple(compute_capability)
+    kwargs = {k: bool(params[k]) for k in ("disable_rht", "disable_stochastic_rounding", "disable_2d_quantization")}
+    if cc is None or cc < (10, 0):
+        raise ParallaxError(f"recipe 'te-nvfp4' needs compute capability 10.0+ (Blackwell); this GPU is "
+                            f"{cc_string(compute_capability) or 'unknown'}: use --recipe emulated-nvfp4 "
+                            "(or --precision nvfp4, which picks it here)")
+    if cc[0] != 12:
+        return kwargs, None
+    have = tuple(int(p) for p in re.findall(r"\d+", version or "")[:2])
+    if len(have) < 2 or have < NVFP4_RTX_MIN_TE:
+        raise ParallaxError(f"recipe 'te-nvfp4' on {family(cc)} ({cc_string(cc)}) needs TransformerEngine 2.19+ "
+                            f"(PR #3281: older releases trained NVFP4 on all-zero gradients there); found "
+                            f"{version or 'an unknown version'}: upgrade TE or use --recipe emulated-nvfp4")
+    changed = [k for k in NVFP4_RTX_OFF if not kwargs[k]]
+    kwargs.update({k: True for k in NVFP4_RTX_OFF})
+    warning = (f"te-nvfp4 on compute capability {cc_string(cc)}: TransformerEngine supports NVFP4 training there "
+               f"only without RHT and stochastic rounding (TE PR #3195), so this run sets "
+               f"{', '.join(changed) or 'nothing new'} (recorded as te_nvfp4_variant); the full recipe needs 10.x")
+    return kwargs, warning
+
+
 class TransformerEngineHooks(TorchHooks):
     def __init__(self, recipe):
         super().__init__(recipe)
         self.fp8 = recipe.params.get("te_recipe") is not None
+        self.nvfp4 = recipe.params.get("te_recipe") == "NVFP4BlockScaling"
         self._te_recipe = None
+        self.nvfp4_kwargs, self.nvfp4_warning = None, None
 
     def te_recipe(self):
         """The ``transformer_engine.common.recipe`` object of this recipe (None for te-bf16)."""
@@ -130,6 +167,11 @@ class TransformerEngineHooks(TorchHooks):
             from transformer_engine.common import recipe as te_recipes
 
             params = self.recipe.params
+            if self.nvfp4:
+                if self.nvfp4_kwargs is None:
+                    raise RuntimeError("te-nvfp4: check() decides the recipe's variant for the device first")
+                self._te_recipe = te_recipes.NVFP4BlockScaling(**self.nvfp4_kwargs)
+                return self._te_recipe
             fmt = getattr(te_recipes.Format, params["fp8_format"])
             if params["te_recipe"] == "DelayedScaling":
                 self._te_recipe = te_recipes.DelayedScaling(
@@ -145,16 +187,37 @@ class TransformerEngineHooks(TorchHooks):
             return
         if run is not None:
             self.check_shapes(run)
+        if self.nvfp4:
+            return self.check_nvfp4(torch, device)
         available, reason = fp8_support(import_te())
         if not available:
             raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run fp8 on "
                                 f"{device}: {reason} (pick a bf16 recipe: parallax check-env lists them)")
 
+    def check_nvfp4(self, torch, device) -> None:
+        """The NVFP4BlockScaling variant for this GPU (``nvfp4_variant``), then TE's own probe."""
+        import warnings
+
+        cc = "{}.{}".format(*torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+        self.nvfp4_kwargs, self.nvfp4_warning = nvfp4_variant(self.recipe.params, cc, te_version())
+        if self.nvfp4_warning:
+            warnings.warn(self.nvfp4_warning, UserWarning, stacklevel=2)
+        te = import_te()
+        probe = getattr(te, "is_nvfp4_available", None)
+        if probe is None:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine {te_version()} has no NVFP4 "
+                                "(is_nvfp4_available); install TE 2.8+ or use --recipe emulated-nvfp4")
+        available, reason = probe(return_reason=True)
+        if not available:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run NVFP4 on {device}: "
+                                f"{reason} (use --recipe emulated-nvfp4)")
+
     def check_shapes(self, run) -> None:
         model, tokens = run.model_config, run.batch_size * run.seq_len
-        if tokens % FP8_TOKENS_MULTIPLE:
-            raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs batch·seq divisible by "
-                                f"{FP8_TOKENS_MULTIPLE}; {run.batch_size}·{run.seq_len} = {tokens} is not")
+        multiple = FP8_DIM_MULTIPLE if self.nvfp4 else FP8_TOKENS_MULTIPLE  # NVFP4: 16 everywhere
+        if tokens % multiple:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TE needs batch·seq divisible by "
+                                f"{multiple}; {run.batch_size}·{run.seq_len} = {tokens} is not")
         for name in ("d_model", "d_ff"):
             size = getattr(model, name)
             if size % FP8_DIM_MULTIPLE:
@@ -165,7 +228,11 @@ class TransformerEngineHooks(TorchHooks):
         info = {**super().details(torch), "te_version": te_version(), "te_recipe": None,
                 "first_last_layers_bf16": False}
         recipe = self.te_recipe()
-        if recipe is not None:
+        if recipe is not None and self.nvfp4:
+            info["te_recipe"] = type(recipe).__name__
+            info.update(self.nvfp4_kwargs)
+            info["te_nvfp4_variant"] = self.nvfp4_warning  # None: TE's full recipe
+        elif recipe is not None:
             info["te_recipe"] = type(recipe).__name__
             info["fp8_format"] = recipe.fp8_format.name
             for name in ("amax_history_len", "amax_compute_algo"):
