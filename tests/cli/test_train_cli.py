@@ -31,7 +31,6 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--precision", "fp4"], "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
     (["--recipe", "te-fp9"], "unknown recipe 'te-fp9' for torch; choose one of: bf16, te-bf16, te-fp8-delayed"),
     (["--recipe", "bf16", "--precision", "fp8"], "recipe 'bf16' is bf16, not fp8; drop --precision or pick a fp8 recipe"),
-    (["--framework", "jax", "--precision", "nvfp4"], "jax recipe 'emulated-nvfp4' is not implemented yet"),
     (["--framework", "maxtext"], "the maxtext engine needs Python >= 3.12" if sys.version_info < (3, 12)
      else "maxtext is not installed; install it with: pip install 'slm-parallax[maxtext]'"),
     (["--synthetic", "--data", "somewhere"], "choose one of --synthetic, --data PATH and --hf"),

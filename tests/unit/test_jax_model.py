@@ -266,10 +266,23 @@ def test_check_returns_the_bf16_label_of_the_device_that_will_run():
     assert info.details["param_dtype"] == "float32" and info.details["compute_dtype"] == "bfloat16"
 
 
-def test_a_planned_recipe_is_refused_with_one_line():
+@pytest.fixture
+def planned_jax_recipe(monkeypatch):
+    """A planned JAX recipe in the registry (every real one is implemented today)."""
+    from parallax.precision import registry
+    from parallax.precision.recipe import Backend, Recipe
+
+    real = registry.recipes()
+    planned = Recipe(framework="jax", name="planned-fp8", format="fp8", backend=Backend("flax", module="flax"),
+                     hooks=None, summary="a recipe still to come", planned="a later issue")
+    monkeypatch.setattr(registry, "recipes", lambda: real + (planned,))
+    return planned
+
+
+def test_a_planned_recipe_is_refused_with_one_line(planned_jax_recipe):
     with pytest.raises(ParallaxError) as err:
-        get_engine("jax").check(tiny_run(precision=None, recipe="te-fp8-delayed"))
-    assert str(err.value).startswith("jax recipe 'te-fp8-delayed' is not implemented yet (planned: ")
+        get_engine("jax").check(tiny_run(precision=None, recipe="planned-fp8"))
+    assert str(err.value).startswith("jax recipe 'planned-fp8' is not implemented yet (planned: a later issue")
 
 
 def test_no_compile_is_refused():
@@ -318,14 +331,14 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
     assert all(s["grad_norm"] > 0 for s in steps)
 
 
-def test_cli_refuses_a_planned_jax_recipe_in_one_line(tmp_path, capsys):
+def test_cli_refuses_a_planned_jax_recipe_in_one_line(planned_jax_recipe, tmp_path, capsys):
     from parallax.cli import main
 
-    code = main(["train", "--framework", "jax", "--recipe", "emulated-nvfp4", "--model", "tiny", "--seq-len", "32",
+    code = main(["train", "--framework", "jax", "--recipe", "planned-fp8", "--model", "tiny", "--seq-len", "32",
                  "--device", "cpu", "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.startswith("parallax: error: jax recipe 'emulated-nvfp4' is not implemented yet (planned: ")
+    assert err.startswith("parallax: error: jax recipe 'planned-fp8' is not implemented yet (planned: ")
     assert err.count("\n") == 1
     assert not (tmp_path / "run" / "run.json").exists()
 
