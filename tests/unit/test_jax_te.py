@@ -372,7 +372,7 @@ def test_cli_without_te_on_the_cpu_says_the_gpu_first(tmp_path):
     # As for TE torch: on the CPU the first thing wrong is the missing GPU.
     assert _one_line(_cli(tmp_path, "")) == (
         "parallax: error: recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability 8.9+; "
-        "this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
+        "this run is on the CPU (use --recipe flax-fp8-delayed: what --precision fp8 picks here)")
     assert not (tmp_path / "run" / "run.json").exists()
 
 

@@ -51,7 +51,7 @@ class EmulatedNvfp4Hooks(TorchHooks):
         self._quantized = convert(module, layers, self.run_seed)
         return module
 
-    def compile_info(self) -> str:
+    def compile_info(self, cuda_graphs: bool = False) -> str:
         return ("torch.compile of the whole model; the NVFP4 quantize-dequantize ops are opaque custom ops "
                 "(parallax::nvfp4_qdq, nvfp4_qdq_counter) inside the compiled graphs")
 
