@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import platform
+import re
 import socket
 import sys
 
@@ -43,6 +44,25 @@ def package_version(name: str) -> str | None:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def module_version(module, distributions: tuple[str, ...]) -> str | None:
+    """A module's own ``__version__``, else the version of the first of ``distributions`` that is
+    installed (an extension built from its sdist often comes without the meta-package)."""
+    version = getattr(module, "__version__", None)
+    if version:
+        return str(version)
+    return next((v for v in map(package_version, distributions) if v), None)
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The first three parts of a version, each its leading digits: "2.20.2+cu13" -> (2, 20, 2)."""
+    return tuple(int(m.group()) if (m := re.match(r"\d+", part)) else 0 for part in version.split(".")[:3])
+
+
+def older(version: str, minimum: str) -> bool:
+    """Whether release ``version`` comes before ``minimum``."""
+    return release(version) < release(minimum)
 
 
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import parallax
 from parallax import envinfo
 
@@ -62,3 +64,23 @@ def test_environment_imports_neither_torch_nor_jax():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("version, minimum, expected", [
+    ("2.20.2+cu13", "2.19", False), ("2.19.0.dev0", "2.19", False), ("2.18.9", "2.19", True),
+    ("2.9", "2.19", True), ("0.2.5", "0.2.5", False), ("0.2.4", "0.2.5", True), ("2.19rc1", "2.19", False),
+])
+def test_release_versions_compare_by_their_numeric_parts(version, minimum, expected):
+    assert envinfo.older(version, minimum) is expected
+
+
+def test_a_modules_version_falls_back_to_its_distributions():
+    class Bare:
+        pass
+
+    class Versioned:
+        __version__ = "1.2.3"
+
+    assert envinfo.module_version(Versioned, ("not-installed",)) == "1.2.3"
+    assert envinfo.module_version(Bare, ("not-installed", "numpy")) == envinfo.package_version("numpy")
+    assert envinfo.module_version(Bare, ("not-installed",)) is None

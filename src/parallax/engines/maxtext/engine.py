@@ -16,6 +16,7 @@ import numpy as np
 
 from parallax.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, Progress
+from parallax.envinfo import older
 from parallax.errors import ParallaxError
 
 MIN_PYTHON = (3, 12)  # MaxText 0.2.5: Requires-Python >= 3.12
@@ -39,21 +40,12 @@ def require_maxtext() -> str:
     version = config.installed_version()
     if version is None or importlib.util.find_spec("maxtext") is None:
         raise ParallaxError(f"maxtext is not installed; install it with: pip install '{EXTRA}' (Python >= 3.12)")
-    if _older(version, MAXTEXT.min_version):
+    if older(version, MAXTEXT.min_version):
         raise ParallaxError(f"maxtext {version} is older than {MAXTEXT.min_version}, whose config keys Parallax "
                             f"writes; pip install --upgrade '{EXTRA}'")
     return version
 
 
-def _older(version: str, minimum: str) -> bool:
-    def parts(text):
-        out = []
-        for piece in text.split(".")[:3]:
-            digits = "".join(ch for ch in piece if ch.isdigit())
-            out.append(int(digits or 0))
-        return tuple(out)
-
-    return parts(version) < parts(minimum)
 
 
 def gpu_index(spec: str) -> int:

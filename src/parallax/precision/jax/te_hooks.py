@@ -22,8 +22,7 @@ to bf16, TE's RMSNorm and GEMMs unfused.
 
 from __future__ import annotations
 
-import importlib.metadata
-
+from parallax.envinfo import module_version, older, package_version
 from parallax.errors import ParallaxError
 from parallax.precision.jax.base import JaxHooks
 
@@ -48,29 +47,7 @@ def import_te_recipes():
 def te_version(te) -> str | None:
     """TE's ``__version__``, else the installed distribution's (the JAX extension is often built
     from its sdist beside the core wheel)."""
-    version = getattr(te, "__version__", None)
-    if version:
-        return str(version)
-    for name in ("transformer_engine", "transformer_engine_jax"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def extension_version() -> str | None:
-    try:
-        return importlib.metadata.version("transformer_engine_jax")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _older(version: str, minimum: str) -> bool:
-    def parts(text):
-        return tuple(int("".join(ch for ch in piece if ch.isdigit()) or 0) for piece in text.split(".")[:3])
-
-    return parts(version) < parts(minimum)
+    return module_version(te, ("transformer_engine", "transformer_engine_jax"))
 
 
 class TeJaxHooks(JaxHooks):
@@ -102,7 +79,7 @@ class TeJaxHooks(JaxHooks):
     def check(self, device, run=None) -> None:
         te = import_te()
         version, minimum = te_version(te), self.recipe.backend.min_version
-        if version is None or _older(version, minimum):
+        if version is None or older(version, minimum):
             raise ParallaxError(f"recipe '{self.recipe.name}' needs TransformerEngine {minimum}+ for JAX "
                                 f"(its autocast(recipe=...)); this is {version or 'an unknown version'}: "
                                 f"pip install -U 'slm-parallax[{self.recipe.backend.extra}]'")
@@ -130,7 +107,7 @@ class TeJaxHooks(JaxHooks):
 
     def details(self) -> dict:
         te = import_te()
-        info = {**super().details(), "te_version": te_version(te), "te_jax_extension": extension_version(),
+        info = {**super().details(), "te_version": te_version(te), "te_jax_extension": package_version("transformer_engine_jax"),
                 "te_modules": "LayerNormDenseGeneral (RMSNorm+QKV), DenseGeneral (output), "
                               "LayerNormMLP (RMSNorm+SwiGLU)",
                 "te_recipe": None, "collections": list(self.extra_collections()),

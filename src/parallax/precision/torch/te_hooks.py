@@ -24,10 +24,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
-import importlib.metadata
 import os
-import re
 
+from parallax.envinfo import module_version, older
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, linear_weights
 
@@ -108,18 +107,10 @@ def te_version() -> str | None:
     is often built from its sdist without the ``transformer_engine`` meta-package)."""
     import transformer_engine
 
-    version = getattr(transformer_engine, "__version__", None)
-    if version:
-        return str(version)
-    for name in ("transformer_engine", "transformer_engine_torch"):
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    return module_version(transformer_engine, ("transformer_engine", "transformer_engine_torch"))
 
 
-NVFP4_RTX_MIN_TE = (2, 19)  # TE PR #3281: before it, NVFP4 on sm_120/121 trained on all-zero gradients
+NVFP4_RTX_MIN_TE = "2.19"  # TE PR #3281: before it, NVFP4 on sm_120/121 trained on all-zero gradients
 NVFP4_RTX_OFF = ("disable_rht", "disable_stochastic_rounding")
 
 
@@ -140,8 +131,7 @@ def nvfp4_variant(params: dict, compute_capability, version: str | None) -> tupl
                             "(or --precision nvfp4, which picks it here)")
     if cc[0] != 12:
         return kwargs, None
-    have = tuple(int(p) for p in re.findall(r"\d+", version or "")[:2])
-    if len(have) < 2 or have < NVFP4_RTX_MIN_TE:
+    if version is None or older(version, NVFP4_RTX_MIN_TE):
         raise ParallaxError(f"recipe 'te-nvfp4' on {family(cc)} ({cc_string(cc)}) needs TransformerEngine 2.19+ "
                             f"(PR #3281: older releases trained NVFP4 on all-zero gradients there); found "
                             f"{version or 'an unknown version'}: upgrade TE or use --recipe emulated-nvfp4")
