@@ -12,7 +12,8 @@
   environment   the native GPU probe and library versions (``parallax.envinfo``)
   timing        method, warmup, compile_s, step_ms summary over measured steps; concurrent_runs
                 (set by the runner, above 1) when the run shared its GPU with other runs: its
-                step times are then not a throughput measurement
+                step times are then not a throughput measurement; setup_s: seconds before the
+                first step by phase (imports, check, data, environment)
   throughput    tokens_per_s (from the median step), tokens_per_s_mean
   flops         every FLOPs accounting with TFLOP/s and MFU against every denominator
   memory        peak_allocated_bytes, peak_reserved_bytes

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -39,16 +40,21 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     """Train ``run`` and write its result into ``run.output_dir``; return the run.json dict.
 
     Raises ParallaxError (nothing written) when the run cannot start."""
+    setup = SetupClock()
     run = run.validate()
     run_dir = writable_output_dir(run.output_dir)
     engine = get_engine(run.framework)
     plan = engine.check(run)
+    setup.lap("check")
     batches = make_batch_source(run)
+    setup.lap("data")
     environment = capture_environment()
+    setup.lap("environment")
     started = utc_now()
     try:
         out = engine.train(run, plan, batches, progress or NullProgress())
         result = summarize(run, out, environment, data_record(run, batches), started)
+        result["timing"]["setup_s"] = setup.laps
         result["recipe"] = plan.recipe.to_dict()
         steps = step_rows(run, out)
     except ParallaxError:
@@ -61,6 +67,23 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
         batches.close()
     write_run(run_dir, result, steps)
     return result
+
+
+class SetupClock:
+    """Seconds spent before training starts, by phase: ``imports`` (from the package's first
+    import to here), then each ``lap``. Recorded as ``timing.setup_s``; a benchmark cell's wall
+    time minus its training time is mostly this."""
+
+    def __init__(self):
+        import parallax
+
+        self.last = time.monotonic()
+        self.laps = {"imports": round(self.last - parallax.IMPORTED_AT, 3)}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self.last, 3)
+        self.last = now
 
 
 def exit_code(result: dict) -> int:

@@ -92,6 +92,14 @@ def test_select_expands_formats_names_and_all():
         registry.select(("torch",), ("flax-fp8-direct",))
 
 
+def test_a_framework_prefix_scopes_a_selector_to_that_framework():
+    pick = registry.select(("torch", "jax"), ("bf16", "torch:te-bf16", "torch:te-fp8-delayed", "jax:fp8:all"))
+    assert [r.key for r in pick] == ["torch:bf16", "torch:te-bf16", "torch:te-fp8-delayed", "jax:bf16",
+                                     "jax:flax-fp8-delayed", "jax:flax-fp8-direct", "jax:te-fp8-delayed"]
+    with pytest.raises(ParallaxError, match="no framework of jax has a recipe 'torch:te-bf16'"):
+        registry.select(("jax",), ("torch:te-bf16",))
+
+
 def test_a_planted_duplicate_is_refused(monkeypatch):
     registry.recipes.cache_clear()
     try:

@@ -53,7 +53,8 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
                    "of each. A recipe this GPU or installation cannot run is recorded as skipped with the reason.")
 @click.option("--recipes", default="", metavar="LIST",
               help="More cells: recipe names (e.g. te-fp8-current,torchao-fp8-tensorwise), 'all', or "
-                   "FORMAT:all (every recipe of a format); parallax check-env lists the recipes.")
+                   "FORMAT:all (every recipe of a format), each optionally after FRAMEWORK: (torch:te-bf16); "
+                   "parallax check-env lists the recipes.")
 @click.option("--max-loss-gap", type=float, default=DEFAULT_MAX_LOSS_GAP, show_default=True,
               help="Numerics guard: a low-precision cell whose final loss exceeds its bf16 twin's by more "
                    "than this many nats is recorded as failed.")

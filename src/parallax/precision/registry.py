@@ -123,8 +123,9 @@ def resolve(framework: str, precision: str | None, recipe: str | None, compute_c
 def select(frameworks: tuple[str, ...], selectors: tuple[str, ...]) -> list[Recipe]:
     """The recipes of a benchmark: for each framework, each selector in order — a format
     (its default recipe), a recipe name (where the framework has it), ``all`` (every recipe of
-    the framework) or ``FORMAT:all`` (every recipe of that format). A selector no framework
-    knows is an error."""
+    the framework), ``FORMAT:all`` (every recipe of that format), or any of these after
+    ``FRAMEWORK:`` to apply to that framework only (``torch:te-bf16``: JAX has a te-bf16 too). A
+    selector no framework knows is an error."""
     chosen: list[Recipe] = []
     for selector in selectors:
         matched = [r for fw in frameworks for r in _matching(fw, selector)]
@@ -139,6 +140,9 @@ def select(frameworks: tuple[str, ...], selectors: tuple[str, ...]) -> list[Reci
 
 
 def _matching(framework: str, selector: str) -> list[Recipe]:
+    scope, _, rest = selector.partition(":")
+    if rest and scope in FRAMEWORKS:
+        return _matching(framework, rest) if scope == framework else []
     own = of_framework(framework)
     if selector == "all":
         return list(own)
