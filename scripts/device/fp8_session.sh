@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# The whole fp8 evidence of issue 10 as one pipeline on one warm H200, under one deadline, so that
-# a device session's 30 minutes go to measurement rather than to restarts between calls.
+# The fp8/nvfp4 evidence of issues 10 and 11 as one pipeline on one warm H200, under one deadline,
+# so that a device session's 30 minutes go to measurement rather than to restarts between calls.
 #
 #   scripts/device/fp8_session.sh start [BUDGET_S]   # first call: start the pipeline detached, then wait
 #   scripts/device/fp8_session.sh wait               # later calls: wait for it (at most WAIT_S)
 #
 # The pipeline runs detached (setsid), so it outlives one 10-minute call as long as the machine
 # stays warm; every call packs what exists so far into $OUT/fp8_session.tar.gz, so a machine lost
-# between calls loses only what had not come back yet. Order (times on the H200, 2026-12-01 plan):
+# between calls loses only what had not come back yet. PARTS (default "tests matrix crossover")
+# picks what runs, in this order:
 #
-#   1. TransformerEngine's torch extension builds in the background (.carry/gpu, ~2 min) while
-#      `pip install -e .` runs;
-#   2. the JAX fp8 GPU tests during the build; then convergence (CONV_STEPS, default 1000 steps,
-#      eval every 100) of every fp8 recipe and bf16, 4 cells at once on the GPU (benchmark
-#      --concurrent 4: loss only, no throughput), beside the torch fp8 GPU tests and check-env;
-#   3. the throughput matrix, alone on the GPU: every recipe, REPEATS (3) repeats, 60 steps;
-#   4. profiles of one step of the recipes that miss their targets (scripts/device/profile_step.py),
-#      and TE eager against TE with its blocks in CUDA graphs, the engine's --cuda-graphs
-#      (scripts/device/te_graphs.py);
-#   5. the crossover presets (llama-330m, then llama-860m) with what time is left.
+#   tests      TE's torch extension builds in the background (.carry/gpu, ~2 min) after `pip install
+#              -e .`; meanwhile the JAX fp8, CUDA quantization and emulated-NVFP4 GPU tests and the
+#              NVFP4 kernel benchmark (scripts/device/quant_bench.py); then check-env and the torch
+#              fp8 GPU tests (CUDA graphs included) once TE is there.
+#   matrix     the throughput matrix alone on the GPU: every bf16/fp8/emulated-NVFP4 recipe of both
+#              engines (TE with --cuda-graphs auto: its blocks in CUDA graphs), REPEATS (3) repeats.
+#   crossover  the larger presets (llama-330m, then llama-860m), one repeat, bf16 and every fp8
+#              recipe but torchao rowwise, then `parallax crossover`.
+#   convergence  CONV_STEPS (1000) steps of every fp8 and emulated-NVFP4 recipe and bf16, eval every
+#              100 steps, 5 cells at once on the GPU (loss only: --concurrent stamps them).
 #
 # Each part is bounded by the time left to the deadline (BUDGET_S from the start, default 1560 s).
 set -uo pipefail
@@ -26,7 +27,6 @@ cd "$(dirname "$0")/../.."
 E=/tmp/fp8
 OUT=${OUT:-$E/out}
 mkdir -p "$E" "$OUT"
-
 pack() {
     find "$E" -name 'trace_*' -size +12M -delete 2>/dev/null
     tar -czf "$OUT/fp8_session.tar.gz" -C /tmp --exclude=fp8/out fp8 2>/dev/null
@@ -55,17 +55,19 @@ esac
 # ------------------------------------------------------------------------------ the pipeline
 BUDGET=${2:-1560}
 START=$SECONDS
+PARTS=" ${PARTS:-tests matrix crossover} "
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export JAX_COMPILATION_CACHE_DIR=/tmp/jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 DATA=$PWD/.carry/tinystories
-# --precisions bf16,fp8 gives each framework's defaults (torch: bf16, te-fp8-delayed; jax: bf16,
-# flax-fp8-delayed); --recipes adds the others. Every implemented recipe of both engines:
-ALL=te-bf16,te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise,flax-fp8-direct
-CONV=te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise,flax-fp8-direct  # te-bf16: a speed baseline only
-BENCH=(python3 -m parallax benchmark --precisions bf16,fp8 --seeds 0 --batch-size 32 --seq-len 1024)
+# --precisions bf16 gives each framework's bf16; --recipes names the others (torch: scoped, since
+# JAX has TE recipes too and its TE extension is not built in this pipeline).
+FP8=torch:te-bf16,torch:te-fp8-delayed,torch:te-fp8-current,torchao-fp8-tensorwise,torchao-fp8-rowwise
+FP8=$FP8,flax-fp8-delayed,flax-fp8-direct
+BENCH=(python3 -m parallax benchmark --precisions bf16 --seeds 0 --batch-size 32 --seq-len 1024)
 
 left() { echo $((BUDGET - (SECONDS - START))); }
 log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - START))s] $*"; }
+want() { [[ $PARTS == *" $1 "* ]]; }
 part() {  # part NAME LIMIT_S COMMAND...: bounded by LIMIT_S and by the deadline
     local name=$1 limit=$2; shift 2
     local room; room=$(left)
@@ -77,48 +79,52 @@ part() {  # part NAME LIMIT_S COMMAND...: bounded by LIMIT_S and by the deadline
     local rc=$?
     log "$name: rc=$rc in $((SECONDS - t0))s (limit ${limit}s); $(tail -n 1 "$E/$name/log.txt" | cut -c1-200)"
 }
+wait_te() {
+    while [[ ! -f $E/te.ready ]] && (($(left) > 60)); do sleep 2; done
+    log "TE ready: $(tail -n 1 "$E/carry.log")"
+}
 
-log "start, budget ${BUDGET}s"
+log "start, budget ${BUDGET}s, parts:$PARTS"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv > "$E/nvidia-smi.txt" 2>&1
 ( bash -c 'source .carry/gpu/install.sh' > "$E/carry.log" 2>&1; touch "$E/te.ready"; ) &
-part install 240 python3 -m pip install -q --no-build-isolation --no-deps -e .
+part install 300 python3 -m pip install -q --no-build-isolation --no-deps \
+    --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -e .
 export PYTHONPATH=/tmp/carry-site${PYTHONPATH:+:$PYTHONPATH}
+python3 -c "import parallax.quant as q; print(q.available_bindings())" > "$E/bindings.txt" 2>&1
 
-# 2. the JAX fp8 GPU tests while TE builds; then convergence (loss only) beside the torch GPU tests.
-# The convergence waits for TE: a TE cell started before the build ends fails (seen 2026-12-01).
-part gputests-jax 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_jax_fp8_gpu.py
-while [[ ! -f $E/te.ready ]] && (($(left) > 60)); do sleep 2; done
-log "TE ready: $(tail -n 1 "$E/carry.log")"
-# 5 evaluation batches of 32: the sample's validation split holds 187 sequences of 1,025 tokens.
-part convergence 600 "${BENCH[@]}" --frameworks jax,torch --recipes "$CONV" --steps "${CONV_STEPS:-1000}" \
-    --warmup 20 --eval-every 100 --eval-batches 5 --data "$DATA" --epochs 40 --concurrent 4 \
-    --timeout-per-run 560 --output-dir "$E/convergence/bench" --resume --report &
-CONV_PID=$!
-part checkenv 120 bash -c "python3 -m parallax check-env && python3 -m parallax check-env --json > $E/checkenv/check_env.json"
-part gputests-torch 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py
-wait $CONV_PID
+if want tests; then
+    part gputests-jax 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_jax_fp8_gpu.py
+    part gputests-quant 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py
+    part quantbench 120 env OUT="$E/quantbench" python3 scripts/device/quant_bench.py
+    wait_te
+    part checkenv 120 bash -c "python3 -m parallax check-env && python3 -m parallax check-env --json > $E/checkenv/check_env.json"
+    part gputests-torch 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py
+fi
+wait_te
 
-# 3. the throughput matrix, alone on the GPU
-part matrix 720 "${BENCH[@]}" --frameworks torch,jax --recipes "$ALL" --steps 60 --warmup 20 \
-    --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run 200 \
-    --output-dir "$E/matrix/bench" --resume --report
+if want matrix; then
+    part matrix "${MATRIX_S:-1000}" "${BENCH[@]}" --frameworks torch,jax --recipes "$FP8,emulated-nvfp4" \
+        --steps 60 --warmup 20 --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run 200 \
+        --output-dir "$E/matrix/bench" --resume --report
+fi
 
-# 4. profiles of single steps
-for fr in ${PROFILES:-torch:te-fp8-delayed torch:te-bf16 jax:flax-fp8-direct}; do
-    part profiles 90 python3 scripts/device/profile_step.py --framework "${fr%%:*}" --recipe "${fr#*:}" \
-        --out "$E/profiles"
-done
+if want crossover; then
+    # torchao rowwise, the slowest fp8 recipe at 100m, is left out to fit both sizes in
+    XO=torch:te-bf16,torch:te-fp8-delayed,torch:te-fp8-current,torchao-fp8-tensorwise,flax-fp8-delayed,flax-fp8-direct
+    for model in llama-330m llama-860m; do
+        part "crossover-$model" 400 "${BENCH[@]}" --frameworks torch,jax --model "$model" \
+            --recipes "$XO" --steps 30 --warmup 10 --synthetic --timeout-per-run 150 \
+            --output-dir "$E/crossover/$model" --resume --report
+    done
+    part crossover-report 60 python3 -m parallax crossover "$E/matrix/bench" "$E/crossover/llama-330m" \
+        "$E/crossover/llama-860m" --output-dir "$E/crossover/report"
+fi
 
-# 4b. TE eager against the engine's --cuda-graphs on, through its own Trainer (scripts/device/te_graphs.py)
-part tegraphs 150 env OUT="$E/tegraphs" python3 scripts/device/te_graphs.py
-
-# 5. the crossover, with what is left
-for model in llama-330m llama-860m; do
-    part "crossover-$model" 400 "${BENCH[@]}" --frameworks torch,jax --model "$model" \
-        --recipes torchao-fp8-tensorwise,flax-fp8-direct --steps 30 --warmup 10 \
-        --synthetic --timeout-per-run 150 --output-dir "$E/crossover/$model" --resume --report
-done
-part crossover-report 60 python3 -m parallax crossover "$E/matrix/bench" "$E/crossover/llama-330m" \
-    "$E/crossover/llama-860m" --output-dir "$E/crossover/report"
+if want convergence; then
+    part convergence 900 "${BENCH[@]}" --frameworks torch,jax --recipes "$FP8,emulated-nvfp4" \
+        --steps "${CONV_STEPS:-1000}" --warmup 20 --eval-every 100 --eval-batches 5 --data "$DATA" \
+        --epochs 40 --concurrent 5 --timeout-per-run 800 --output-dir "$E/convergence/bench" --resume --report
+fi
 log "done"
 touch "$E/DONE"

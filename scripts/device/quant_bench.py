@@ -8,7 +8,8 @@ Variants: 1x16 (the target: >= 60% of the H200's 4.8 TB/s, >= 3x the compiled Py
 with bf16 output. Bytes counted: the input read once and the output written once (2 + 2 bytes
 per element), the least any implementation must move; the native kernel reads the input twice
 (amax pass, then quantize), so its DRAM traffic is ~1.5x what the GB/s column counts. Times are
-medians of CUDA-event timings of `--iters` calls after `--warmup` calls; the fraction of
+per-call times from CUDA events around back-to-back calls (median of 5 trials of `--iters`/5
+calls) after `--warmup` calls; the fraction of
 bit-identical outputs (NaN = NaN) between native and PyTorch is reported too.
 
 Prints a table; writes $OUT/quant_bench.json when OUT is set.
@@ -36,19 +37,23 @@ def bytes_moved(x) -> int:
     return 2 * x.numel() * x.element_size()
 
 
-def time_ms(torch, fn, x, warmup: int, iters: int) -> float:
-    """Median milliseconds of fn(x) over iters CUDA-event timings."""
+def time_ms(torch, fn, x, warmup: int, iters: int, trials: int = 5) -> float:
+    """Milliseconds per call of fn(x): the median over ``trials`` of back-to-back runs of
+    ``iters // trials`` calls between two CUDA events (a ~20 us kernel timed one call at a time
+    would count the event overhead too)."""
     for _ in range(warmup):
         fn(x)
     torch.cuda.synchronize()
+    calls = max(1, iters // trials)
     times = []
-    for _ in range(iters):
+    for _ in range(trials):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(x)
+        for _ in range(calls):
+            fn(x)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 
@@ -108,6 +113,12 @@ def render(rows: list[dict], shape: tuple[int, int]) -> str:
     return "\n".join(lines)
 
 
+def device_name() -> str:
+    import torch
+
+    return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=32768)
@@ -120,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "quant_bench.json"), "w") as f:
             json.dump({"shape": [a.rows, a.cols], "dtype": "bfloat16", "bandwidth_ref_bytes_s": H200_BANDWIDTH,
-                       "results": rows}, f, indent=2)
+                       "device": device_name(), "results": rows}, f, indent=2)
     return 0
 
 
