@@ -348,9 +348,14 @@ class TorchEngine(Engine):
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
         cuda_graphs = cuda_graphs_decision(run, recipe, device)
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
-        precision = for_recipe(torch, recipe, device, run)
+        # Attention is probed before the recipe's own checks: those import TransformerEngine, and
+        # a cuDNN that TE loads first made torch's cuDNN attention refuse with
+        # CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH in every TE fp8 cell on the H200 (2026-12-01;
+        # te-bf16, whose check imports nothing, kept cuDNN), costing ~4 ms a step in flash.
         refused: dict[str, str] = {}
-        attention = probe_attention(torch, device, precision.compute_dtype, run.model_config, run.seq_len, refused)
+        dtype = recipe.load_hooks().compute_dtype(torch)
+        attention = probe_attention(torch, device, dtype, run.model_config, run.seq_len, refused)
+        precision = for_recipe(torch, recipe, device, run)
         return Plan(recipe=recipe, precision=precision.info, device=str(device),
                     attention=ATTENTION_NAMES[attention], cuda_graphs=cuda_graphs,
                     handles={"device": device, "precision": precision, "attention": attention,
