@@ -22,6 +22,11 @@
 #              100 steps, 5 cells at once on the GPU (loss only: --concurrent stamps them).
 #
 # Each part is bounded by the time left to the deadline (BUDGET_S from the start, default 1560 s).
+#
+# The pipeline runs from its own copy of the checkout and of the prepared tokens under /tmp/fp8:
+# every device call re-syncs the working tree and drops what that call does not carry (on
+# 2026-12-01 the second call removed .carry/tinystories mid-matrix, and every later cell was
+# skipped). Carry the same paths in every call anyway.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 E=/tmp/fp8
@@ -55,6 +60,9 @@ esac
 # ------------------------------------------------------------------------------ the pipeline
 BUDGET=${2:-1560}
 START=$SECONDS
+rm -rf "$E/src" && mkdir -p "$E/src" && tar -cf - --exclude=./.carry/gpu --exclude=./.git . | tar -xf - -C "$E/src"
+cp -a .carry/gpu "$E/carry-gpu" 2>/dev/null
+cd "$E/src"
 PARTS=" ${PARTS:-tests matrix crossover} "
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 export JAX_COMPILATION_CACHE_DIR=/tmp/jax-cache JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
@@ -86,7 +94,7 @@ wait_te() {
 
 log "start, budget ${BUDGET}s, parts:$PARTS"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --format=csv > "$E/nvidia-smi.txt" 2>&1
-( bash -c 'source .carry/gpu/install.sh' > "$E/carry.log" 2>&1; touch "$E/te.ready"; ) &
+( bash -c "source $E/carry-gpu/install.sh" > "$E/carry.log" 2>&1; touch "$E/te.ready"; ) &
 part install 300 python3 -m pip install -q --no-build-isolation --no-deps \
     --config-settings=cmake.define.CMAKE_CUDA_ARCHITECTURES=90 -e .
 export PYTHONPATH=/tmp/carry-site${PYTHONPATH:+:$PYTHONPATH}
