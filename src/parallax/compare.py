@@ -851,7 +851,10 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
         problems.append(index_problem)
     if environment is None:
         environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
-    gpus = sorted({environment_summary(r.run["environment"])["gpu"] for r in runs if r.run.get("environment")})
+    # The GPU models, not their number: a 1-GPU cell may have run with fewer GPUs visible.
+    gpus = sorted({", ".join(sorted({f"{g.get('name')} (cc {g.get('compute_capability')})"
+                                     for g in r.run["environment"].get("gpus") or []})) or "none found"
+                   for r in runs if r.run.get("environment")})
     if len(gpus) > 1:  # e.g. a matrix resumed on another machine
         problems.append(f"the runs were made on different GPUs ({'; '.join(gpus)}); their numbers are not "
                         "one benchmark")

@@ -301,3 +301,13 @@ def test_crossover_rows_keep_the_gpu_count_of_their_speedup(matrix):
     rows = speedup_rows(build_comparison(matrix, n_boot=300), "tiny")
     assert sorted((r["recipe"], r["gpus"], round(r["ratio"], 4)) for r in rows) == [
         ("te-fp8-delayed", 1, 1.25), ("te-fp8-delayed", 2, round(110 / 96, 4))]
+
+
+def test_a_one_gpu_cell_that_saw_fewer_gpus_is_still_one_benchmark(matrix):
+    gpu = {"name": "NVIDIA H200", "compute_capability": "9.0"}
+    for path in sorted((matrix / "runs").glob("*/run.json")):
+        visible = 2 if "-g2-" in path.parent.name else 1  # e.g. CUDA_VISIBLE_DEVICES=0 for the 1-GPU cells
+        data = json.loads(path.read_text())
+        data["environment"]["gpus"] = [dict(gpu, index=i) for i in range(visible)]
+        write_run(path.parent, {k: v for k, v in data.items() if k != "schema"})
+    assert not [p for p in build_comparison(matrix, n_boot=300)["problems"] if "different GPUs" in p]
