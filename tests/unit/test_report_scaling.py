@@ -311,3 +311,25 @@ def test_a_one_gpu_cell_that_saw_fewer_gpus_is_still_one_benchmark(matrix):
         data["environment"]["gpus"] = [dict(gpu, index=i) for i in range(visible)]
         write_run(path.parent, {k: v for k, v in data.items() if k != "schema"})
     assert not [p for p in build_comparison(matrix, n_boot=300)["problems"] if "different GPUs" in p]
+
+
+def test_the_efficiency_interval_is_the_ratio_of_the_cells_replicates_over_n(tmp_path):
+    from parallax import stats
+    from parallax.compare import analyse, scaling
+
+    run = config("torch", "bf16", "bf16")
+    write_single_run(tmp_path / "runs" / "torch-bf16-seed0-rep0", run, WARMUP + [95.0, 105.0] * 10,
+                     [9.0, 8.0] + [3.0] * 20, GIB)
+    write_parallel_run(tmp_path / "runs" / "torch-bf16-g2-seed0-rep0", run, 2,
+                       [WARMUP + [100.0, 104.0] * 10, WARMUP + [108.0, 98.0] * 10], [9.0, 8.0] + [2.9] * 20,
+                       [GIB, GIB])
+    analysis = analyse(tmp_path, n_boot=400)
+    (one, two) = analysis.cells.values()
+    (row_one, row_two) = scaling(analysis.cells, 0.95)[0]["rows"]
+    expected = [x / 2 for x in stats.percentile_ci(two.tps_reps / one.tps_reps, 0.95)]
+    eff = row_two["efficiency"]
+    assert eff["ci"] == pytest.approx(expected)
+    # slowest rank per step: max(100, 108) = 108 and max(104, 98) = 104; medians 106 and 100
+    assert eff["value"] == pytest.approx((256_000 / 106) / (2 * 128_000 / 100))
+    assert eff["ci"][0] < eff["value"] < eff["ci"][1]
+    assert row_one["efficiency"]["value"] == 1.0
