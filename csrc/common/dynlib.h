@@ -52,6 +52,19 @@ class SymbolBinder {
     if (missing_.empty()) missing_ = *names.begin();
   }
 
+  // A symbol the caller can do without (an older library may lack it): left null when no
+  // name is found, and never reported missing. The caller checks the pointer before calling.
+  template <class Fn>
+  void bind_optional(Fn& fn, std::initializer_list<const char*> names) {
+    fn = nullptr;
+    for (const char* name : names) {
+      if (void* address = lib_.symbol(name)) {
+        fn = reinterpret_cast<Fn>(address);
+        return;
+      }
+    }
+  }
+
   bool complete() const { return missing_.empty(); }
   // "<path> lacks <symbol>" for the first missing symbol; empty when complete.
   std::string error() const { return complete() ? "" : lib_.path() + " lacks " + missing_; }

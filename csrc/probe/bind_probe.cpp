@@ -25,6 +25,49 @@ nb::object optional(const std::optional<T>& value) {
 
 nb::object text_or_none(const std::string& text) { return text.empty() ? nb::none() : nb::cast(text); }
 
+nb::object nvlink_dict(const std::optional<parallax::NvLinkInfo>& info) {
+  if (!info) return nb::none();
+  nb::list peers;
+  for (const auto& p : info->peers) {
+    nb::dict peer;
+    peer["link"] = p.link;
+    peer["remote_pci_bus_id"] = optional(p.remote_pci_bus_id);
+    peer["remote_type"] = p.remote_type ? nb::cast(parallax::nvlink_device_type_name(*p.remote_type)) : nb::none();
+    peers.append(peer);
+  }
+  nb::dict out;
+  out["links"] = info->links;
+  out["active"] = info->active;
+  out["to_nvswitch"] = info->to_nvswitch;
+  out["peers"] = peers;
+  out["error"] = text_or_none(info->error);
+  return out;
+}
+
+nb::dict topology_dict(const parallax::TopologyStatus& t) {
+  nb::list pairs;
+  for (const auto& p : t.pairs) {
+    nb::dict pair;
+    pair["a"] = p.a;
+    pair["b"] = p.b;
+    pair["connection"] = parallax::connection_code(p);
+    pair["nvlinks"] = p.nvlinks;
+    pair["via_nvswitch"] = p.via_nvswitch;
+    pair["p2p_nvlink"] = optional(p.p2p_nvlink);
+    pair["common_ancestor"] = optional(p.common_ancestor);
+    pair["common_ancestor_name"] =
+        p.common_ancestor ? nb::cast(parallax::topology_level_name(*p.common_ancestor)) : nb::none();
+    pair["pcie_path"] = p.common_ancestor ? nb::cast(parallax::pcie_path_code(*p.common_ancestor)) : nb::none();
+    pair["error"] = text_or_none(p.error);
+    pairs.append(pair);
+  }
+  nb::dict out;
+  out["available"] = t.available;
+  out["error"] = text_or_none(t.error);
+  out["pairs"] = pairs;
+  return out;
+}
+
 nb::dict device_dict(const parallax::DeviceInfo& d) {
   nb::dict out;
   out["index"] = d.index;
@@ -44,6 +87,7 @@ nb::dict device_dict(const parallax::DeviceInfo& d) {
   out["memory_total_bytes"] = optional(d.memory_total_bytes);
   out["memory_free_bytes"] = optional(d.memory_free_bytes);
   out["power_limit_w"] = optional(d.power_limit_w);
+  out["nvlink"] = nvlink_dict(d.nvlink);
   return out;
 }
 
@@ -66,6 +110,7 @@ nb::dict probe_dict(const parallax::ProbeResult& r) {
   out["driver"] = driver;
   out["nvml"] = nvml;
   out["devices"] = devices;
+  out["topology"] = topology_dict(r.topology);
   return out;
 }
 
@@ -135,7 +180,7 @@ void bind_probe(nb::module_& m) {
         }
         return probe_dict(result);
       },
-      "GPUs, CUDA driver and NVML status as a dict; never raises for missing libraries or GPUs.");
+      "GPUs, CUDA driver, NVML status and the GPUs' interconnect as a dict; never raises for missing libraries or GPUs.");
 
   m.def(
       "model_gemm_shapes",

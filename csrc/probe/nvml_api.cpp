@@ -18,6 +18,12 @@ void bind_api(SymbolBinder& b, Api& a) {
   b.bind(a.nvmlDeviceGetMaxClockInfo, {"nvmlDeviceGetMaxClockInfo"});
   b.bind(a.nvmlDeviceGetMemoryInfo, {"nvmlDeviceGetMemoryInfo"});
   b.bind(a.nvmlDeviceGetEnforcedPowerLimit, {"nvmlDeviceGetEnforcedPowerLimit"});
+  b.bind_optional(a.nvmlDeviceGetTopologyCommonAncestor, {"nvmlDeviceGetTopologyCommonAncestor"});
+  b.bind_optional(a.nvmlDeviceGetNvLinkState, {"nvmlDeviceGetNvLinkState"});
+  // Only _v2: the first version filled an older nvmlPciInfo_t.
+  b.bind_optional(a.nvmlDeviceGetNvLinkRemotePciInfo, {"nvmlDeviceGetNvLinkRemotePciInfo_v2"});
+  b.bind_optional(a.nvmlDeviceGetNvLinkRemoteDeviceType, {"nvmlDeviceGetNvLinkRemoteDeviceType"});
+  b.bind_optional(a.nvmlDeviceGetP2PStatus, {"nvmlDeviceGetP2PStatus"});
 }
 
 LoadedApi<Api> library() {

@@ -1,5 +1,6 @@
 #include "probe/probe.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace parallax {
@@ -67,10 +68,10 @@ std::optional<unsigned> clock(const nvml::Api& api, nvml::nvmlDevice_t dev, int 
   return mhz;
 }
 
-DeviceInfo read_nvml_device(const nvml::Api& api, unsigned index) {
+DeviceInfo read_nvml_device(const nvml::Api& api, unsigned index, nvml::nvmlDevice_t& dev) {
   DeviceInfo info;
   info.index = static_cast<int>(index);
-  nvml::nvmlDevice_t dev = nullptr;
+  dev = nullptr;
   if (api.nvmlDeviceGetHandleByIndex(index, &dev) != nvml::NVML_SUCCESS) return info;
   char text[nvml::NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
   if (api.nvmlDeviceGetName(dev, text, sizeof text) == nvml::NVML_SUCCESS) info.name = text;
@@ -118,6 +119,7 @@ void merge_nvml(DeviceInfo& cuda_dev, const DeviceInfo& n) {
   cuda_dev.clock_mem_max_mhz = n.clock_mem_max_mhz;
   cuda_dev.memory_free_bytes = n.memory_free_bytes;
   cuda_dev.power_limit_w = n.power_limit_w;
+  cuda_dev.nvlink = n.nvlink;
 }
 
 // Fills status; returns the CUDA devices (empty unless the driver is available).
@@ -145,15 +147,35 @@ std::vector<DeviceInfo> probe_driver(const LoadedApi<cuda::Api>& loaded, DriverS
   return devices;
 }
 
-std::vector<DeviceInfo> probe_nvml(const LoadedApi<nvml::Api>& loaded, NvmlStatus& status) {
+// Each device's NVLinks, and every pair of devices by NVML index (handles still valid).
+void read_topology(const nvml::Api& api, const std::string& library, const std::vector<nvml::nvmlDevice_t>& handles,
+                   std::vector<DeviceInfo>& devices, TopologyStatus& topology) {
+  std::vector<std::optional<std::string>> buses;
+  std::vector<std::optional<NvLinkInfo>> links;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    buses.push_back(devices[i].pci_bus_id);
+    links.push_back(read_nvlink(api, handles[i]));
+  }
+  count_switch_links(links, buses);
+  for (size_t i = 0; i < devices.size(); ++i) devices[i].nvlink = links[i];
+  if (api.nvmlDeviceGetTopologyCommonAncestor == nullptr) {
+    topology.error = library + " lacks nvmlDeviceGetTopologyCommonAncestor";
+    return;
+  }
+  topology.available = true;
+  topology.pairs = read_pairs(api, handles, buses, links);
+}
+
+std::vector<DeviceInfo> probe_nvml(const LoadedApi<nvml::Api>& loaded, NvmlStatus& status, TopologyStatus& topology) {
   status.library = loaded.library;
   status.error = loaded.error;
+  topology.error = loaded.error;
   std::vector<DeviceInfo> devices;
   if (loaded.api == nullptr) return devices;
   const nvml::Api& api = *loaded.api;
   nvml::nvmlReturn_t rc = api.nvmlInit();
   if (rc != nvml::NVML_SUCCESS) {
-    status.error = nvml::call_error(api, "nvmlInit_v2", rc);
+    status.error = topology.error = nvml::call_error(api, "nvmlInit_v2", rc);
     return devices;
   }
   char version[nvml::NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
@@ -161,10 +183,13 @@ std::vector<DeviceInfo> probe_nvml(const LoadedApi<nvml::Api>& loaded, NvmlStatu
   unsigned count = 0;
   rc = api.nvmlDeviceGetCount(&count);
   if (rc != nvml::NVML_SUCCESS) {
-    status.error = nvml::call_error(api, "nvmlDeviceGetCount_v2", rc);
+    status.error = topology.error = nvml::call_error(api, "nvmlDeviceGetCount_v2", rc);
   } else {
     status.available = true;
-    for (unsigned i = 0; i < count; ++i) devices.push_back(read_nvml_device(api, i));
+    std::vector<nvml::nvmlDevice_t> handles(count, nullptr);
+    for (unsigned i = 0; i < count; ++i) devices.push_back(read_nvml_device(api, i, handles[i]));
+    topology.error.clear();
+    read_topology(api, status.library, handles, devices, topology);
   }
   api.nvmlShutdown();
   return devices;
@@ -175,20 +200,35 @@ std::vector<DeviceInfo> probe_nvml(const LoadedApi<nvml::Api>& loaded, NvmlStatu
 ProbeResult probe_gpus(const LoadedApi<cuda::Api>& driver, const LoadedApi<nvml::Api>& nvml) {
   ProbeResult result;
   auto cuda_devices = probe_driver(driver, result.driver);
-  auto nvml_devices = probe_nvml(nvml, result.nvml);
+  auto nvml_devices = probe_nvml(nvml, result.nvml, result.topology);
   if (!result.driver.available) {
     // Without the driver NVML's list is all there is (it ignores CUDA_VISIBLE_DEVICES).
     result.devices = nvml_devices;
     return result;
   }
+  std::vector<int> cuda_index(nvml_devices.size(), -1);  // NVML index -> CUDA ordinal, -1 when hidden
   for (auto& dev : cuda_devices) {
-    for (const auto& n : nvml_devices) {
+    for (size_t i = 0; i < nvml_devices.size(); ++i) {
+      const auto& n = nvml_devices[i];
       if (dev.pci_bus_id && n.pci_bus_id && *dev.pci_bus_id == *n.pci_bus_id) {
         merge_nvml(dev, n);
+        cuda_index[i] = dev.index;
         break;
       }
     }
   }
+  // The pairs CUDA can see, by CUDA ordinal (the order torch and JAX number GPUs in).
+  std::vector<GpuPair> visible;
+  for (GpuPair pair : result.topology.pairs) {
+    const int a = cuda_index[pair.a], b = cuda_index[pair.b];
+    if (a < 0 || b < 0) continue;
+    pair.a = std::min(a, b);
+    pair.b = std::max(a, b);
+    visible.push_back(pair);
+  }
+  std::sort(visible.begin(), visible.end(),
+            [](const GpuPair& x, const GpuPair& y) { return x.a != y.a ? x.a < y.a : x.b < y.b; });
+  result.topology.pairs = visible;
   result.devices = cuda_devices;
   return result;
 }

@@ -12,6 +12,7 @@
 
 #include "probe/cuda_api.h"
 #include "probe/nvml_api.h"
+#include "probe/topology.h"
 
 namespace parallax {
 
@@ -36,12 +37,14 @@ struct DeviceInfo {
   std::optional<unsigned> clock_sm_mhz, clock_sm_max_mhz, clock_mem_mhz, clock_mem_max_mhz;
   std::optional<uint64_t> memory_total_bytes, memory_free_bytes;  // NVML's when it answers, else the driver's total
   std::optional<double> power_limit_w;
+  std::optional<NvLinkInfo> nvlink;  // NVML's; empty when NVML did not answer
 };
 
 struct ProbeResult {
   DriverStatus driver;
   NvmlStatus nvml;
   std::vector<DeviceInfo> devices;
+  TopologyStatus topology;  // pairs of ``devices``, by their ``index``
 };
 
 struct PciAddress {

@@ -9,24 +9,34 @@ named in ``problems`` and ``corrupt`` and left out — never averaged in; a run 
 matrix whose file is corrupt shows its cell as ``corrupt`` (not ``pending``). ``parallax
 compare`` warns for each and exits 2 after writing what it can. ``index.json`` is derived from
 the run folders and never read for numbers: a corrupt one is a warning only. Runs whose configurations differ
-(other than framework, recipe, seed) are refused: they are not one benchmark.
+(other than framework, recipe, seed and GPU count) are refused: they are not one benchmark.
 
-Per cell (framework × recipe; the recipe's format is the cell's precision) over its ok runs
-(seeds and repeats):
-  step_ms          median, p10, p90 of the measured (post-warmup) steps of all runs pooled
-  tokens_per_s     batch·seq / median step time, with a hierarchical block-bootstrap CI
-  flops            TFLOP/s and MFU under each FLOPs accounting and denominator (run.json's)
-  memory           the highest peak allocated / reserved bytes of the runs
+Per cell (framework × recipe × GPUs; the recipe's format is the cell's precision) over its ok
+runs (seeds and repeats). The GPU count is run.json's ``parallel.gpus`` (``config.gpus`` where
+there is no ``parallel`` record; neither, as in runs from before several GPUs: 1):
+  step_ms          median, p10, p90 of the measured (post-warmup) steps of all runs pooled; on
+                   several GPUs each step is the slowest rank's (steps.jsonl records that)
+  tokens_per_s     global batch·seq / median step time, with a hierarchical block-bootstrap CI;
+                   tokens_per_s_per_gpu is it ÷ GPUs
+  flops            TFLOP/s and MFU per GPU (tokens/s per GPU against one GPU's peak) under each
+                   FLOPs accounting and denominator (run.json's); tflops_all_gpus beside it
+  memory           the highest peak allocated / reserved bytes of the runs (per GPU: the
+                   largest rank's)
   compile_s        the median compile time of the runs
   final_loss       mean of the last SMOOTH_WINDOW losses (averaged over runs), with a CI
   eval_loss, perplexity   the last evaluation of each run, averaged; perplexity = exp(loss)
 Across cells: speedups (each recipe over its framework's bf16 recipe, and over the bf16 recipe
 of its own backend where there is one, e.g. te-fp8-delayed over te-bf16; each framework's
-default recipe over torch's within a format) and loss deltas (loss − loss_bf16) with CIs.
+default recipe over torch's within a format) and loss deltas (loss − loss_bf16) with CIs,
+always between cells of the same GPU count: a 2-GPU cell trains on twice the global batch of a
+1-GPU one (the per-GPU batch is the matrix's), so neither its speed nor its loss compares with
+a 1-GPU cell's. Across GPU counts: ``scaling``, per framework × recipe, each GPU count's
+tokens/s against N × the 1-GPU cell's of the same matrix (scaling efficiency, with a CI).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -36,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallax import stats
+from parallax import stats, topology
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
@@ -50,19 +60,32 @@ SMOOTH_WINDOW = 10
 BASELINE_FRAMEWORK = "torch"
 BASELINE_PRECISION = "bf16"
 DENOMINATORS = ("precision_peak", "bf16_peak", "measured_ceiling")
-PER_CELL = CELL_FIELDS + ("compile", "cuda_graphs")
+PER_CELL = CELL_FIELDS + ("compile", "cuda_graphs", "gpus")
 CONFIG_KEYS = ("framework", "precision", "batch_size", "seq_len", "model")  # what grouping and rates need
 
 
-def cell_key(config: dict) -> tuple[str, str]:
-    """(framework, recipe) of a run's config; runs written before recipes existed name only
-    their format, which was then the framework's bf16 recipe (the only one that ran)."""
-    return config["framework"], config.get("recipe") or config["precision"]
+def cell_key(config: dict, parallel: dict | None = None) -> tuple[str, str, int]:
+    """(framework, recipe, GPUs) of a run's config and ``parallel`` record; runs written before
+    recipes existed name only their format, which was then the framework's bf16 recipe (the
+    only one that ran), and runs from before several GPUs ran on one."""
+    return config["framework"], config.get("recipe") or config["precision"], gpus_of(config, parallel)
+
+
+def gpus_of(config: dict, parallel: dict | None = None) -> int:
+    """The GPU count of a run: ``parallel.gpus``, else ``config.gpus``, else 1."""
+    value = (parallel or {}).get("gpus") or config.get("gpus") or 1
+    return int(value)
+
+
+def cell_name(framework: str, recipe: str, gpus: int) -> str:
+    """'torch bf16', and 'torch bf16 ×2 GPUs' for a cell of several GPUs."""
+    return f"{framework} {recipe}" + (f" ×{gpus} GPUs" if gpus > 1 else "")
 
 
 STATS_METHOD = (
-    "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled. "
-    "Tokens/s is batch × sequence length ÷ the median step time. Its 95% interval is a "
+    "Step times are the measured (post-warmup) steps of every ok run of a cell, pooled; on "
+    "several GPUs a step's time is the slowest rank's. Tokens/s is the global batch (per-GPU "
+    "batch × GPUs) × sequence length ÷ the median step time. Its 95% interval is a "
     "percentile bootstrap ({n_boot} replicates) that resamples the runs (seeds × repeats) with "
     "replacement and, inside each run, blocks of ceil(n^(1/3)) consecutive steps (a moving-block "
     "bootstrap), because successive GPU step times are autocorrelated and resampling single "
@@ -91,10 +114,20 @@ class LoadedRun:
     def config(self) -> dict:
         return self.run["config"]
 
+    @property
+    def parallel(self) -> dict:
+        """run.json's ``parallel`` record; {} for runs from before several GPUs."""
+        value = self.run.get("parallel")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return cell_key(self.config, self.parallel)
+
 
 @dataclass
 class CellData:
-    """One framework × recipe: its runs and the bootstrap replicates other cells need."""
+    """One framework × recipe × GPU count: its runs and the bootstrap replicates other cells need."""
 
     framework: str
     recipe: str
@@ -105,6 +138,11 @@ class CellData:
     record: dict = field(default_factory=dict)
     tps_reps: np.ndarray | None = None
     loss_windows: dict[int, list[np.ndarray]] | None = None  # seed -> final windows of its runs
+    gpus: int = 1
+
+    @property
+    def name(self) -> str:
+        return cell_name(self.framework, self.recipe, self.gpus)
 
     @property
     def ok(self) -> list[LoadedRun]:
@@ -176,9 +214,10 @@ def _index_problem(results_dir: Path) -> str | None:
             "and 'parallax benchmark --resume' rewrites it)")
 
 
-# A run folder of the matrix: runs/<framework>-<recipe>-seed<N>-rep<M> (runner.Cell.id); framework
-# names have no '-', recipe names may.
-CELL_DIR = re.compile(r"^(?P<framework>[^-]+)-(?P<recipe>.+)-seed(?P<seed>\d+)-rep(?P<repeat>\d+)$")
+# A run folder of the matrix: runs/<framework>-<recipe>[-g<GPUs>]-seed<N>-rep<M> (runner.Cell.id;
+# -g<GPUs> only above one GPU); framework names have no '-', recipe names may.
+CELL_DIR = re.compile(r"^(?P<framework>[^-]+)-(?P<recipe>.+?)(?:-g(?P<gpus>\d+))?-seed(?P<seed>\d+)"
+                      r"-rep(?P<repeat>\d+)$")
 
 
 def _corrupt_run(item: Corrupt, root: Path) -> LoadedRun | None:
@@ -188,7 +227,8 @@ def _corrupt_run(item: Corrupt, root: Path) -> LoadedRun | None:
     if match is None or item.run_dir.parent != root / RUNS_DIR:
         return None
     config = {"framework": match["framework"], "recipe": match["recipe"],
-              "precision": _format_of(match["framework"], match["recipe"]), "seed": int(match["seed"])}
+              "precision": _format_of(match["framework"], match["recipe"]), "seed": int(match["seed"]),
+              "gpus": int(match["gpus"] or 1)}
     return LoadedRun(item.run_dir, {"status": CORRUPT, "config": config, "error": item.message})
 
 
@@ -198,10 +238,15 @@ def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
     ``compile`` may differ between frameworks (JAX always compiles; --no-compile is torch's)
     but not within one: ``compiled`` maps each framework to its setting. Whether the blocks
     replayed CUDA graphs (``framework.cuda_graphs`` of the runs that got that far; absent in
-    runs from before the option, which were eager) may differ between recipes but not within one."""
-    configs, compiled, graphs = {}, {}, {}
+    runs from before the option, which were eager) may differ between recipes but not within one.
+    The GPU count is a cell's; the sharding (ddp, fsdp) must agree among the runs on several GPUs
+    and is not asked of the 1-GPU ones (one GPU shards nothing)."""
+    configs, compiled, graphs, shardings = {}, {}, {}, {}
     for r in runs:
-        key = json.dumps({k: v for k, v in r.config.items() if k not in PER_CELL}, sort_keys=True)
+        mine = {k: v for k, v in r.config.items() if k not in PER_CELL and k != "sharding"}
+        if gpus_of(r.config, r.parallel) > 1:
+            shardings.setdefault(r.config.get("sharding") or r.parallel.get("sharding") or "ddp", r.run_dir)
+        key = json.dumps(mine, sort_keys=True)
         configs.setdefault(key, r.run_dir)
         compiled.setdefault(r.config["framework"], set()).add(r.config.get("compile"))
         if isinstance(r.run.get("framework"), dict):
@@ -215,6 +260,10 @@ def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
     if mixed:
         raise ParallaxError(f"{results_dir} mixes runs of {mixed[0]} with and without CUDA graphs "
                             "(--cuda-graphs); compare them from separate directories")
+    if len(shardings) > 1:
+        (a, dir_a), (b, dir_b) = list(shardings.items())[:2]
+        raise ParallaxError(f"{results_dir} mixes --sharding {a} ({dir_a}) and {b} ({dir_b}) runs; "
+                            "compare them from separate directories")
     if len(configs) > 1:
         (a, dir_a), (b, dir_b) = list(configs.items())[:2]
         diff = [k for k in json.loads(a) if json.loads(a)[k] != json.loads(b).get(k)]
@@ -223,7 +272,10 @@ def shared_config(runs: list[LoadedRun], results_dir: Path) -> dict:
             f"{', '.join(diff)}); compare them from separate directories")
     if not configs:
         return {}
-    return {**json.loads(next(iter(configs))), "compiled": {fw: v.pop() for fw, v in compiled.items()}}
+    shared = {**json.loads(next(iter(configs))), "compiled": {fw: v.pop() for fw, v in compiled.items()}}
+    if shardings:
+        shared["sharding"] = next(iter(shardings))
+    return shared
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -241,6 +293,12 @@ def _losses(run: LoadedRun) -> np.ndarray:
 
 def _cell_seed(*parts: str) -> int:
     return zlib.crc32("/".join(parts).encode())
+
+
+def _gpu_part(cell: CellData) -> tuple[str, ...]:
+    """What sets a cell of several GPUs' bootstrap seed apart from its 1-GPU twin's (whose seed
+    is as it was before GPU counts), so that the two are resampled independently."""
+    return (f"g{cell.gpus}",) if cell.gpus > 1 else ()
 
 
 def _ordered_ok(cell: CellData) -> list[LoadedRun]:
@@ -265,6 +323,7 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         "timing_method": (first.get("timing") or {}).get("method"),
         "loss_curve": _loss_curve(ok),
         "eval_curve": _eval_curve(ok),
+        "parallel": _cell_parallel(cell, ok),
     })
     if shared > 1:
         cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the device "
@@ -275,24 +334,66 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
     cell.record.update(_cell_eval(ok))
 
 
+def tokens_per_step(run: LoadedRun) -> int:
+    """Global tokens per step: the global batch (``parallel.global_batch``, else per-GPU batch ×
+    GPUs) × sequence length. ``config.batch_size`` is the per-GPU batch."""
+    cfg = run.config
+    batch = run.parallel.get("global_batch") or cfg["batch_size"] * gpus_of(cfg, run.parallel)
+    return int(batch) * int(cfg["seq_len"])
+
+
+def _cell_parallel(cell: CellData, ok: list[LoadedRun]) -> dict:
+    """How the cell's runs were spread: run.json's ``parallel`` record of its first run (1 GPU,
+    one process, 'single' where there is none), and per rank the median over runs of each
+    rank's median step time and the largest peak allocated bytes."""
+    first = ok[0]
+    par = first.parallel
+    per_gpu = first.config["batch_size"]
+    out = {"gpus": cell.gpus, "processes": par.get("processes", 1), "hosts": par.get("hosts", 1),
+           "sharding": par.get("sharding", first.config.get("sharding", "ddp")),
+           "per_gpu_batch": par.get("per_gpu_batch", per_gpu),
+           "global_batch": par.get("global_batch", per_gpu * cell.gpus),
+           "launcher": par.get("launcher", "single"), "backend": par.get("backend"), "per_rank": []}
+    ranks: dict[int, dict] = {}
+    for r in ok:
+        for entry in r.parallel.get("per_rank") or []:
+            slot = ranks.setdefault(int(entry.get("rank", 0)), {"step_ms": [], "peak": [], "host": entry.get("host"),
+                                                                 "device": entry.get("device")})
+            if entry.get("step_ms_median") is not None:
+                slot["step_ms"].append(float(entry["step_ms_median"]))
+            if entry.get("peak_allocated_bytes") is not None:
+                slot["peak"].append(int(entry["peak_allocated_bytes"]))
+    for rank in sorted(ranks):
+        slot = ranks[rank]
+        out["per_rank"].append({"rank": rank, "host": slot["host"], "device": slot["device"],
+                                "step_ms_median": _median_or_none(slot["step_ms"]),
+                                "peak_allocated_bytes": max(slot["peak"]) if slot["peak"] else None})
+    medians = [e["step_ms_median"] for e in out["per_rank"] if e["step_ms_median"] is not None]
+    out["rank_step_ms_spread"] = max(medians) / min(medians) if len(medians) > 1 and min(medians) > 0 else None
+    return out
+
+
 def _cell_speed(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) -> dict:
-    """Step time and tokens/s over the measured steps of every run, with a bootstrap CI."""
+    """Step time and tokens/s over the measured steps of every run, with a bootstrap CI; on
+    several GPUs the step is the slowest rank's and the tokens are the global batch's."""
     first = ok[0].run
-    tokens = first["config"]["batch_size"] * first["config"]["seq_len"]
+    tokens = tokens_per_step(ok[0])
     series = [_measured(r) for r in ok]
     pooled = [x for s in series for x in s]
     summary = stats.percentile_summary(pooled)
     reps = stats.bootstrap_replicates(series, stats.row_median, n_boot,
-                                      seed=_cell_seed(cell.framework, cell.recipe, "step"))
+                                      seed=_cell_seed(cell.framework, cell.recipe, *_gpu_part(cell), "step"))
     cell.tps_reps = stats.tokens_per_s_from_ms(tokens, reps)
     tps = float(stats.tokens_per_s_from_ms(tokens, summary["median"]))
     tps_ci = stats.percentile_ci(cell.tps_reps, level)
+    per_gpu, per_gpu_ci = tps / cell.gpus, tuple(x / cell.gpus for x in tps_ci)
     return {
         "tokens_per_step": tokens,
         "step_ms": {k: summary[k] for k in ("median", "p10", "p90", "mean", "count")},
         "tokens_per_s": {"value": tps, "ci": list(tps_ci)},
+        "tokens_per_s_per_gpu": {"value": per_gpu, "ci": list(per_gpu_ci)},
         "tokens_per_s_runs": [float(stats.tokens_per_s_from_ms(tokens, np.median(s))) for s in series],
-        "flops": _cell_flops(first, tps, tps_ci),
+        "flops": _cell_flops(first, per_gpu, per_gpu_ci, cell.gpus),
     }
 
 
@@ -304,13 +405,14 @@ def _cell_header(cell: CellData) -> dict:
     if pending:
         counts["pending"] = pending
     return {
-        "framework": cell.framework, "recipe": cell.recipe, "precision": cell.precision,
+        "framework": cell.framework, "recipe": cell.recipe, "precision": cell.precision, "gpus": cell.gpus,
         "status": _status_text(counts), "counts": counts,
         "runs": [{"dir": _relative(r.run_dir, cell.root), "seed": r.config.get("seed"), "status": r.status,
                   "error": (r.run.get("error") or "").splitlines()[0] if r.run.get("error") else None}
                  for r in cell.runs],
         "n_ok": counts.get("ok", 0), "n_runs": len(cell.runs) + pending,
-        "tokens_per_s": None, "step_ms": None, "flops": None, "memory": None,
+        "tokens_per_s": None, "tokens_per_s_per_gpu": None, "step_ms": None, "flops": None, "memory": None,
+        "parallel": None,
         "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
         "precision_info": None, "framework_info": None, "timing_method": None,
         "loss_curve": None, "eval_curve": None,
@@ -334,15 +436,17 @@ def _status_text(counts: dict[str, int]) -> str:
     return f"{ok}/{total} ok ({rest})"
 
 
-def _cell_flops(run: dict, tps: float, tps_ci: tuple[float, float]) -> dict:
-    """TFLOP/s and MFU of the cell's tokens/s, with the run's own FLOPs/token and peaks."""
+def _cell_flops(run: dict, tps: float, tps_ci: tuple[float, float], gpus: int = 1) -> dict:
+    """TFLOP/s and MFU of one GPU's tokens/s (``tps``: the cell's ÷ GPUs), with the run's own
+    FLOPs/token and (one GPU's) peaks; ``tflops_all_gpus`` is the whole cell's."""
     table = _flops_table(run)
     out = {}
     for name, row in table.items():
         per_token = row["flops_per_token"]
         tflops = achieved_tflops(tps, per_token)
         entry = {"flops_per_token": per_token, "tflops": tflops,
-                 "tflops_ci": [achieved_tflops(x, per_token) for x in tps_ci]}
+                 "tflops_ci": [achieved_tflops(x, per_token) for x in tps_ci],
+                 "tflops_all_gpus": tflops * gpus}
         for den in DENOMINATORS:
             peak = row["peaks"].get(den)
             entry[f"mfu_{den}"] = mfu(tflops, peak)
@@ -360,7 +464,7 @@ def _flops_table(run: dict) -> dict:
     flops = run.get("flops") if isinstance(run.get("flops"), dict) else {}
     stored = flops.get("accountings", flops)
     denominators = flops.get("denominators_tflops")
-    cfg = RunConfig.from_dict(run["config"])
+    cfg = _run_config(run["config"])
     computed = flops_per_token(cfg.model_config, cfg.seq_len)
     table = {}
     for name in ACCOUNTINGS:
@@ -374,6 +478,13 @@ def _flops_table(run: dict) -> dict:
                 peaks[den] = tflops / fraction if fraction and tflops else None
         table[name] = {"flops_per_token": row.get("flops_per_token", computed[name]), "peaks": peaks}
     return table
+
+
+def _run_config(config: dict) -> RunConfig:
+    """The RunConfig of a run's config, without the fields this version does not know (a run
+    written by a newer Parallax still yields its model and sequence length)."""
+    known = {f.name for f in dataclasses.fields(RunConfig)}
+    return RunConfig.from_dict({k: v for k, v in config.items() if k in known})
 
 
 def _cell_memory(ok: list[LoadedRun]) -> dict:
@@ -425,7 +536,7 @@ def _cell_loss(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) -
     ci = None
     if len(means) > 1:
         reps = stats.bootstrap_replicates([[m] for m in means], stats.row_mean, n_boot,
-                                          seed=_cell_seed(cell.framework, cell.recipe, "loss"))
+                                          seed=_cell_seed(cell.framework, cell.recipe, *_gpu_part(cell), "loss"))
         ci = list(stats.percentile_ci(reps, level))
     return {"final_loss": {"value": float(np.mean(means)), "ci": ci, "diverged": False,
                            "window": SMOOTH_WINDOW, "runs": len(means)}}
@@ -453,22 +564,80 @@ def _ratio(a: CellData, b: CellData, level: float) -> dict:
     return {"ratio": value, "ci": list(ci), "distinguishable": stats.interval_excludes(ci, 1.0)}
 
 
+def _on(gpus: int) -> str:
+    """What a label says of a cell's GPU count: nothing for one GPU, ' ×N GPUs' for more."""
+    return f" ×{gpus} GPUs" if gpus > 1 else ""
+
+
 def speedups(cells: dict, level: float) -> list[dict]:
+    """Recipe over bf16 and framework over torch, each between cells of one GPU count."""
     out = []
-    for (fw, rec), cell in cells.items():
+    for (fw, rec, g), cell in cells.items():
         for base_name in _baselines(fw, rec, cell.precision):
-            base = cells.get((fw, base_name))
+            base = cells.get((fw, base_name, g))
             if _has_speed(cell) and _has_speed(base):
-                out.append({"kind": "precision", "framework": fw, "a": rec, "b": base_name,
-                            "label": f"{fw}: {rec} over {base_name}", **_ratio(cell, base, level)})
-    for (fw, rec), cell in cells.items():
-        base = cells.get((BASELINE_FRAMEWORK, registry.default_name(BASELINE_FRAMEWORK, cell.precision)))
+                out.append({"kind": "precision", "framework": fw, "gpus": g, "a": rec, "b": base_name,
+                            "label": f"{fw}{_on(g)}: {rec} over {base_name}", **_ratio(cell, base, level)})
+    for (fw, rec, g), cell in cells.items():
+        base = cells.get((BASELINE_FRAMEWORK, registry.default_name(BASELINE_FRAMEWORK, cell.precision), g))
         if fw != BASELINE_FRAMEWORK and rec == registry.default_name(fw, cell.precision) \
                 and _has_speed(cell) and _has_speed(base):
-            out.append({"kind": "framework", "precision": cell.precision, "a": fw, "b": BASELINE_FRAMEWORK,
+            out.append({"kind": "framework", "precision": cell.precision, "gpus": g, "a": fw, "b": BASELINE_FRAMEWORK,
                         "recipes": [rec, base.recipe],
-                        "label": f"{cell.precision}: {fw} over {BASELINE_FRAMEWORK}", **_ratio(cell, base, level)})
+                        "label": f"{cell.precision}{_on(g)}: {fw} over {BASELINE_FRAMEWORK}",
+                        **_ratio(cell, base, level)})
     return out
+
+
+def scaling(cells: dict, level: float) -> list[dict]:
+    """Per framework × recipe that ran on more than one GPU count: a row per count with its
+    throughput, per-GPU figures and scaling efficiency.
+
+    Scaling efficiency = tokens/s(N) ÷ (N × tokens/s(1)) against the 1-GPU cell of the same
+    matrix (weak scaling: the per-GPU batch is the matrix's, so N GPUs train on N times the
+    global batch). Its interval is the percentile interval of the ratio of the two cells'
+    bootstrap replicates (independent runs, as every speedup's), divided by N. Without a 1-GPU
+    cell that has a result, the rows say so and carry no efficiency."""
+    groups: dict[tuple[str, str], list[CellData]] = {}
+    for (fw, rec, _), cell in cells.items():
+        groups.setdefault((fw, rec), []).append(cell)
+    out = []
+    for (fw, rec), members in groups.items():
+        if not any(c.gpus > 1 for c in members):
+            continue
+        members = sorted(members, key=lambda c: c.gpus)
+        one = next((c for c in members if c.gpus == 1), None)
+        note = None
+        if one is None:
+            note = f"no 1-GPU cell of {fw} {rec} in this matrix: no scaling efficiency (add 1 to --gpus)"
+        elif not _has_speed(one):
+            note = f"the 1-GPU cell of {fw} {rec} has no throughput ({one.record['status']}): no scaling efficiency"
+        rows = [_scaling_row(c, one if note is None else None, level) for c in members]
+        out.append({"framework": fw, "recipe": rec, "precision": members[0].precision,
+                    "baseline_gpus": 1 if note is None else None, "note": note, "rows": rows})
+    return out
+
+
+def _scaling_row(cell: CellData, one: CellData | None, level: float) -> dict:
+    rec = cell.record
+    primary = ((rec.get("flops") or {}).get(PRIMARY_ACCOUNTING) or {})
+    parallel = rec.get("parallel") or {}
+    row = {"gpus": cell.gpus, "status": rec["status"],
+           "global_batch": parallel.get("global_batch"), "per_gpu_batch": parallel.get("per_gpu_batch"),
+           "sharding": parallel.get("sharding"), "launcher": parallel.get("launcher"),
+           "tokens_per_s": rec.get("tokens_per_s"), "tokens_per_s_per_gpu": rec.get("tokens_per_s_per_gpu"),
+           "mfu_per_gpu": primary.get("mfu_precision_peak"),
+           "peak_allocated_bytes_per_gpu": (rec.get("memory") or {}).get("peak_allocated_bytes"),
+           "peak_reserved_bytes_per_gpu": (rec.get("memory") or {}).get("peak_reserved_bytes"),
+           "step_ms_median": (rec.get("step_ms") or {}).get("median"),
+           "rank_step_ms_spread": parallel.get("rank_step_ms_spread"),
+           "efficiency": None}
+    if one is not None and _has_speed(cell):
+        ratio = _ratio(cell, one, level)
+        ci = [x / cell.gpus for x in ratio["ci"]]
+        row["efficiency"] = {"value": ratio["ratio"] / cell.gpus, "ci": ci,
+                             "below_ideal": stats.interval_excludes(ci, 1.0) and ci[1] < 1.0}
+    return row
 
 
 def _format_of(framework: str, recipe: str) -> str:
@@ -534,15 +703,18 @@ def _unpaired_ci(a: CellData, b: CellData, n_boot: int, level: float) -> list[fl
 
 
 def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
+    """Each low-precision cell's final loss minus its framework's bf16 cell's of the same GPU
+    count (same global batch, so the same tokens)."""
     out = []
-    for (fw, rec), cell in cells.items():
+    for (fw, rec, g), cell in cells.items():
         base_name = registry.default_name(fw, BASELINE_PRECISION)
-        base = cells.get((fw, base_name))
+        base = cells.get((fw, base_name, g))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
         diff = loss_difference(cell, base, n_boot, level)
         if diff is not None:
-            out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "baseline": base_name, **diff})
+            out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "gpus": g,
+                        "baseline": base_name, **diff})
     return out
 
 
@@ -553,10 +725,10 @@ def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     the validation loss still tells the recipes apart. Every recipe sees the same validation
     batches, so where runs recorded each batch's loss (and share a seed) the difference is
     paired batch by batch and its interval bootstraps those differences; otherwise the means
-    are compared, with no interval."""
+    are compared, with no interval. Both cells have the same GPU count."""
     out = []
-    for (fw, rec), cell in cells.items():
-        base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION)))
+    for (fw, rec, g), cell in cells.items():
+        base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION), g))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
         mine, theirs = cell.record.get("eval_curve"), base.record.get("eval_curve")
@@ -568,8 +740,9 @@ def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
             continue
         best = min(steps, key=lambda k: bf16[k])
         paired = _paired_batch_differences(cell, base)
-        cis = [_batch_ci(paired.get(k), n_boot, level, _cell_seed(fw, rec, "eval", str(k))) for k in steps]
-        out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "baseline": base.recipe,
+        cis = [_batch_ci(paired.get(k), n_boot, level, _cell_seed(fw, rec, *_gpu_part(cell), "eval", str(k)))
+               for k in steps]
+        out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "gpus": g, "baseline": base.recipe,
                     "steps": steps, "delta": [ours[k] - bf16[k] for k in steps], "ci": cis,
                     "batches": len(paired.get(best, [])) or None,
                     "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best],
@@ -609,25 +782,28 @@ def _batch_ci(diffs, n_boot: int, level: float, seed: int) -> list[float] | None
 
 
 def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
-    """The fastest stack (framework and recipe) at each format and what each recipe costs in loss."""
+    """The fastest stack (framework and recipe) at each format and GPU count, and what each
+    recipe costs in loss."""
     fastest = []
     precisions = sorted({c.precision for c in cells.values()}, key=_order(PRECISIONS))
+    counts = sorted({c.gpus for c in cells.values()})
     for p in precisions:
-        ranked = sorted((c for c in cells.values() if c.precision == p and _has_speed(c)),
-                        key=lambda c: -c.record["tokens_per_s"]["value"])
-        if not ranked:
-            continue
-        entry = {"precision": p, "framework": ranked[0].framework, "recipe": ranked[0].recipe,
-                 "tokens_per_s": ranked[0].record["tokens_per_s"]["value"],
-                 "native": _native(ranked[0]), "runner_up": None}
-        if len(ranked) > 1:
-            entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
-            entry.update(_ratio(ranked[0], ranked[1], level))
-        fastest.append(entry)
-    emulated = [{"framework": fw, "recipe": rec, "precision": c.precision} for (fw, rec), c in cells.items()
-                if c.ok and _native(c) is False]
-    not_ok = [{"framework": fw, "recipe": rec, "precision": c.precision, "status": c.record["status"]}
-              for (fw, rec), c in cells.items() if c.record["status"] != "ok"]
+        for g in counts:
+            ranked = sorted((c for c in cells.values() if c.precision == p and c.gpus == g and _has_speed(c)),
+                            key=lambda c: -c.record["tokens_per_s"]["value"])
+            if not ranked:
+                continue
+            entry = {"precision": p, "gpus": g, "framework": ranked[0].framework, "recipe": ranked[0].recipe,
+                     "tokens_per_s": ranked[0].record["tokens_per_s"]["value"],
+                     "native": _native(ranked[0]), "runner_up": None}
+            if len(ranked) > 1:
+                entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
+                entry.update(_ratio(ranked[0], ranked[1], level))
+            fastest.append(entry)
+    emulated = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g}
+                for (fw, rec, g), c in cells.items() if c.ok and _native(c) is False]
+    not_ok = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g, "status": c.record["status"]}
+              for (fw, rec, g), c in cells.items() if c.record["status"] != "ok"]
     return {"fastest": fastest, "loss_cost": deltas, "emulated": emulated, "not_ok": not_ok}
 
 
@@ -675,7 +851,10 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
         problems.append(index_problem)
     if environment is None:
         environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
-    gpus = sorted({environment_summary(r.run["environment"])["gpu"] for r in runs if r.run.get("environment")})
+    # The GPU models, not their number: a 1-GPU cell may have run with fewer GPUs visible.
+    gpus = sorted({", ".join(sorted({f"{g.get('name')} (cc {g.get('compute_capability')})"
+                                     for g in r.run["environment"].get("gpus") or []})) or "none found"
+                   for r in runs if r.run.get("environment")})
     if len(gpus) > 1:  # e.g. a matrix resumed on another machine
         problems.append(f"the runs were made on different GPUs ({'; '.join(gpus)}); their numbers are not "
                         "one benchmark")
@@ -684,29 +863,39 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
 
 def _group(runs: list[LoadedRun], matrix: dict | None, root: Path) -> dict:
     """Cells grouped by format (bf16, fp8, nvfp4), then framework in the matrix's order, the
-    framework's default recipe first; pending ones included."""
-    formats = {cell_key(r.config): r.config["precision"] for r in runs}
+    framework's default recipe first, then GPU count; pending ones included."""
+    formats = {r.key: r.config["precision"] for r in runs}
     expected = 0
     if matrix:
-        formats.update({(fw, rec): fmt for fw, rec, fmt in _matrix_cells(matrix)})
+        formats.update({(fw, rec, g): fmt for fw, rec, fmt, g in _matrix_cells(matrix)})
         expected = len(matrix["seeds"]) * matrix["repeats"]
     fws = list(matrix["frameworks"]) if matrix else list(FRAMEWORKS)
 
     def order(key):
-        fw, rec = key
-        return _order(list(PRECISIONS))(formats[key]), _order(fws)(fw), rec != registry.default_name(fw, formats[key]), rec
+        fw, rec, g = key
+        return (_order(list(PRECISIONS))(formats[key]), _order(fws)(fw),
+                rec != registry.default_name(fw, formats[key]), rec, g)
 
-    cells = {k: CellData(k[0], k[1], formats[k], [], expected, root) for k in sorted(formats, key=order)}
+    cells = {k: CellData(k[0], k[1], formats[k], [], expected, root, gpus=k[2]) for k in sorted(formats, key=order)}
     for r in runs:
-        cells[cell_key(r.config)].runs.append(r)
+        cells[r.key].runs.append(r)
     return cells
 
 
-def _matrix_cells(matrix: dict) -> list[tuple[str, str, str]]:
-    """(framework, recipe, format) of every cell of a matrix.json (schema 1 listed formats)."""
+def _matrix_cells(matrix: dict) -> list[tuple[str, str, str, int]]:
+    """(framework, recipe, format, GPUs) of every cell of a matrix.json: its ``cells`` (schema 1
+    listed formats instead) at each of its ``gpus`` (absent: 1), or at a cell's own GPU count
+    where the entry names one as a fourth item."""
+    counts = [int(g) for g in matrix.get("gpus") or [1]]
     if "cells" in matrix:
-        return [tuple(c) for c in matrix["cells"]]
-    return [(fw, p, p) for fw in matrix["frameworks"] for p in matrix["precisions"]]
+        entries = [tuple(c) for c in matrix["cells"]]
+    else:
+        entries = [(fw, p, p) for fw in matrix["frameworks"] for p in matrix["precisions"]]
+    out = []
+    for entry in entries:
+        fw, rec, fmt = entry[:3]
+        out += [(fw, rec, fmt, int(entry[3]))] if len(entry) > 3 else [(fw, rec, fmt, g) for g in counts]
+    return list(dict.fromkeys(out))
 
 
 def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
@@ -723,6 +912,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "matrix": current.matrix,
         "cells": [c.record for c in current.cells.values()],
         "speedups": speedup_list,
+        "scaling": scaling(current.cells, level),
         "loss_deltas": deltas,
         "eval_deltas": eval_deltas(current.cells, n_boot, level),
         "conclusions": conclusions(current.cells, deltas, level),
@@ -742,7 +932,8 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
 
 
 def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: float) -> dict:
-    """Each cell against the same cell of another results directory (another GPU, version)."""
+    """Each cell against the same cell (framework, recipe, GPU count) of another results
+    directory (another GPU, version)."""
     rows, notes = [], []
     same_steps = current.config.get("steps") == base.config.get("steps")
     if not same_steps:
@@ -753,7 +944,7 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
         other = base.cells.get(key)
         if not (_has_speed(cell) and _has_speed(other)):
             continue
-        row = {"framework": key[0], "recipe": key[1], "precision": cell.precision,
+        row = {"framework": key[0], "recipe": key[1], "precision": cell.precision, "gpus": key[2],
                "tokens_per_s": _ratio(cell, other, level),
                "step_ms_ratio": cell.record["step_ms"]["median"] / other.record["step_ms"]["median"],
                "memory_ratio": _safe_ratio(cell.record["memory"]["peak_reserved_bytes"],
@@ -782,8 +973,14 @@ def environment_summary(env: dict) -> dict:
     packages = {k: v for k, v in (env.get("packages") or {}).items() if v}
     driver = env.get("cuda_driver") or {}
     nvml = env.get("nvml") or {}
+    names: dict[str, int] = {}
+    for g in gpus:
+        name = f"{g.get('name')} (cc {g.get('compute_capability')})"
+        names[name] = names.get(name, 0) + 1
     return {
-        "gpu": ", ".join(f"{g.get('name')} (cc {g.get('compute_capability')})" for g in gpus) or "none found",
+        "gpu": ", ".join(name if n == 1 else f"{n} × {name}" for name, n in names.items()) or "none found",
+        "interconnect": (topology.interconnect({"devices": gpus, "topology": env.get("gpu_topology")})["summary"]
+                         if len(gpus) > 1 else None),
         "gpu_memory_gib": [round(g["memory_total_bytes"] / 2**30, 1) for g in gpus if g.get("memory_total_bytes")],
         "driver": nvml.get("driver_version") or driver.get("version_str"),
         "python": env.get("python"),

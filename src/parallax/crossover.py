@@ -26,7 +26,7 @@ def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
     if twice:
         raise ParallaxError(f"two results folders hold the model '{twice[0]}'; give one folder per model preset")
     rows = [row for record, model in zip(records, models) for row in speedup_rows(record, model)]
-    rows.sort(key=lambda r: (r["framework"], r["recipe"], r["parameters"]))
+    rows.sort(key=lambda r: (r["framework"], r["recipe"], r["gpus"], r["parameters"]))
     return {"schema": SCHEMA, "level": level, "results_dirs": [str(d) for d in results_dirs],
             "models": sorted(({"model": m, "parameters": get_preset(m).param_count()} for m in set(models)),
                              key=lambda m: m["parameters"]),
@@ -41,8 +41,10 @@ def _model_of(record: dict, results_dir: Path) -> str:
 
 
 def speedup_rows(record: dict, model: str) -> list[dict]:
-    """The record's recipe-over-bf16 speedups, with the model they were measured on."""
+    """The record's recipe-over-bf16 speedups, with the model they were measured on (and the GPU
+    count, a speedup being between cells of one count)."""
     parameters = get_preset(model).param_count()
     return [{"model": model, "parameters": parameters, "framework": s["framework"], "recipe": s["a"],
+             "gpus": s.get("gpus", 1),
              "baseline": s["b"], "ratio": s["ratio"], "ci": s["ci"], "distinguishable": s["distinguishable"]}
             for s in record["speedups"] if s["kind"] == "precision"]

@@ -76,6 +76,7 @@ def no_gpu_probe(error: str) -> dict:
         "driver": {"available": False, "error": error, "library": None, "version": None, "version_str": None},
         "nvml": {"available": False, "error": error, "library": None, "driver_version": None},
         "devices": [],
+        "topology": {"available": False, "error": error, "pairs": []},
     }
 
 
@@ -104,4 +105,5 @@ def environment(probe: dict | None = None) -> dict:
         "cuda_driver": probe.get("driver"),
         "nvml": probe.get("nvml"),
         "gpus": probe.get("devices", []),
+        "gpu_topology": probe.get("topology"),  # every GPU pair's link (parallax.topology reads it)
     }

@@ -112,15 +112,28 @@ def _set_library_dirs():
 
 
 def probe() -> dict:
-    """The CUDA driver, NVML and each GPU, as a dict; never raises for a missing GPU or library.
+    """The CUDA driver, NVML, each GPU and how they are joined, as a dict; never raises for a
+    missing GPU or library.
 
     ``{"driver": {available, error, library, version, version_str},
        "nvml": {available, error, library, driver_version},
        "devices": [{index, name, uuid, pci_bus_id, compute_capability, cc_major, cc_minor,
                     sm_count, clock_sm_mhz, clock_sm_max_mhz, clock_mem_mhz, clock_mem_max_mhz,
-                    memory_total_bytes, memory_free_bytes, power_limit_w}]}``
+                    memory_total_bytes, memory_free_bytes, power_limit_w,
+                    nvlink: {links, active, to_nvswitch, peers: [{link, remote_pci_bus_id,
+                             remote_type}], error} or None}],
+       "topology": {available, error, pairs: [{a, b, connection, nvlinks, via_nvswitch,
+                    p2p_nvlink, common_ancestor, common_ancestor_name, pcie_path, error}]}}``
     Unknown fields are None. ``index`` is the CUDA ordinal (as torch and JAX number GPUs)
-    when the driver answered, else NVML's index.
+    when the driver answered, else NVML's index; a pair's ``a`` < ``b`` are such indices.
+    ``nvlink.links`` counts the ports NVML reports, ``active`` those up, ``to_nvswitch`` those
+    ending at an NVSwitch (``remote_type``: gpu, nvswitch, ibm-npu, unknown); ``error`` says
+    why no port answered ("... Not Supported" on a GPU without NVLink). A pair's ``nvlinks``
+    join the two directly or, ``via_nvswitch``, through the switches; ``connection`` is what
+    ``nvidia-smi topo -m`` prints for it (NV18, PIX, PXB, PHB, NODE, SYS; BOARD for one board)
+    and ``common_ancestor`` NVML's nvmlGpuTopologyLevel_t (0, 10, ..., 50; ``pcie_path`` its
+    code). Without NVML, ``topology`` is unavailable with NVML's error and no pairs.
+    ``parallax.topology.interconnect`` puts it in words.
     """
     return _set_library_dirs().probe()
 

@@ -124,6 +124,98 @@ def test_uncertain_peaks_are_marked(fake_probe, capsys):
     assert "~ uncertain figure: shown, never used for MFU" in out
 
 
+def four_gpu_probe():
+    """Four H200 NVL cards bridged in pairs (0-1, 2-3: 4 NVLinks each), the pairs under one
+    PCIe switch each and both switches under one host bridge; GPU 3 has a link down."""
+    probe = gpu_probe()
+    one = probe["devices"][0]
+    probe["devices"] = []
+    for i, bus in enumerate(("19", "1A", "3B", "3C")):
+        active = 3 if i == 3 else 4
+        probe["devices"].append({**one, "index": i, "uuid": f"GPU-000{i}", "pci_bus_id": f"0000:{bus}:00.0",
+                                 "nvlink": {"links": 4, "active": active, "to_nvswitch": 0, "peers": [],
+                                            "error": None}})
+
+    def pair(a, b, code, nvlinks, path, ancestor):
+        return {"a": a, "b": b, "connection": code, "nvlinks": nvlinks, "via_nvswitch": False,
+                "p2p_nvlink": nvlinks > 0, "common_ancestor": ancestor, "common_ancestor_name": None,
+                "pcie_path": path, "error": None}
+
+    probe["topology"] = {"available": True, "error": None, "pairs": [
+        pair(0, 1, "NV4", 4, "PIX", 10), pair(0, 2, "PHB", 0, "PHB", 30), pair(0, 3, "PHB", 0, "PHB", 30),
+        pair(1, 2, "PHB", 0, "PHB", 30), pair(1, 3, "PHB", 0, "PHB", 30), pair(2, 3, "NV4", 4, "PIX", 10)]}
+    return probe
+
+
+def test_text_lists_every_gpu_and_the_interconnect_matrix(fake_probe, capsys):
+    fake_probe(four_gpu_probe())
+    code, out, _ = run(capsys)
+    assert code == 0
+    rows = [line for line in out.splitlines() if "NVIDIA H200" in line and "│" in line]
+    assert len(rows) == 4
+    assert "4/4 up" in rows[0] and "3/4 up" in rows[3]
+    assert "Interconnect: 2 of 6 GPU pairs are joined by NVLink; the others talk over PCIe" in out
+    matrix = [line.split("│")[1:-1] for line in out.splitlines()
+              if line.startswith("│ GPU ") and "NVIDIA" not in line]
+    assert [[c.strip() for c in row] for row in matrix] == [
+        ["GPU 0", "X", "NV4", "PHB", "PHB"],
+        ["GPU 1", "NV4", "X", "PHB", "PHB"],
+        ["GPU 2", "PHB", "PHB", "X", "NV4"],
+        ["GPU 3", "PHB", "PHB", "NV4", "X"],
+    ]
+    assert "  NV4: NVLink ×4 direct (bridge or board)" in out
+    assert "  PHB: PCIe through a CPU's PCIe host bridge" in out
+
+
+def test_json_has_the_interconnect_record(fake_probe, capsys):
+    fake_probe(four_gpu_probe())
+    report = json.loads(run(capsys, "--json")[1])
+    link = report["interconnect"]
+    assert link["available"] is True and link["gpus"] == [0, 1, 2, 3]
+    assert link["matrix"][0] == ["X", "NV4", "PHB", "PHB"]
+    assert link["pairs"][0] == {"a": 0, "b": 1, "connection": "NV4", "words": "NVLink ×4 direct (bridge or board)",
+                                "nvlinks": 4, "via_nvswitch": False, "pcie_path": "PIX", "p2p_nvlink": True}
+    assert link["legend"] == {"NV4": "NVLink ×4 direct (bridge or board)",
+                              "PHB": "PCIe through a CPU's PCIe host bridge"}
+    assert report["environment"]["gpu_topology"]["pairs"][5]["connection"] == "NV4"
+    assert [hw["index"] for hw in report["hardware"]] == [0, 1, 2, 3]
+
+
+def test_an_nvswitch_board_reads_as_one_fabric(fake_probe, capsys):
+    probe = four_gpu_probe()
+    for dev in probe["devices"]:
+        dev["nvlink"] = {"links": 18, "active": 18, "to_nvswitch": 18, "peers": [], "error": None}
+    for pair in probe["topology"]["pairs"]:
+        pair.update(connection="NV18", nvlinks=18, via_nvswitch=True, p2p_nvlink=True)
+    fake_probe(probe)
+    out = run(capsys)[1]
+    assert "Interconnect: all 4 GPUs are joined by NVLink (at least 18 links per pair, through NVSwitch)" in out
+    assert "18/18 up, 18 to NVSwitch" in out
+    assert "  NV18: NVLink ×18 through NVSwitch" in out
+
+
+def test_several_gpus_without_topology_say_why(fake_probe, capsys):
+    probe = four_gpu_probe()
+    probe["topology"] = {"available": False, "error": "libnvidia-ml.so.1 lacks nvmlDeviceGetTopologyCommonAncestor",
+                         "pairs": []}
+    for dev in probe["devices"]:
+        dev["nvlink"] = {"links": 0, "active": 0, "to_nvswitch": 0, "peers": [],
+                         "error": "nvmlDeviceGetNvLinkState failed: Not Supported"}
+    fake_probe(probe)
+    out = run(capsys)[1]
+    assert ("interconnect: 4 GPUs; their interconnect is unknown "
+            "(libnvidia-ml.so.1 lacks nvmlDeviceGetTopologyCommonAncestor)") in out
+    assert "Interconnect:" not in out
+    assert all("none" in line for line in out.splitlines() if "NVIDIA H200" in line and "│" in line)
+
+
+def test_cpu_json_interconnect_is_empty_with_the_reason(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    link = json.loads(run(capsys, "--json")[1])["interconnect"]
+    assert link == {"available": False, "error": CPU_ERROR, "gpus": [], "matrix": [], "pairs": [], "legend": {},
+                    "summary": "no GPU"}
+
+
 def gemm(precision, m, n, k, tflops, median_ms, error=None, **shape):
     return {**shape, "precision": precision, "m": m, "n": n, "k": k, "flops": 2 * m * n * k, "warmup": 10,
             "iters": 50, "median_ms": median_ms, "min_ms": median_ms, "max_ms": median_ms, "tflops": tflops,
@@ -281,3 +373,13 @@ def test_real_gpu_measure(tmp_path):
     percent = report["ceilings"]["percent_of_dense_peak"]["bf16"]["square"]
     if report["hardware"][0]["key"] is not None:
         assert 0 < percent < 100  # achieved below the dense datasheet peak
+
+
+@pytest.mark.gpu
+def test_real_gpus_all_listed_with_every_pair():
+    report = json.loads(cli("--json").stdout)
+    link, gpus = report["interconnect"], report["environment"]["gpus"]
+    assert link["gpus"] == [d["index"] for d in gpus]
+    if len(gpus) > 1 and link["available"]:
+        assert len(link["pairs"]) == len(gpus) * (len(gpus) - 1) // 2
+        assert all(p["connection"] != "?" for p in link["pairs"]), link["pairs"]

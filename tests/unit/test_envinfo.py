@@ -29,6 +29,7 @@ def test_environment_fields():
     assert env["cuda_driver"] is PROBE["driver"]
     assert env["nvml"] is PROBE["nvml"]
     assert env["gpus"] == []
+    assert env["gpu_topology"] is None  # this probe read no topology; gpu.probe() always does
     assert env["hostname"] and env["platform"]
     assert set(env["packages"]) == set(envinfo.PACKAGES)
     assert env["packages"]["numpy"] == importlib.metadata.version("numpy")

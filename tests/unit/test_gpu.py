@@ -17,17 +17,33 @@ NVML_KEYS = {"available", "error", "library", "driver_version"}
 DEVICE_KEYS = {
     "index", "name", "uuid", "pci_bus_id", "compute_capability", "cc_major", "cc_minor", "sm_count",
     "clock_sm_mhz", "clock_sm_max_mhz", "clock_mem_mhz", "clock_mem_max_mhz", "memory_total_bytes",
-    "memory_free_bytes", "power_limit_w",
+    "memory_free_bytes", "power_limit_w", "nvlink",
 }
+NVLINK_KEYS = {"links", "active", "to_nvswitch", "peers", "error"}
+TOPOLOGY_KEYS = {"available", "error", "pairs"}
+PAIR_KEYS = {"a", "b", "connection", "nvlinks", "via_nvswitch", "p2p_nvlink", "common_ancestor",
+             "common_ancestor_name", "pcie_path", "error"}
 
 
 def test_probe_has_exactly_the_documented_keys():
     result = gpu.probe()
-    assert set(result) == {"driver", "nvml", "devices"}
+    assert set(result) == {"driver", "nvml", "devices", "topology"}
     assert set(result["driver"]) == DRIVER_KEYS
     assert set(result["nvml"]) == NVML_KEYS
     for device in result["devices"]:
         assert set(device) == DEVICE_KEYS
+        assert device["nvlink"] is None or set(device["nvlink"]) == NVLINK_KEYS
+    assert set(result["topology"]) == TOPOLOGY_KEYS
+    for pair in result["topology"]["pairs"]:
+        assert set(pair) == PAIR_KEYS
+
+
+def test_topology_without_nvml_is_empty_with_the_reason():
+    result = gpu.probe()
+    if result["nvml"]["library"] is not None:
+        pytest.skip("NVML is installed here; the topology paths are covered by the C++ tests (fake NVML)")
+    assert result["topology"] == {"available": False, "error": result["nvml"]["error"], "pairs": []}
+    assert result["topology"]["error"].startswith("could not load libnvidia-ml.so.1")
 
 
 def test_probe_without_a_driver_reports_why_and_no_devices():

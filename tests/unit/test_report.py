@@ -108,7 +108,7 @@ def test_speedups_and_loss_deltas(hand):
     assert fastest["fp8"]["framework"] == "torch" and fastest["fp8"]["runner_up"] is None
     assert not fastest["bf16"]["distinguishable"]
     assert r["conclusions"]["not_ok"] == [{"framework": "jax", "recipe": "flax-fp8-delayed", "precision": "fp8",
-                                           "status": "skipped"}]
+                                           "gpus": 1, "status": "skipped"}]
 
 
 def test_a_loss_delta_whose_interval_includes_zero_says_so(tmp_path):
@@ -157,7 +157,8 @@ def test_emulated_precision_is_labelled(tmp_path):
     write(tmp_path, "jax", "bf16", 0, [100.0] * 10, [3.0] * 10)
     write(tmp_path, "jax", "fp8", 0, [90.0] * 10, [3.0] * 10, native=False)
     r = build_comparison(tmp_path, n_boot=200)
-    assert r["conclusions"]["emulated"] == [{"framework": "jax", "recipe": "flax-fp8-delayed", "precision": "fp8"}]
+    assert r["conclusions"]["emulated"] == [{"framework": "jax", "recipe": "flax-fp8-delayed", "precision": "fp8",
+                                             "gpus": 1}]
     text = markdown.render(r)
     assert table_rows(text, "Throughput")[1][1] == "fp8 flax-fp8-delayed (emulated)"
     assert "flax-fp8-delayed on jax ran **emulated**" in text

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "probe/cublaslt_api.h"
@@ -19,6 +20,13 @@
 #include "probe/nvml_api.h"
 
 namespace parallax::testing {
+
+// One NVLink port of a fake GPU: up or down, and what its far end is.
+struct FakeLink {
+  bool active = true;
+  std::string remote_bus = "";  // as nvmlPciInfo_t.busId spells it
+  int remote_type = nvml::NVML_NVLINK_DEVICE_TYPE_GPU;
+};
 
 struct FakeDevice {
   std::string name = "NVIDIA H200";
@@ -31,6 +39,7 @@ struct FakeDevice {
   unsigned long long nvml_total_bytes = 150'754'820'096, nvml_free_bytes = 150'000'000'000;
   unsigned clock_sm = 1980, clock_sm_max = 1980, clock_mem = 3201, clock_mem_max = 3201;
   unsigned power_limit_mw = 700'000;
+  std::vector<FakeLink> nvlinks;  // empty: no NVLink (every link answers NVML_ERROR_NOT_SUPPORTED)
 };
 
 struct Layout {
@@ -51,6 +60,13 @@ struct FakeGpu {
   nvml::nvmlReturn_t nvml_init_result = nvml::NVML_SUCCESS;
   std::string nvml_driver_version = "580.95.05";
   int nvml_shutdowns = 0;
+  // Topology, keyed by the two GPUs' NVML bus ids in either order; pairs not listed get the default.
+  std::map<std::pair<std::string, std::string>, int> ancestors;
+  int default_ancestor = nvml::NVML_TOPOLOGY_SYSTEM;
+  nvml::nvmlReturn_t ancestor_result = nvml::NVML_SUCCESS;
+  std::map<std::pair<std::string, std::string>, int> p2p_nvlink;  // nvmlGpuP2PStatus_t
+  int default_p2p_nvlink = nvml::NVML_P2P_STATUS_NOT_SUPPORTED;
+  std::vector<unsigned> nvlink_state_calls;  // link of each nvmlDeviceGetNvLinkState call
   // cuBLASLt. The heuristic offers `heuristic_count` algorithms; algorithm i's GEMMs take
   // algo_times_ms[i] ms, that list cycled over its calls (warm-up calls included); 1 ms when
   // the list has no entry i.
@@ -232,6 +248,18 @@ inline const FakeDevice& fake_nvml_device(nvml::nvmlDevice_t h) {
   return fake().nvml_devices[reinterpret_cast<uintptr_t>(h) - 1];
 }
 
+template <class T>
+T fake_pair_value(const std::map<std::pair<std::string, std::string>, T>& table, nvml::nvmlDevice_t a,
+                  nvml::nvmlDevice_t b, T fallback) {
+  const std::string& x = fake_nvml_device(a).nvml_bus_id;
+  const std::string& y = fake_nvml_device(b).nvml_bus_id;
+  for (const auto& key : {std::make_pair(x, y), std::make_pair(y, x)}) {
+    auto it = table.find(key);
+    if (it != table.end()) return it->second;
+  }
+  return fallback;
+}
+
 inline nvml::Api fake_nvml_api() {
   nvml::Api a{};
   a.nvmlInit = +[]() { return fake().nvml_init_result; };
@@ -243,6 +271,7 @@ inline nvml::Api fake_nvml_api() {
     switch (rc) {
       case nvml::NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
       case nvml::NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
+      case nvml::NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
       default: return "Unknown Error";
     }
   };
@@ -297,6 +326,37 @@ inline nvml::Api fake_nvml_api() {
   };
   a.nvmlDeviceGetEnforcedPowerLimit = +[](nvml::nvmlDevice_t h, unsigned* mw) {
     *mw = fake_nvml_device(h).power_limit_mw;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetTopologyCommonAncestor = +[](nvml::nvmlDevice_t x, nvml::nvmlDevice_t y, int* level) {
+    if (fake().ancestor_result != nvml::NVML_SUCCESS) return fake().ancestor_result;
+    *level = fake_pair_value(fake().ancestors, x, y, fake().default_ancestor);
+    return nvml::NVML_SUCCESS;
+  };
+  // As NVML: a GPU without NVLink answers NOT_SUPPORTED, a link past its last INVALID_ARGUMENT.
+  a.nvmlDeviceGetNvLinkState = +[](nvml::nvmlDevice_t h, unsigned link, int* state) {
+    fake().nvlink_state_calls.push_back(link);
+    const auto& links = fake_nvml_device(h).nvlinks;
+    if (links.empty()) return nvml::NVML_ERROR_NOT_SUPPORTED;
+    if (link >= links.size()) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+    *state = links[link].active ? nvml::NVML_FEATURE_ENABLED : nvml::NVML_FEATURE_DISABLED;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetNvLinkRemotePciInfo = +[](nvml::nvmlDevice_t h, unsigned link, nvml::nvmlPciInfo_t* pci) {
+    const auto& links = fake_nvml_device(h).nvlinks;
+    if (link >= links.size() || !links[link].active) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+    std::snprintf(pci->busId, sizeof pci->busId, "%s", links[link].remote_bus.c_str());
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetNvLinkRemoteDeviceType = +[](nvml::nvmlDevice_t h, unsigned link, int* type) {
+    const auto& links = fake_nvml_device(h).nvlinks;
+    if (link >= links.size() || !links[link].active) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+    *type = links[link].remote_type;
+    return nvml::NVML_SUCCESS;
+  };
+  a.nvmlDeviceGetP2PStatus = +[](nvml::nvmlDevice_t x, nvml::nvmlDevice_t y, int index, int* status) {
+    if (index != nvml::NVML_P2P_CAPS_INDEX_NVLINK) return nvml::NVML_ERROR_INVALID_ARGUMENT;
+    *status = fake_pair_value(fake().p2p_nvlink, x, y, fake().default_p2p_nvlink);
     return nvml::NVML_SUCCESS;
   };
   return a;

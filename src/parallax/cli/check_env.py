@@ -1,4 +1,5 @@
-"""``parallax check-env``: what GPU this is, what is installed, and what Parallax can run here.
+"""``parallax check-env``: what GPUs these are, how they are joined, what is installed, and what
+Parallax can run here.
 
 Fast by design (no torch/JAX import): the GPU facts come from the native probe, versions from
 package metadata. ``--measure`` adds the achieved GEMM ceilings, which takes a minute.
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from parallax import __version__, envinfo, hardware
+from parallax import __version__, envinfo, hardware, topology
 from parallax.config import PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.precision import capability as cap
@@ -31,7 +32,8 @@ _DEFAULTS = RunConfig()
 @click.option("--batch-size", default=_DEFAULTS.batch_size, show_default=True, help="Batch size for --measure shapes.")
 @click.option("--seq-len", default=_DEFAULTS.seq_len, show_default=True, help="Sequence length for --measure shapes.")
 def command(as_json, measure, device, model, batch_size, seq_len):
-    """Show the GPUs, driver, package versions and the framework × precision capability matrix."""
+    """Show the GPUs and their interconnect, driver, package versions and the framework × precision
+    capability matrix."""
     run = RunConfig(model=model, batch_size=batch_size, seq_len=seq_len).validate()
     probe = envinfo.probe_gpus()
     _check_device(probe, device, measure)
@@ -67,8 +69,9 @@ def build_report(probe: dict, device: int) -> dict:
         "gpu_found": found,
         "no_gpu_reason": None if found else cap.no_gpu_reason(probe),
         "selected_device": device if found else None,
-        "environment": env,  # includes the probe: cuda_driver, nvml, gpus
+        "environment": env,  # includes the probe: cuda_driver, nvml, gpus, gpu_topology
         "hardware": [dict(index=d["index"], **hardware.resolve_device(d).to_dict()) for d in probe["devices"]],
+        "interconnect": topology.interconnect(probe),
         "capability": [c.to_dict() for c in cap.capability_matrix(probe, env["packages"], device)],
         "recipes": [r.to_dict() for r in registry.recipes()],
         "ceilings": None,
@@ -133,6 +136,7 @@ def render(report: dict, console: Console) -> None:
     _render_driver(report, console)
     if report["gpu_found"]:
         _render_gpus(report, console)
+        _render_interconnect(report, console)
     _render_versions(report["environment"], console)
     _render_capability(report, console)
     if report["ceilings"] is not None:
@@ -154,7 +158,7 @@ def _render_driver(report: dict, console: Console) -> None:
 def _render_gpus(report: dict, console: Console) -> None:
     table = Table(title="GPUs", title_justify="left")
     for col in ("#", "name", "cc", "family", "hardware key", "memory total / free",
-                "SM clock (max)", "power limit", "dense peak bf16 / fp8 / fp4 TFLOP/s", "native"):
+                "SM clock (max)", "power limit", "dense peak bf16 / fp8 / fp4 TFLOP/s", "native", "NVLink"):
         table.add_column(col)
     warnings, uncertain = [], False
     for dev, hw in zip(report["environment"]["gpus"], report["hardware"]):
@@ -168,6 +172,7 @@ def _render_gpus(report: dict, console: Console) -> None:
             f"{_gib(dev.get('memory_total_bytes'))} / {_gib(dev.get('memory_free_bytes'))}",
             f"{_fmt(dev.get('clock_sm_mhz'))} ({_fmt(dev.get('clock_sm_max_mhz'))}) MHz",
             _fmt(dev.get("power_limit_w"), " W"), peaks, ", ".join(hw["native_precisions"]) or "none",
+            escape(topology.nvlink_words(dev)),
         )
         warnings += [escape(f"GPU {dev['index']}: {w}") for w in hw["warnings"] + hw["notes"]]
         uncertain = uncertain or bool(spec and spec["uncertain"])
@@ -176,6 +181,25 @@ def _render_gpus(report: dict, console: Console) -> None:
         console.print("~ uncertain figure: shown, never used for MFU (use --peak-tflops)")
     for w in warnings:
         console.print(f"[yellow]note:[/] {w}")
+
+
+def _render_interconnect(report: dict, console: Console) -> None:
+    """The pairs' links as ``nvidia-smi topo -m`` shows them, with what each code means."""
+    link = report["interconnect"]
+    if len(link["gpus"]) < 2 or not link["available"]:
+        if len(link["gpus"]) >= 2:
+            console.print(f"[yellow]interconnect:[/] {escape(link['summary'])}")
+        return
+    console.print(escape(f"Interconnect: {link['summary']}"), highlight=False, soft_wrap=True)
+    table = Table(title="GPU pairs (nvidia-smi topo -m codes)", title_justify="left")
+    table.add_column("")
+    for index in link["gpus"]:
+        table.add_column(f"GPU {index}", justify="center")
+    for index, row in zip(link["gpus"], link["matrix"]):
+        table.add_row(f"GPU {index}", *row)
+    console.print(table)
+    for code, words in link["legend"].items():
+        console.print(escape(f"  {code}: {words}"), highlight=False)
 
 
 def _render_versions(env: dict, console: Console) -> None:

@@ -22,7 +22,7 @@ def write(record: dict, out_dir: Path) -> dict[str, Path]:
 
 def markdown(record: dict, plot_name: str | None = None) -> str:
     sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
-    rows = [[r["framework"], r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
+    rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
              f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r)] for r in record["rows"]]
     text = ["# Where low precision starts to pay", "",
             f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
@@ -43,12 +43,12 @@ def plot(record: dict, path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     try:
-        for key in sorted({(r["framework"], r["recipe"]) for r in record["rows"]}):
-            line = [r for r in record["rows"] if (r["framework"], r["recipe"]) == key]
+        for key in sorted({(r["framework"], r["recipe"], r.get("gpus", 1)) for r in record["rows"]}):
+            line = [r for r in record["rows"] if (r["framework"], r["recipe"], r.get("gpus", 1)) == key]
             x = [r["parameters"] / 1e6 for r in line]
             y = [r["ratio"] for r in line]
             err = [[r["ratio"] - r["ci"][0] for r in line], [r["ci"][1] - r["ratio"] for r in line]]
-            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{key[0]} {key[1]}")
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{key[0]} {key[1]}{f.gpus_text(key[2])}")
         ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
         ax.set_xscale("log")
         ax.set_xlabel("parameters (millions)")

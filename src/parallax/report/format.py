@@ -80,3 +80,31 @@ def delta_verdict(entry: dict) -> str:
     if entry.get("includes_zero"):
         return "not distinguishable from zero (CI includes 0)"
     return "higher loss" if entry["delta"] > 0 else "lower loss"
+
+
+def gpus_text(gpus) -> str:
+    """'' for one GPU (as every report read before several GPUs), ' ×N GPUs' for more."""
+    return f" ×{gpus} GPUs" if gpus and gpus > 1 else ""
+
+
+def stack(entry: dict) -> str:
+    """'torch te-fp8-delayed', 'torch te-fp8-delayed ×2 GPUs': an entry naming a framework, a
+    recipe (or a format) and a GPU count."""
+    return f"{entry['framework']} {entry.get('recipe') or entry['precision']}{gpus_text(entry.get('gpus'))}"
+
+
+def several_gpus(record: dict) -> bool:
+    """Whether any cell of the record ran on more than one GPU (the tables then show GPUs)."""
+    return any((c.get("gpus") or 1) > 1 for c in record["cells"])
+
+
+def cell_id(entry: dict) -> tuple:
+    """(framework, recipe, GPUs) of a cell, delta or row: how the renderers match them."""
+    return entry["framework"], entry.get("recipe") or entry["precision"], entry.get("gpus") or 1
+
+
+def efficiency(entry: dict | None) -> str:
+    """A scaling efficiency with its interval: '90.9% (88.0–93.1%)'."""
+    if not entry:
+        return NA
+    return value_ci(entry["value"], entry.get("ci"), pct)

@@ -19,6 +19,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _conclusions(record),
         _stacks(record),
         _throughput(record),
+        _scaling(record),
         _speedups(record),
         _loss(record),
         _eval_deltas(record),
@@ -39,6 +40,14 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), line(["---"] * len(header))] + [line(r) for r in rows])
 
 
+def _gpus_column(record: dict, entry: dict | None = None) -> list[str]:
+    """The GPUs column of a table, present only when some cell ran on several GPUs: its header
+    (no ``entry``) or the entry's count."""
+    if not f.several_gpus(record):
+        return []
+    return ["GPUs"] if entry is None else [str(entry.get("gpus") or 1)]
+
+
 def _title(record: dict) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"# Parallax benchmark report\n\nResults: `{record['results_dir']}` · "
@@ -49,7 +58,10 @@ def _environment(record: dict) -> str:
     env = environment_summary(record.get("environment") or {})
     memory = ", ".join(f"{m} GiB" for m in env["gpu_memory_gib"])
     packages = ", ".join(f"{k} {v}" for k, v in env["packages"].items()) or f.NA
-    rows = [["GPU", env["gpu"] + (f" · {memory}" if memory else "")],
+    rows = [["GPU", env["gpu"] + (f" · {memory}" if memory else "")]]
+    if env.get("interconnect"):
+        rows.append(["Interconnect", env["interconnect"]])
+    rows += [
             ["Driver", env["driver"] or f.NA], ["Python", env["python"] or f.NA],
             ["Platform", env["platform"] or f.NA], ["Parallax", env["parallax"] or f.NA],
             ["Packages", packages], ["Captured", env["captured_at"] or f.NA]]
@@ -62,9 +74,19 @@ def _configuration(record: dict) -> str:
         return ""
     data = cfg.get("data") or ("synthetic batches" if cfg.get("synthetic") else "HuggingFace TinyStories")
     tokens = cfg["batch_size"] * cfg["seq_len"]
-    lines = [
-        f"- Model: `{cfg['model']}`; batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
-        f"{tokens:,} tokens per step",
+    counts = sorted({c.get("gpus") or 1 for c in record["cells"]})
+    if counts != [1]:
+        lines = [
+            f"- Model: `{cfg['model']}`; per-GPU batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
+            f"{tokens:,} tokens per GPU per step; GPUs {', '.join(map(str, counts))} (global batch = per-GPU "
+            f"batch × GPUs); sharding {cfg.get('sharding', 'ddp')} on several GPUs",
+        ]
+    else:
+        lines = [
+            f"- Model: `{cfg['model']}`; batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
+            f"{tokens:,} tokens per step",
+        ]
+    lines += [
         f"- Steps: {cfg['steps']}, of which the first {cfg['warmup']} are warm-up and not measured",
         f"- Data: {data}; compiled: {_compiled(cfg)}; device: {cfg.get('device')}",
     ]
@@ -87,7 +109,7 @@ def _conclusions(record: dict) -> str:
     c = record["conclusions"]
     lines = [] if c["fastest"] else ["- No cell finished with a result."]
     for e in c["fastest"]:
-        label = e["precision"] + (" (emulated)" if e["native"] is False else "")
+        label = e["precision"] + (" (emulated)" if e["native"] is False else "") + f.gpus_text(e.get("gpus"))
         stack = f"{e['framework']} {e.get('recipe', '')}".strip()
         if e["runner_up"] is None:
             lines.append(f"- **Fastest at {label}:** {stack}, {f.num(e['tokens_per_s'])} tokens/s "
@@ -99,14 +121,24 @@ def _conclusions(record: dict) -> str:
             lines.append(f"- **At {label}:** {stack} and {e['runner_up']} are not distinguishable: "
                          f"{f.ratio(e['ratio'])} (95% CI {f.ci(e['ci'], f.ratio)} includes 1)")
     for d in c["loss_cost"]:
-        lines.append(f"- **Cost of {d.get('recipe', d['precision'])} in loss ({d['framework']}):** ΔLoss = "
+        lines.append(f"- **Cost of {d.get('recipe', d['precision'])} in loss ({d['framework']}"
+                     f"{f.gpus_text(d.get('gpus'))}):** ΔLoss = "
                      f"{f.delta(d['delta'])} vs {d['baseline']} (95% CI {f.ci(d['ci'], f.delta)}); "
                      f"{f.delta_verdict(d)}")
     for e in c["emulated"]:
-        lines.append(f"- {e.get('recipe', e['precision'])} on {e['framework']} ran **emulated** (not the native format): "
-                     "its loss shows the format's numerics, its speed is not the format's speed")
+        lines.append(f"- {e.get('recipe', e['precision'])} on {e['framework']}{f.gpus_text(e.get('gpus'))} ran "
+                     "**emulated** (not the native format): its loss shows the format's numerics, its speed is not "
+                     "the format's speed")
     for e in c["not_ok"]:
-        lines.append(f"- {e['framework']} {e.get('recipe', e['precision'])}: **{e['status']}** (see below)")
+        lines.append(f"- {f.stack(e)}: **{e['status']}** (see below)")
+    for group in record.get("scaling") or []:
+        best = max((r for r in group["rows"] if r["efficiency"]), key=lambda r: r["gpus"], default=None)
+        if best is not None:
+            e = best["efficiency"]
+            lines.append(f"- **Scaling of {group['framework']} {group['recipe']} to {best['gpus']} GPUs:** "
+                         f"{f.efficiency(e)} of ideal ({f.num(best['tokens_per_s']['value'])} tokens/s)")
+        elif group["note"]:
+            lines.append(f"- Scaling of {group['framework']} {group['recipe']}: {group['note']}")
     for note in sorted({n for cell in record["cells"] for n in cell.get("notes") or []}):
         lines.append(f"- Note: {note}")
     return "## Conclusions\n\n" + "\n".join(lines)
@@ -121,14 +153,14 @@ def _stacks(record: dict) -> str:
         if not fw:
             continue
         native = "native" if p.get("native") else "emulated"
-        rows.append([c["framework"], f.precision_label(c), fw.get("version") or f.NA,
+        rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), fw.get("version") or f.NA,
                      fw.get("device_name") or fw.get("device") or f.NA, fw.get("attention_backend") or f.NA,
                      ("yes" if fw.get("compiled") else "no") + (" + CUDA graphs" if fw.get("cuda_graphs") else ""),
                      f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
     if not rows:
         return ""
-    return "## Stacks\n\n" + table(["Framework", "Precision", "Version", "Device", "Attention", "Compiled",
-                                     "Recipe", "Step timing"], rows)
+    return "## Stacks\n\n" + table(["Framework", "Precision", *_gpus_column(record), "Version", "Device",
+                                     "Attention", "Compiled", "Recipe", "Step timing"], rows)
 
 
 def _throughput(record: dict) -> str:
@@ -138,19 +170,55 @@ def _throughput(record: dict) -> str:
         mem = c["memory"] or {}
         step = c["step_ms"]
         rows.append([
-            c["framework"], f.precision_label(c), c["status"],
+            c["framework"], f.precision_label(c), *_gpus_column(record, c), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
             f.value_ci((c["tokens_per_s"] or {}).get("value"), (c["tokens_per_s"] or {}).get("ci")),
             f.num(fl.get("tflops")), f.pct(fl.get("mfu_precision_peak")),
             f"{f.gib(mem.get('peak_allocated_bytes'))} / {f.gib(mem.get('peak_reserved_bytes'))}" if mem else f.NA,
             f.seconds(c["compile_s"]),
         ])
-    header = ["Framework", "Precision", "Runs", "Step ms median (p10–p90)", "Tokens/s (95% CI)",
-              "TFLOP/s", "MFU", "Peak memory allocated / reserved", "Compile"]
+    header = ["Framework", "Precision", *_gpus_column(record), "Runs", "Step ms median (p10–p90)",
+              "Tokens/s (95% CI)", "TFLOP/s", "MFU", "Peak memory allocated / reserved", "Compile"]
     note = (f"TFLOP/s and MFU use the `{PRIMARY}` FLOPs accounting (6·P + 12·L·S·d); MFU is against "
             "the dense peak of the cell's precision on this GPU (n/a where no honest peak is known). "
             "Other accountings and denominators are in the FLOPs table.")
+    if f.several_gpus(record):
+        note += (" On several GPUs tokens/s is the whole cell's (global batch), TFLOP/s and MFU are per GPU, "
+                 "peak memory is the largest GPU's, and each step's time is the slowest rank's.")
     return "## Throughput\n\n" + table(header, rows) + "\n\n" + note
+
+
+def _scaling(record: dict) -> str:
+    """Per framework × recipe that ran on several GPU counts: each count's throughput, per-GPU
+    figures and scaling efficiency against the 1-GPU cell (``compare.scaling``)."""
+    groups = record.get("scaling") or []
+    if not groups:
+        return ""
+    header = ["GPUs", "Global batch", "Tokens/s (95% CI)", "Tokens/s per GPU", "MFU per GPU",
+              "Peak memory per GPU allocated / reserved", "Step ms, slowest rank (median)",
+              "Scaling efficiency (95% CI)"]
+    parts = ["## Scaling"]
+    for g in groups:
+        rows = []
+        for r in g["rows"]:
+            tps, per_gpu = r["tokens_per_s"] or {}, r["tokens_per_s_per_gpu"] or {}
+            rows.append([str(r["gpus"]), f.NA if r["global_batch"] is None else str(r["global_batch"]),
+                         f.value_ci(tps.get("value"), tps.get("ci")) if tps else r["status"],
+                         f.num(per_gpu.get("value")), f.pct(r["mfu_per_gpu"]),
+                         f"{f.gib(r['peak_allocated_bytes_per_gpu'])} / {f.gib(r['peak_reserved_bytes_per_gpu'])}",
+                         f.num(r["step_ms_median"]),
+                         "100% (baseline)" if r["gpus"] == g["baseline_gpus"] and r["efficiency"] else
+                         f.efficiency(r["efficiency"])])
+        text = f"### {g['framework']} {g['recipe']} ({g['precision']})\n\n" + table(header, rows)
+        if g["note"]:
+            text += f"\n\nNote: {g['note']}."
+        parts.append(text)
+    parts.append("Scaling efficiency = tokens/s on N GPUs ÷ (N × tokens/s on 1 GPU), against the 1-GPU cell of "
+                 "this matrix; 100% is linear scaling. The per-GPU batch is fixed, so N GPUs train on N times the "
+                 "global batch (weak scaling). Its 95% interval is the ratio of the two cells' bootstrap replicates "
+                 "(independent runs) ÷ N. Each step's time is the slowest rank's: the step ends when every rank "
+                 "has finished it. MFU is per GPU, against one GPU's dense peak.")
+    return "\n\n".join(parts)
 
 
 def _speedups(record: dict) -> str:
@@ -162,20 +230,24 @@ def _speedups(record: dict) -> str:
 
 
 def _loss(record: dict) -> str:
-    deltas = {(d["framework"], d.get("recipe", d["precision"])): d for d in record["loss_deltas"]}
+    deltas = {f.cell_id(d): d for d in record["loss_deltas"]}
     rows = []
     for c in record["cells"]:
         final = c["final_loss"] or {}
-        d = deltas.get((c["framework"], c.get("recipe", c["precision"])))
+        d = deltas.get(f.cell_id(c))
         final_text = ("diverged (NaN)" if final.get("diverged")
                       else f.value_ci(final.get("value"), final.get("ci"), f.loss))
-        rows.append([c["framework"], f.precision_label(c), final_text,
+        rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), final_text,
                      f"{f.value_ci(d['delta'], d['ci'], f.delta)}{' (includes 0)' if d['includes_zero'] else ''}"
                      if d else "–",
                      f.loss(c["eval_loss"]), f.num(c["perplexity"])])
-    header = ["Framework", "Precision", "Final loss, mean of last steps (95% CI)",
+    header = ["Framework", "Precision", *_gpus_column(record), "Final loss, mean of last steps (95% CI)",
               "ΔLoss vs bf16 (95% CI)", "Validation loss", "Perplexity"]
-    return "## Loss\n\n" + table(header, rows)
+    text = "## Loss\n\n" + table(header, rows)
+    if f.several_gpus(record):
+        text += ("\n\nΔLoss compares cells of one GPU count: a cell on N GPUs trains on N times the "
+                 "per-GPU batch, so its loss is not comparable with a 1-GPU cell's.")
+    return text
 
 
 def _eval_deltas(record: dict) -> str:
@@ -184,7 +256,7 @@ def _eval_deltas(record: dict) -> str:
     if not rows:
         return ""
     steps = sorted({k for r in rows for k in r["steps"]})
-    body = [[r["framework"], r["recipe"], r["baseline"],
+    body = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"],
              f"{f.value_ci(r['delta_at_best'], r.get('ci_at_best'), f.delta)} (step {r['best_step']})"]
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
@@ -205,12 +277,14 @@ def _flops(record: dict) -> str:
     rows = []
     for c in record["cells"]:
         for name, e in (c["flops"] or {}).items():
-            rows.append([c["framework"], f.precision_label(c), name, f"{e['flops_per_token']:,}",
+            rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), name,
+                         f"{e['flops_per_token']:,}",
                          f.num(e["tflops"]), f.pct(e["mfu_precision_peak"]), f.pct(e["mfu_bf16_peak"]),
                          f.pct(e["mfu_measured_ceiling"])])
     if not rows:
         return ""
-    header = ["Framework", "Precision", "Accounting", "FLOPs/token", "TFLOP/s", "MFU vs precision peak",
+    header = ["Framework", "Precision", *_gpus_column(record), "Accounting", "FLOPs/token",
+              "TFLOP/s" + (" per GPU" if f.several_gpus(record) else ""), "MFU vs precision peak",
               "MFU vs bf16 peak", "MFU vs measured ceiling"]
     note = ("`spec`: 6·P + 12·L·S·d (counts the input-embedding lookup as matmul work, ~7% high); "
             "`conventional`: the same without the input embedding; `maxtext`: MaxText's own accounting.")
@@ -218,15 +292,16 @@ def _flops(record: dict) -> str:
 
 
 def _not_ok(record: dict) -> str:
-    rows = [[run["dir"], c["framework"], f.precision_label(c), run["seed"], run["status"], run["error"] or ""]
+    rows = [[run["dir"], c["framework"], f.precision_label(c), *_gpus_column(record, c), run["seed"],
+             run["status"], run["error"] or ""]
             for c in record["cells"] for run in c["runs"] if run["status"] != "ok"]
     pending = [c for c in record["cells"] if c["counts"].get("pending")]
-    rows += [["–", c["framework"], f.precision_label(c), "–", "pending",
+    rows += [["–", c["framework"], f.precision_label(c), *_gpus_column(record, c), "–", "pending",
               f"{c['counts']['pending']} run(s) not run yet (resume the benchmark)"] for c in pending]
     if not rows:
         return ""
     return ("## Runs without a result\n\n"
-            + table(["Run", "Framework", "Precision", "Seed", "Status", "Reason"], rows))
+            + table(["Run", "Framework", "Precision", *_gpus_column(record), "Seed", "Status", "Reason"], rows))
 
 
 def _baseline(record: dict) -> str:
@@ -236,7 +311,7 @@ def _baseline(record: dict) -> str:
     rows = []
     for r in base["rows"]:
         loss = r["loss_difference"]
-        rows.append([r["framework"], f"{r['precision']} {r.get('recipe', '')}".strip(),
+        rows.append([r["framework"] + f.gpus_text(r.get("gpus")), f"{r['precision']} {r.get('recipe', '')}".strip(),
                      f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
                      f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
                      f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA])
@@ -259,7 +334,8 @@ def _problems(record: dict) -> str:
             + "\n".join(f"- `{p}`" for p in record["problems"]))
 
 
-PLOT_TITLES = {"loss": "Loss curves", "throughput": "Throughput (95% CI)", "memory": "Peak memory", "mfu": "MFU"}
+PLOT_TITLES = {"loss": "Loss curves", "throughput": "Throughput (95% CI)", "memory": "Peak memory", "mfu": "MFU",
+               "scaling": "Scaling with GPUs (95% CI)"}
 
 
 def _plots(plots: dict[str, str]) -> str:

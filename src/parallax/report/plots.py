@@ -1,4 +1,5 @@
-"""PNG plots of a comparison record: loss curves, throughput with CI whiskers, memory, MFU."""
+"""PNG plots of a comparison record: loss curves, throughput with CI whiskers, memory, MFU, and
+(when cells ran on several GPU counts) tokens/s against GPUs with the ideal line."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from pathlib import Path
 
 from parallax.errors import require_module
 from parallax.flops import PRIMARY_ACCOUNTING as PRIMARY
-from parallax.report.format import precision_label
+from parallax.report.format import gpus_text, precision_label
 
 
 def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:
-    """Write every plot into ``out_dir``; return {name: path}."""
+    """Write every plot into ``out_dir``; return {name: path}. ``scaling`` only where the record
+    has a scaling table (cells of more than one GPU count)."""
     require_module("matplotlib", "report")
     import matplotlib
 
@@ -20,6 +22,8 @@ def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:
     paths = {}
     for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
         paths[name] = _save(draw, record, out_dir / f"{name}.png")
+    if record.get("scaling"):
+        paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
     return paths
 
 
@@ -37,7 +41,7 @@ def _save(draw, record: dict, path: Path) -> Path:
 
 
 def _label(cell: dict) -> str:
-    return f"{cell['framework']} {precision_label(cell)}"
+    return f"{cell['framework']} {precision_label(cell)}{gpus_text(cell.get('gpus'))}"
 
 
 def _empty(ax, text: str) -> None:
@@ -109,3 +113,35 @@ def _mfu(record: dict, ax) -> None:
         return _empty(ax, "MFU n/a: no known peak for this device (use --peak-tflops)")
     values = [100 * c["flops"][PRIMARY]["mfu_precision_peak"] for c in cells]
     _bars(ax, cells, values, f"MFU ({PRIMARY} FLOPs, against the precision's dense peak)", "MFU %")
+
+
+def _scaling(record: dict, ax) -> None:
+    """Tokens/s against GPUs per framework × recipe (whiskers: 95% CI), each with its ideal line
+    (N × its 1-GPU tokens/s, dashed) where it has a 1-GPU cell."""
+    drawn = False
+    counts = set()
+    for group in record["scaling"]:
+        rows = [r for r in group["rows"] if r.get("tokens_per_s")]
+        if not rows:
+            continue
+        gpus = [r["gpus"] for r in rows]
+        values = [r["tokens_per_s"]["value"] for r in rows]
+        lower = [v - r["tokens_per_s"]["ci"][0] for v, r in zip(values, rows)]
+        upper = [r["tokens_per_s"]["ci"][1] - v for v, r in zip(values, rows)]
+        label = f"{group['framework']} {group['recipe']}"
+        bars = ax.errorbar(gpus, values, yerr=[lower, upper], marker="o", capsize=4, label=label)
+        one = next((r for r in rows if r["gpus"] == 1), None)
+        if one is not None and group.get("baseline_gpus") == 1:
+            top = max(gpus)
+            ax.plot([1, top], [one["tokens_per_s"]["value"], top * one["tokens_per_s"]["value"]], "--",
+                    color=bars[0].get_color(), alpha=0.6, linewidth=1, label=f"{label}, ideal")
+        counts.update(gpus)
+        drawn = True
+    if not drawn:
+        return _empty(ax, "no cell of several GPUs has a result")
+    ax.set_xticks(sorted(counts))
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("tokens/s (global)")
+    ax.set_title("Throughput against GPUs (dashed: linear scaling from 1 GPU)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)

@@ -21,6 +21,11 @@ def render(record: dict, console: Console | None = None) -> None:
     says them on stderr, one warning line each (``parallax.cli.compare.warn_problems``)."""
     console = console or console_for_output()
     console.print(_cells(record))
+    if record.get("scaling"):
+        console.print(_scaling(record))
+        for g in record["scaling"]:
+            if g["note"]:
+                console.print(f"note: {escape(g['note'])}", highlight=False, soft_wrap=True)
     if record["speedups"]:
         console.print(_speedups(record))
     if record.get("baseline"):
@@ -32,23 +37,41 @@ def render(record: dict, console: Console | None = None) -> None:
 
 
 def _cells(record: dict) -> Table:
-    deltas = {(d["framework"], d.get("recipe", d["precision"])): d for d in record["loss_deltas"]}
+    deltas = {f.cell_id(d): d for d in record["loss_deltas"]}
+    several = f.several_gpus(record)
     t = Table(title="Benchmark", title_justify="left")
     # MFU: the primary FLOPs accounting against the dense datasheet peak of the cell's precision.
-    for col in ("framework", "precision · recipe", "runs", "step ms (p10–p90)", "tokens/s (95% CI)",
-                f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
+    for col in ("framework", "precision · recipe", *(("GPUs",) if several else ()), "runs", "step ms (p10–p90)",
+                "tokens/s (95% CI)", f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
         t.add_column(col, justify="left" if col in ("framework", "precision · recipe", "runs") else "right")
     for c in record["cells"]:
         step, tps = c["step_ms"], c["tokens_per_s"] or {}
-        d = deltas.get((c["framework"], c.get("recipe", c["precision"])))
+        d = deltas.get(f.cell_id(c))
         t.add_row(
-            c["framework"], f.precision_label(c), c["status"],
+            c["framework"], f.precision_label(c), *((str(c.get("gpus") or 1),) if several else ()), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
             f.value_ci(tps.get("value"), tps.get("ci")),
             f.pct(((c["flops"] or {}).get(PRIMARY) or {}).get("mfu_precision_peak")),
             f.loss((c["final_loss"] or {}).get("value")),
             f.value_ci(d["delta"], d["ci"], f.delta) if d else "–",
         )
+    return t
+
+
+def _scaling(record: dict) -> Table:
+    t = Table(title="Scaling (efficiency = tokens/s(N) ÷ (N × tokens/s(1)))", title_justify="left")
+    for col in ("framework · recipe", "GPUs", "tokens/s (95% CI)", "per GPU", f"MFU per GPU ({PRIMARY})",
+                "peak alloc per GPU", "step ms (slowest rank)", "efficiency (95% CI)"):
+        t.add_column(col, justify="left" if col == "framework · recipe" else "right")
+    for g in record["scaling"]:
+        for r in g["rows"]:
+            tps, per_gpu = r["tokens_per_s"] or {}, r["tokens_per_s_per_gpu"] or {}
+            t.add_row(f"{g['framework']} {g['recipe']}", str(r["gpus"]),
+                      f.value_ci(tps.get("value"), tps.get("ci")) if tps else r["status"],
+                      f.num(per_gpu.get("value")), f.pct(r["mfu_per_gpu"]), f.gib(r["peak_allocated_bytes_per_gpu"]),
+                      f.num(r["step_ms_median"]),
+                      "100% (baseline)" if r["gpus"] == g["baseline_gpus"] and r["efficiency"] else
+                      f.efficiency(r["efficiency"]))
     return t
 
 
@@ -69,7 +92,7 @@ def _baseline(base: dict) -> Table:
         t.add_column(col, justify="left" if col in ("framework", "precision") else "right")
     for r in base["rows"]:
         loss = r["loss_difference"]
-        t.add_row(r["framework"], r["precision"],
+        t.add_row(r["framework"] + f.gpus_text(r.get("gpus")), r["precision"],
                   f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
                   f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
                   f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA)
@@ -88,7 +111,8 @@ def _notes(record: dict) -> list[str]:
     for c in record["cells"]:
         for run in c["runs"]:
             if run["status"] != "ok":
-                lines.append(f"[red]{run['status']}:[/] {c['framework']} {f.precision_label(c)} seed {run['seed']}"
+                lines.append(f"[red]{run['status']}:[/] {c['framework']} {f.precision_label(c)}"
+                             f"{f.gpus_text(c.get('gpus'))} seed {run['seed']}"
                              f" — {escape(run['error'] or 'no reason recorded')}")
     shared = sorted({n for c in record["cells"] for n in c.get("notes") or [] if n.startswith("throughput not")})
     return lines + [f"note: {escape(n)}" for n in shared]
