@@ -210,7 +210,17 @@ def test_ddp_replicates_and_fsdp_shards_the_parameters(trained):
         "norm/scale": "P('data',)",
     }
     assert trained[("bf16", "fsdp")]["parallel"]["replicated_parameters"] == []  # tiny: all divide by 2
+    # AdamW's moments follow their parameters; its step count is replicated.
+    assert trained[("bf16", "ddp")]["optimizer"] == {"moment_specs": ["P()"], "scalar_specs": ["P()"]}
+    fsdp = trained[("bf16", "fsdp")]["optimizer"]
+    assert set(fsdp["moment_specs"]) == {"P('data',)", "P('data', None)", "P(None, 'data')"}
+    assert fsdp["scalar_specs"] == ["P()"]
     assert trained[("bf16", "1")]["shardings"]["norm/scale"] == "single"  # 1 device: the path of old
+    # XLA put the collectives in: the gradient all-reduce; FSDP's parameter all-gathers too.
+    assert trained[("bf16", "1")]["collectives"] == {}
+    assert trained[("bf16", "ddp")]["collectives"].get("all-reduce", 0) >= 1
+    assert "all-gather" not in trained[("bf16", "ddp")]["collectives"]
+    assert trained[("bf16", "fsdp")]["collectives"].get("all-gather", 0) >= 1
 
 
 @pytest.mark.slow
