@@ -263,7 +263,7 @@ class Layout:
         import jax
 
         if run.gpus == 1 and jax.process_count() == 1:
-            return cls([device], run.sharding, run.global_batch, rows=(0, run.global_batch))
+            return cls.one_device(run, device)
         from jax.sharding import Mesh
 
         devices = mesh_devices(run)
@@ -271,6 +271,11 @@ class Layout:
         layout = cls(devices, run.sharding, run.global_batch, mesh)
         layout.rows = layout._process_rows(run.batch_size)
         return layout
+
+    @classmethod
+    def one_device(cls, run, device) -> "Layout":
+        """The layout of a run on ``device`` alone."""
+        return cls([device], run.sharding, run.global_batch, rows=(0, run.global_batch))
 
     @property
     def single(self) -> bool:

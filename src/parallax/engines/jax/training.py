@@ -43,7 +43,8 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
 def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
     device, precision = plan.handles["device"], plan.handles["precision"]
-    layout: Layout = plan.handles["layout"]
+    # A plan made by hand (tests) may name only its device: one device, then.
+    layout: Layout = plan.handles.get("layout") or Layout.one_device(run, device)
     config, hooks = run.model_config, precision.hooks
 
     progress.phase("building the model")
