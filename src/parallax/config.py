@@ -93,6 +93,10 @@ GPU_MODEL, CPU_MODEL = "llama-100m", "tiny"
 # "off": never.
 CUDA_GRAPHS = ("auto", "on", "off")
 
+# ``RunConfig.sharding`` on several GPUs: "ddp" replicates parameters and optimizer state on every
+# GPU (data parallel); "fsdp" shards them across the GPUs (fully sharded data parallel).
+SHARDINGS = ("ddp", "fsdp")
+
 
 @dataclass(frozen=True)
 class PresetSizes:
@@ -187,6 +191,9 @@ class RunConfig:
     compile: bool = True
     cuda_graphs: str = "auto"  # one of CUDA_GRAPHS
     device: str = "auto"
+    # The resolved number of GPUs (with --device cpu: CPU ranks/devices); batch_size is per GPU.
+    gpus: int = 1
+    sharding: str = "ddp"  # one of SHARDINGS
     output_dir: str = "runs/latest"
     peak_tflops: float | None = None
     optim: OptimConfig = field(default_factory=OptimConfig)
@@ -229,8 +236,14 @@ class RunConfig:
         return found.get("compute_capability") if found else None
 
     @property
+    def global_batch(self) -> int:
+        """Rows of one optimizer step over all GPUs: the per-GPU ``batch_size`` times ``gpus``."""
+        return self.batch_size * self.gpus
+
+    @property
     def tokens_per_step(self) -> int:
-        return self.batch_size * self.seq_len
+        """Tokens of one optimizer step over all GPUs."""
+        return self.global_batch * self.seq_len
 
     def replace(self, **changes) -> "RunConfig":
         return dataclasses.replace(self, **changes)
@@ -283,6 +296,10 @@ class RunConfig:
             raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
+        if self.gpus < 1:
+            raise ParallaxError(f"--gpus must be at least 1, got {self.gpus}")
+        if self.sharding not in SHARDINGS:
+            raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
         return self.replace(precision=recipe.format, recipe=recipe.name)

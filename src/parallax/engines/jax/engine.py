@@ -46,6 +46,7 @@ class JaxEngine(Engine):
         """Device, recipe (library, capability, the recipe's own checks) and the label the run
         records, decided once, before any training. The attention backend is chosen when the
         model is built (it needs a compiled probe on the device)."""
+        from parallax.engines.jax import parallel
         from parallax.engines.jax.runtime import import_jax, resolve_device
         from parallax.precision import capability
         from parallax.precision.jax.select import for_recipe, on_device
@@ -62,17 +63,32 @@ class JaxEngine(Engine):
                 "JAX step as whole-step compiled executables; use --cuda-graphs auto or off"
             )
         hooks = recipe.load_hooks()
+        if run.gpus > 1:
+            hooks.check_parallel(run)
         set_xla_flags(hooks.xla_flags())  # before JAX starts: its details() may start it
         hooks.prepare()
-        import_jax()
-        device = resolve_device(run.device)
+        jax = import_jax()
+        parallel.start(run)  # before JAX starts too: CPU device count, jax.distributed
+        if run.gpus == 1 and jax.process_count() == 1:
+            device = resolve_device(run.device)
+            layout = parallel.Layout.of(run, device)
+        else:
+            layout = parallel.Layout.of(run, None)
+            device = layout.local_devices[0]
         cc = getattr(device, "compute_capability", None)
         capability.require(recipe, device.platform, cc, getattr(device, "device_kind", ""))
         hooks.check(device, run)
         precision = for_recipe(recipe, hooks)
         precision = on_device(precision, device.platform, cc)
         return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
-                    handles={"device": device, "precision": precision})
+                    details={"parallel": {
+                        # The data source of this process: make_batch_source(run, rank=process_index,
+                        # world=process_count) gives the rows of its devices.
+                        "process_index": jax.process_index(), "process_count": jax.process_count(),
+                        "devices": [f"{d.platform}:{d.id}" for d in layout.devices],
+                        "local_devices": len(layout.local_devices), "rows": list(layout.rows),
+                        "launch": parallel.launch_kind()}},
+                    handles={"device": device, "precision": precision, "layout": layout})
 
     def train(self, run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
         from parallax.engines.jax.training import train

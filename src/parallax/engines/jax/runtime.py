@@ -103,7 +103,7 @@ def make_optimizer(optim: OptimConfig, total_steps: int):
     )
 
 
-def train_step(model, tx, watched, params, extra, opt_state, batch):
+def train_step(model, tx, watched, params, extra, opt_state, batch, gather=None):
     """One optimizer step on a [B, S+1] batch; returns (params, extra, opt_state, metrics).
 
     ``extra`` holds the recipe's other variable collections (Flax fp8's amax histories and
@@ -116,6 +116,9 @@ def train_step(model, tx, watched, params, extra, opt_state, batch):
     metrics = [loss before the step, params' gradient global norm before clipping, then the
     gradient norm of each ``watched`` kernel (param tree paths, ``quantized_kernels``)],
     float32, one array so the host reads them with one copy.
+
+    ``gather`` (FSDP, ``parallel.Layout.gather``) turns sharded parameters into whole ones
+    where the loss reads them; the gradient then comes back in the parameters' sharding.
     """
     import jax
     import jax.numpy as jnp
@@ -124,7 +127,7 @@ def train_step(model, tx, watched, params, extra, opt_state, batch):
     from parallax.engines.jax.model import loss_fn
 
     def loss_of(p, e):
-        return loss_fn(model, p, batch, e)
+        return loss_fn(model, gather(p) if gather else p, batch, e)
 
     loss, (grads, extra) = jax.value_and_grad(loss_of, argnums=(0, 1))(params, extra)
     updates, opt_state = tx.update(grads, opt_state, params)
@@ -140,12 +143,20 @@ def tree_at(tree, path: tuple[str, ...]):
     return tree
 
 
-def jit_train_step(model, tx, watched=()):
+def jit_train_step(model, tx, watched=(), layout=None, state=None):
     """The jitted step; params, extra variables and optimizer state are donated (updated in
-    place). ``watched``: param tree paths of kernels whose gradient norms join the metrics."""
+    place). ``watched``: param tree paths of kernels whose gradient norms join the metrics.
+    On a mesh (``layout``, a ``parallel.Layout`` of several devices), the step keeps the
+    shardings of ``state`` = (params, extra, opt_state): the batch is split along the mesh
+    and the metrics are replicated."""
     import jax
 
-    return jax.jit(partial(train_step, model, tx, tuple(watched)), donate_argnums=(0, 1, 2))
+    if layout is None or layout.single:
+        return jax.jit(partial(train_step, model, tx, tuple(watched)), donate_argnums=(0, 1, 2))
+    shardings = jax.tree.map(lambda a: a.sharding, tuple(state))
+    step = partial(train_step, model, tx, tuple(watched), gather=layout.gather())
+    return jax.jit(step, in_shardings=(*shardings, layout.batch_sharding()),
+                   out_shardings=(*shardings, layout.replicated()), donate_argnums=(0, 1, 2))
 
 
 def quantized_kernels(config: ModelConfig, dot_general_cls) -> list[tuple[str, str, str]]:

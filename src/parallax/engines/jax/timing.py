@@ -14,17 +14,25 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from parallax.engines.jax.parallel import host_value
 
-def device_batches(host_batches, device) -> Iterator:
-    """Device copies of host batches with the next one already in transfer.
 
-    Each host batch is copied first: a BatchSource only keeps a yielded batch valid until two
-    more are drawn, and a transfer (or a CPU buffer aliasing host memory) may outlive that.
+def device_batches(host_batches, put) -> Iterator:
+    """Device copies of host batches with the next one already in transfer; ``put`` is a
+    jax.Device, or ``parallel.Layout.put_batch`` (on a mesh: this process's rows of the global
+    batch as the global array).
+
+    Each host batch is copied first (``put`` does): a BatchSource only keeps a yielded batch
+    valid until two more are drawn, and a transfer (or a CPU buffer aliasing host memory) may
+    outlive that.
     """
-    import jax
+    if not callable(put):
+        import jax
 
-    def put(batch):
-        return jax.device_put(np.array(batch, dtype=np.int32, copy=True), device)
+        device = put
+
+        def put(batch):
+            return jax.device_put(np.array(batch, dtype=np.int32, copy=True), device)
 
     source = iter(host_batches)
     upcoming = put(next(source))
@@ -69,9 +77,9 @@ def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
 
 def _complete(pending, t_prev: float, on_done) -> float:
     k, metrics = pending
-    metrics.block_until_ready()
+    metrics.block_until_ready()  # every local device's copy: the slowest local device decides
     t_ready = time.perf_counter()
-    on_done(k, np.asarray(metrics), (t_ready - t_prev) * 1e3)
+    on_done(k, host_value(metrics), (t_ready - t_prev) * 1e3)
     return t_ready
 
 

@@ -11,6 +11,8 @@ import numpy as np
 from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, bad_gradients, eval_due
 from parallax.engines.jax import timing
+from parallax.engines.jax.parallel import Layout, host_value, memory_by_device, slowest_steps
+from parallax.engines.jax.parallel import record as parallel_record
 from parallax.engines.jax.runtime import (
     build_model,
     import_jax,
@@ -25,6 +27,8 @@ TIMING_METHOD = (
     "host clock when step k's metrics are ready minus the same for step k-1, "
     "with step k+1 already dispatched (one step in flight)"
 )
+PARALLEL_TIMING = ("on several processes each clocks its steps so, and a step's time is the slowest "
+                   "process's (a process's clock waits for all of its devices)")
 # Steps per round of the timing-overhead measurement, run after training (2 rounds of each method).
 OVERHEAD_STEPS = 20
 
@@ -39,26 +43,31 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
 def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     jax = import_jax()
     device, precision = plan.handles["device"], plan.handles["precision"]
+    # A plan made by hand (tests) may name only its device: one device, then.
+    layout: Layout = plan.handles.get("layout") or Layout.one_device(run, device)
     config, hooks = run.model_config, precision.hooks
 
     progress.phase("building the model")
     model, attention, attention_reason = build_model(
         config, precision.compute_dtype, device, run.batch_size, run.seq_len, module=hooks.model)
-    params = jax.device_put(hooks.to_params(init_weights(config, run.seed), config), device)
+    params = layout.place_params(hooks.to_params(init_weights(config, run.seed), config))
     extra = init_extra(model, hooks.extra_collections(), (run.batch_size, run.seq_len), device)
+    if not layout.single:  # the recipe's variables, replicated over the mesh
+        extra = layout.place(jax.tree.map(np.asarray, extra), jax.tree.map(lambda _: layout.replicated(), extra))
     tx = make_optimizer(run.optim, run.steps)
-    opt_state = jax.device_put(tx.init(params), device)  # committed where the params are
+    opt_state = _init_optimizer(tx, params, layout)
     kernels = hooks.quantized_kernels(config)
     watched, names = [path for path, _ in kernels], [name for _, name in kernels]
     first, host_batches = _with_private_first(batches)
-    device_batches = timing.device_batches(host_batches, device)
+    device_batches = timing.device_batches(host_batches, layout.put_batch)
 
     progress.phase("compiling")
     state = (params, extra, opt_state)
-    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx, watched), state, first)
+    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx, watched, layout, state), state, first,
+                                            layout)
     eval_set = batches.eval_batches() if run.eval_every > 0 else []
-    evaluate, eval_compile_s = _evaluator(model, eval_set, device, params, extra)
-    peak_after_compile, _, _ = _memory_peaks(device)
+    evaluate, eval_compile_s = _evaluator(model, eval_set, layout, params, extra)
+    peak_after_compile = max_peak(memory_by_device(layout))
 
     progress.phase("training")
     records: list[StepRecord] = []
@@ -77,21 +86,29 @@ def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
                                on_done, lambda k: evaluate is not None and eval_due(run, k), on_pause)
 
     progress.phase("measuring the timing overhead")
-    repeat = timing.device_batches(itertools.repeat(first), device)
+    repeat = timing.device_batches(itertools.repeat(first), layout.put_batch)
     n = min(OVERHEAD_STEPS, run.steps)
     state, overhead = timing.overhead(step_fn, state, repeat, n)
     del state
 
-    peak, reserved, stats = _memory_peaks(device)
+    # Every process clocks its own steps: a step takes as long as its slowest process.
+    slowest, process_medians = slowest_steps([r.step_ms for r in records])
+    for record, ms in zip(records, slowest):
+        record.step_ms = ms
+    memory = memory_by_device(layout)
+    _, _, stats = _memory_peaks(device)
+    framework = _framework_info(device, attention, attention_reason)
+    if not layout.single:
+        framework["devices"] = [f"{d.platform}:{d.id}" for d in layout.devices]
     return EngineOutput(
         steps=records,
         precision=precision.info,
-        framework=_framework_info(device, attention, attention_reason),
-        timing_method=TIMING_METHOD,
+        framework=framework,
+        timing_method=TIMING_METHOD if layout.single else f"{TIMING_METHOD}; {PARALLEL_TIMING}",
         # As in the torch engine: compilation plus the first step's execution (docs/timing.md).
         compile_s=aot_compile_s + records[0].step_ms / 1e3,
-        peak_allocated_bytes=peak,
-        peak_reserved_bytes=reserved,
+        peak_allocated_bytes=max_peak(memory),
+        peak_reserved_bytes=max_peak(memory, 1),
         evals=evals,
         extra={
             "timing_overhead": overhead,
@@ -100,11 +117,30 @@ def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
             "eval_compile_s": eval_compile_s,
             "peak_bytes_in_use_after_compile": peak_after_compile,
             "memory_stats": stats,
-            "memory_note": "peaks are over the whole process, compilation (autotuning) included",
+            "memory_note": "peaks are over the whole process, compilation (autotuning) included"
+                           + ("" if layout.single else "; the largest over the devices (per_rank has each)"),
             "quantized_parameters": names,
             "extra_collections": list(extra),
+            "parallel": parallel_record(run, layout, process_medians, memory),
         },
     )
+
+
+def max_peak(memory: list[tuple], column: int = 0) -> int | None:
+    """The largest of the devices' peaks (``parallel.memory_by_device``), None where none has one."""
+    values = [row[column] for row in memory if row[column] is not None]
+    return max(values) if values else None
+
+
+def _init_optimizer(tx, params, layout: Layout):
+    """The optimizer state, committed where the params are: on a mesh each moment shares its
+    parameter's sharding (``Layout.state_sharding`` decides by shape), the step count replicated."""
+    import jax
+
+    if layout.single:
+        return jax.device_put(tx.init(params), layout.devices[0])
+    shardings = layout.state_shardings(jax.eval_shape(tx.init, params))
+    return jax.jit(tx.init, out_shardings=shardings)(params)
 
 
 def _with_private_first(batches) -> tuple[np.ndarray, itertools.chain]:
@@ -115,36 +151,38 @@ def _with_private_first(batches) -> tuple[np.ndarray, itertools.chain]:
     return first, itertools.chain([first], source)
 
 
-def _timed_compile(step_fn, state: tuple, first: np.ndarray):
-    """Lower and compile the step ahead of time for ``state`` = (params, extra, opt_state);
-    (compiled step, seconds)."""
+def _timed_compile(step_fn, state: tuple, first: np.ndarray, layout: Layout):
+    """Lower and compile the step ahead of time for ``state`` = (params, extra, opt_state) and
+    the global batch (``first`` is this process's rows of it); (compiled step, seconds)."""
     import jax
 
     t0 = time.perf_counter()
-    device = next(iter(jax.tree.leaves(state[0])[0].devices()))
-    batch = jax.ShapeDtypeStruct(first.shape, np.int32,
-                                 sharding=jax.sharding.SingleDeviceSharding(device))
+    batch = jax.ShapeDtypeStruct((layout.global_batch, *first.shape[1:]), np.int32,
+                                 sharding=layout.batch_sharding())
     compiled = step_fn.lower(*state, batch).compile()
     return compiled, time.perf_counter() - t0
 
 
-def _evaluator(model, eval_batches: list[np.ndarray], device, params, extra):
+def _evaluator(model, eval_batches: list[np.ndarray], layout: Layout, params, extra):
     """((params, extra) -> each batch's eval loss, compile seconds); compiled before training so that
     the first evaluation's time is only evaluation. (None, 0.0) without eval batches. The
-    forward pass reads the recipe's extra variables (fp8 scales) and changes nothing."""
+    forward pass reads the recipe's extra variables (fp8 scales) and changes nothing. On a mesh
+    each evaluation batch is split over the devices like a training batch; its loss is the
+    mean over the whole batch, as on one device."""
     import jax
 
     from parallax.engines.jax.model import loss_fn
 
     if not eval_batches:
         return None, 0.0
-    on_device = [jax.device_put(np.asarray(b, dtype=np.int32), device) for b in eval_batches]
+    on_device = [layout.put_eval(b) for b in eval_batches]
+    gather = layout.gather() or (lambda p: p)
     t0 = time.perf_counter()
-    compiled = jax.jit(lambda p, e, b: loss_fn(model, p, b, e)).lower(params, extra, on_device[0]).compile()
+    compiled = jax.jit(lambda p, e, b: loss_fn(model, gather(p), b, e)).lower(params, extra, on_device[0]).compile()
     compile_s = time.perf_counter() - t0
 
     def evaluate(p, e) -> list[float]:
-        return [float(compiled(p, e, b)) for b in on_device]
+        return [float(host_value(compiled(p, e, b))) for b in on_device]
 
     return evaluate, compile_s
 

@@ -33,6 +33,11 @@ class JaxHooks:
         """Raise ParallaxError when this recipe cannot run on ``device`` here (at the shapes and
         seed of ``run``, a RunConfig; None where there is no run)."""
 
+    def check_parallel(self, run) -> None:
+        """Raise ParallaxError when this recipe cannot run data-parallel over ``run.gpus``
+        devices (``engines/jax/parallel.py``); the Flax recipes can: their step is one program
+        that XLA partitions."""
+
     def native(self, platform: str, compute_capability) -> bool:
         """Native where an NVIDIA GPU has tensor cores for the format. XLA:CPU converts the
         operands of a bf16 dot to float32 and rounds the result back (seen in the optimized HLO

@@ -94,6 +94,12 @@ class TeJaxHooks(JaxHooks):
             raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run fp8 on "
                                 f"{device}: {reason} (pick a bf16 recipe: parallax check-env lists them)")
 
+    def check_parallel(self, run) -> None:
+        # TE-JAX partitions its ops itself, from a MeshResource naming the mesh axes; Parallax
+        # enters autocast with an empty one (one device), and several devices are not wired.
+        raise ParallaxError(f"recipe '{self.recipe.name}' runs on one GPU in Parallax (TE-JAX's MeshResource "
+                            "for data parallel is not wired); use --gpus 1 or a Flax recipe (bf16, flax-fp8-*)")
+
     def check_shapes(self, run) -> None:
         model, tokens = run.model_config, run.batch_size * run.seq_len
         if tokens % FP8_TOKENS_MULTIPLE:
