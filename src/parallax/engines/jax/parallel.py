@@ -5,11 +5,11 @@ one process over ``run.gpus`` local devices ("jax-local"). Several hosts: the sa
 started once per host, and ``jax.distributed.initialize`` joins them before JAX touches a
 device ("jax.distributed"). The environment says which (``distributed_args``):
 
-- ``PARALLAX_NUM_PROCESSES`` > 1 (a hand-started launch, ``scripts/launch_jax_hosts.sh``):
+- ``PARALLAX_NUM_PROCESSES`` > 1 (a hand-started launch, ``scripts/multinode/hand_start.sh jax``):
   ``JAX_COORDINATOR_ADDRESS`` (JAX's own variable: host:port of process 0) and
   ``PARALLAX_PROCESS_ID`` (0 .. count-1); JAX's cluster detection is switched off. JAX itself
   reads no variables for the process count and id outside a cluster manager, hence ours.
-- else a Slurm step of several tasks (``SLURM_NTASKS`` > 1 under ``srun``, ``scripts/slurm_jax.sbatch``):
+- else a Slurm step of several tasks (``SLURM_NTASKS`` > 1 under ``srun``, ``scripts/multinode/slurm_jax.sbatch``):
   JAX's Slurm detection gives the coordinator (the step's first node; ``JAX_COORDINATOR_ADDRESS``
   wins), the count (``SLURM_NTASKS``) and the id (``SLURM_PROCID``). JAX would then keep one
   GPU per task (``SLURM_LOCALID``); Parallax gives each task its ``gpus / processes`` GPUs
