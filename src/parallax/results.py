@@ -51,7 +51,7 @@ RUNS_DIR = "runs"
 CONFIG_FILE = "config.json"
 LOG_FILE = "run.log"
 # RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
-CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir")
+CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
