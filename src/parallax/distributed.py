@@ -225,16 +225,43 @@ def rank_errors(ranks_dir: Path) -> dict[int, dict]:
     return found
 
 
+# A rank's error that only says a peer is gone (it failed because another rank did first).
+PEER_LOST = ("connection closed by peer", "connection reset by peer", "timed out", "broken pipe",
+             "nccl communicator was aborted", "watchdog caught collective operation timeout",
+             "remote process exited", "socket closed")
+# Signals torchrun's agent sends when it tears a run down (a rank ended that way did not fail).
+TEARDOWN_SIGNALS = ("SIGTERM", "SIGKILL", "SIGINT")
+
+
 def root_cause(errors: dict[int, dict], failures: dict[int, dict]) -> tuple[int, dict]:
-    """(rank, record) of the failure that came first: the earliest rank error record (a rank
-    whose peer failed fails after it), else the first rank torchrun saw exit non-zero."""
-    if errors:
-        rank = min(errors, key=lambda r: (errors[r].get("time_unix", float("inf")), r))
+    """(rank, record) of the failure that came first, in this order: a rank's own error (not
+    one that says a peer is gone), earliest first; a rank that died without a Python error and
+    without torchrun's teardown (``os._exit``, a crash of the native code); a rank's error that
+    a peer is gone (a hung rank leaves only those: the ranks waiting on it time out); else the
+    first rank torchrun saw end."""
+    def peer_lost(record: dict) -> bool:
+        return any(p in str(record.get("message", "")).lower() for p in PEER_LOST)
+
+    def silent(failure: dict) -> dict:
+        how = f"killed by {failure['signal']}" if failure.get("signal") else f"exit code {failure.get('exitcode')}"
+        return {"type": None, "message": f"{how} without a Python error", "oom": False}
+
+    def first(ranks, times):
+        return min(ranks, key=lambda r: (times(r) or 0, r))
+
+    own = [r for r in errors if not peer_lost(errors[r])]
+    if own:
+        rank = first(own, lambda r: errors[r].get("time_unix"))
         return rank, errors[rank]
-    rank = min(failures, key=lambda r: (failures[r].get("timestamp") or 0, r))
-    failure = failures[rank]
-    how = f"killed by {failure['signal']}" if failure.get("signal") else f"exit code {failure.get('exitcode')}"
-    return rank, {"rank": rank, "type": None, "message": f"{how} without a Python error", "oom": False}
+    died = [r for r, f in failures.items() if r not in errors and f.get("signal") not in TEARDOWN_SIGNALS]
+    if died:
+        rank = first(died, lambda r: failures[r].get("timestamp"))
+        return rank, silent(failures[rank])
+    if errors:
+        rank = first(errors, lambda r: errors[r].get("time_unix"))
+        return rank, errors[rank]
+    rank = first(failures, lambda r: failures[r].get("timestamp"))
+    return rank, silent(failures[rank])
 
 
 def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, started: str,
