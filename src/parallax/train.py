@@ -94,6 +94,7 @@ def _train(run: RunConfig, progress: Progress | None, launched: bool = False) ->
         batches.close()
     if plan.rank == 0:
         write_run(run_dir, result, steps)
+    engine.close(plan)
     return result
 
 

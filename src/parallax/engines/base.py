@@ -144,6 +144,10 @@ class Engine(ABC):
         """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``
         as ``plan`` says."""
 
+    def close(self, plan: Plan) -> None:
+        """Release what ``check``/``train`` acquired beyond the run (a process group), once
+        the result is written; nothing by default."""
+
     @abstractmethod
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
                           device: str) -> "ReferenceTrainer":

@@ -334,6 +334,12 @@ class TrainLoop:
 
         # The test hook of parallax.distributed (a planted rank failure); None in real runs.
         self.fault = planted_fault if os.environ.get(FAULT_ENV) else None
+        # Several GPUs: the last warmup step runs under torch.profiler (CUDA kernels), for the
+        # share of GPU kernel time in NCCL's collectives (parallel.communication_record). Not
+        # the first step (it compiles) and not a measured one (the profiler costs time).
+        profiled = trainer.group is not None and cuda and run.warmup >= 2
+        self.profile_step = run.warmup - 1 if profiled else None
+        self.communication: dict | None = None
 
     def run_steps(self) -> None:
         run, clock = self.run, self.clock
@@ -356,9 +362,12 @@ class TrainLoop:
             if self.fault is not None:
                 self.fault(trainer.rank, step)
             lr = trainer.lr(step)
+            profiler = self._profiler() if step == self.profile_step else None
             metrics = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
             self.host[step].copy_(metrics, non_blocking=True)
             end = clock.mark()
+            if profiler is not None:
+                self._profiled(profiler, end, step)
             if step == 0:
                 clock.wait(end)
                 self.compile_s = time.perf_counter() - started
@@ -371,6 +380,21 @@ class TrainLoop:
                 self.evals.append(EvalRecord.of(step, trainer.eval_losses(eval_set)))
                 previous = clock.mark()  # evaluation is no part of the next step's time
         self._finish(pending)
+
+    def _profiler(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CUDA])
+        profiler.start()
+        return profiler
+
+    def _profiled(self, profiler, end, step: int) -> None:
+        from parallax.engines.torch.parallel import communication_record
+        from parallax.profiling import torch_kernel_events
+
+        self.clock.wait(end)
+        profiler.stop()
+        self.communication = communication_record(torch_kernel_events(profiler), step)
 
     def _eval_set(self) -> list:
         if self.run.eval_every <= 0:
@@ -474,6 +498,11 @@ class TorchEngine(Engine):
             extra=extra,
         )
 
+    def close(self, plan: Plan) -> None:
+        group = plan.handles.pop("group", None)
+        if group is not None:
+            group.close()
+
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
                           device: str) -> "TorchReferenceTrainer":
         return TorchReferenceTrainer(run, weights, compute_dtype, device)
@@ -481,16 +510,15 @@ class TorchEngine(Engine):
 
 def gather_ranks(run: RunConfig, group, device, loop: TrainLoop, peak_allocated, peak_reserved) -> dict:
     """Every rank's step times, losses and peak memory, on every rank; the loop's records then
-    hold the global batch's loss of each step (the mean of the ranks' equal slices). The group
-    is left afterwards: nothing more is communicated."""
+    hold the global batch's loss of each step (the mean of the ranks' equal slices). Nothing
+    more is communicated; the group is left in ``close``, after the result is written."""
     from parallax.engines.torch import parallel
 
     mine = parallel.record(group, device, [r.step_ms for r in loop.records], [r.loss for r in loop.records],
-                           peak_allocated, peak_reserved)
+                           peak_allocated, peak_reserved, loop.communication)
     ranks = group.gather(mine)
     for i, step in enumerate(loop.records):
         step.loss = statistics.fmean(r["loss"][i] for r in ranks)
-    group.close()
     return parallel.parallel_extra(run, group, ranks)
 
 

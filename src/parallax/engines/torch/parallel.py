@@ -49,6 +49,7 @@ FSDP_RECIPES = {
     "emulated-nvfp4": "float32 all-gather, NVFP4 quantize-dequantize per GEMM",
     "emulated-nvfp4-all": "float32 all-gather, NVFP4 quantize-dequantize per GEMM",
 }
+TEARDOWN_S = 60.0  # a rank whose process group does not come apart in this long exits anyway
 GRAPHS_OFF = "not with several GPUs: the graphs would hold no DDP gradient hooks or FSDP gathers"
 
 
@@ -102,9 +103,38 @@ class Group:
         self.dist.all_gather_object(out, record)
         return out
 
-    def close(self) -> None:
-        if self.dist.is_initialized():
-            self.dist.destroy_process_group()
+    def close(self, watchdog_s: float = TEARDOWN_S) -> None:
+        """Leave the group once the result is written. A barrier first, so that the worker
+        threads have dropped the last collectives' tensors; then, with the DDP module gone
+        (gc), ``destroy_process_group`` drops the group's last reference from Python, whose
+        destructor releases the GIL. (Destroyed from DDP's Reducer instead, gloo's destructor
+        joins its worker threads holding the GIL while a worker waits for it to free a tensor:
+        a deadlock seen here, pytorch#56297.) Should the teardown hang anyway, the rank exits
+        after ``watchdog_s``: its part is done."""
+        import gc
+        import os
+        import sys
+        import threading
+
+        dist = self.dist
+        if not dist.is_initialized():
+            return
+        dist.barrier()
+        import torch._dynamo
+
+        torch._dynamo.reset()  # compiled frames may hold the DDP module
+        gc.collect()
+        done = threading.Event()
+
+        def watchdog():
+            if not done.wait(watchdog_s):
+                print(f"parallax: rank {self.rank.rank}: leaving the process group hung for {watchdog_s:g} s; "
+                      "exiting (the result is written)", file=sys.stderr, flush=True)
+                os._exit(0)
+
+        threading.Thread(target=watchdog, daemon=True, name="parallax-teardown").start()
+        dist.destroy_process_group()
+        done.set()
 
 
 def device_of(torch, spec: str, rank: RankInfo):
@@ -163,7 +193,8 @@ def local(tensor):
     return to_local() if to_local is not None else tensor
 
 
-def record(group: Group, device, step_ms: list[float], losses: list[float], peak_allocated, peak_reserved) -> dict:
+def record(group: Group, device, step_ms: list[float], losses: list[float], peak_allocated, peak_reserved,
+           communication: dict | None = None) -> dict:
     """What this rank contributes to the run's ``parallel`` record."""
     torch = group.torch
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -171,7 +202,36 @@ def record(group: Group, device, step_ms: list[float], losses: list[float], peak
             "device": f"{device} ({name})" if device.type == "cuda" else str(device),
             "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else None,
             "step_ms": step_ms, "loss": losses,
-            "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved, "env": kept_env()}
+            "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
+            "communication": communication, "env": kept_env()}
+
+
+COMMUNICATION_METHOD = ("torch.profiler over the last warmup step of each rank: the summed time of NCCL's kernels "
+                        "over the summed time of all GPU kernels (under DDP the all-reduces overlap the backward, "
+                        "so this is the collectives' share of kernel time, not the step time they add)")
+NO_COMMUNICATION = {"cpu": "gloo runs on the host: the GPU profiler sees no collectives",
+                    "warmup": "needs --warmup 2 or more (the first step compiles; measured steps stay unprofiled)"}
+
+
+def communication_record(events: list[tuple], step: int) -> dict:
+    """The collectives' share of a profiled step's GPU kernel time, from (name, µs) events
+    (``profiling.torch_kernel_events``), NCCL's kernels by ``profiling.classify``."""
+    from parallax.profiling import classify
+
+    total = sum(e[1] for e in events)
+    comm = sum(e[1] for e in events if classify(e[0]) == "communication")
+    return {"step": step, "kernel_ms": total / 1e3, "communication_ms": comm / 1e3,
+            "share": comm / total if total else None}
+
+
+def communication_summary(run, device_type: str, ranks: list[dict]) -> dict:
+    """The run's ``communication_share`` (the largest rank's) and how it was had, or why not."""
+    shares = [r["communication"]["share"] for r in ranks if r.get("communication") and
+              r["communication"].get("share") is not None]
+    if shares:
+        return {"communication_share": max(shares), "communication_method": COMMUNICATION_METHOD}
+    why = NO_COMMUNICATION["cpu"] if device_type != "cuda" else NO_COMMUNICATION["warmup"]
+    return {"communication_share": None, "communication_method": why}
 
 
 def parallel_extra(run, group: Group, ranks: list[dict]) -> dict:
@@ -179,6 +239,7 @@ def parallel_extra(run, group: Group, ranks: list[dict]) -> dict:
     return {"gpus": run.gpus, "processes": group.world, "hosts": len({r["host"] for r in ranks}),
             "sharding": run.sharding, "per_gpu_batch": run.batch_size, "global_batch": run.global_batch,
             "launcher": group.rank.launcher, "backend": group.backend,
+            **communication_summary(run, "cuda" if group.backend == "nccl" else "cpu", ranks),
             "sharding_detail": ("DistributedDataParallel (gradient all-reduce), torch.compile of the wrapper"
                                 if run.sharding == "ddp" else
                                 f"FSDP2 fully_shard per block + root: {FSDP_RECIPES.get(run.recipe_spec.name)}"),
