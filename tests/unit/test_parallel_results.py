@@ -131,3 +131,17 @@ def test_the_planted_fault_hook_acts_only_at_its_rank_and_step(monkeypatch):
     monkeypatch.setenv(distributed.FAULT_ENV, "nonsense")
     with pytest.raises(RuntimeError, match="KIND:RANK:STEP"):
         distributed.planted_fault(0, 0)
+
+
+def test_the_communication_share_is_ncclS_part_of_the_profiled_kernel_time():
+    from parallax.engines.torch import parallel
+
+    events = [("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300.0), ("nvjet_tst_128x256", 600.0),
+              ("triton_poi_fused_mul_silu_0", 100.0)]
+    record = parallel.communication_record(events, step=3)
+    assert record == {"step": 3, "kernel_ms": 1.0, "communication_ms": 0.3, "share": pytest.approx(0.3)}
+    ranks = [{"communication": record}, {"communication": {**record, "share": 0.4}}]
+    summary = parallel.communication_summary(None, "cuda", ranks)
+    assert summary["communication_share"] == 0.4 and "NCCL" in summary["communication_method"]
+    assert parallel.communication_summary(None, "cuda", [{"communication": None}])["communication_share"] is None
+    assert "--warmup 2" in parallel.communication_summary(None, "cuda", [{}])["communication_method"]

@@ -90,6 +90,7 @@ def test_two_processes_train_the_global_batch_to_the_one_process_losses(tmp_path
         "gpus": 2, "processes": 2, "hosts": 1, "sharding": sharding, "per_gpu_batch": 4, "global_batch": 8,
         "launcher": "torch.distributed.run", "backend": "gloo"}
     assert [r["rank"] for r in par["per_rank"]] == [0, 1]
+    assert par["communication_share"] is None and "gloo runs on the host" in par["communication_method"]
     assert all(r["step_ms_median"] > 0 and r["device"] == "cpu" for r in par["per_rank"])
     # the NVLS / multicast switches reach every rank unchanged
     assert all(r["env"]["NCCL_NVLS_ENABLE"] == "0" and r["env"]["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
