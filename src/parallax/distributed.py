@@ -8,7 +8,8 @@ torch's own launcher, ``torch.distributed.run`` (torchrun) with ``--standalone
 without its exit, so that the failures come back as objects). Each worker finds itself a rank
 by torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK: ``rank_info``) and trains; rank 0
 writes run.json and steps.jsonl, the other ranks write nothing. Started by an outer torchrun
-(several hosts: docs/multi-gpu.md), ``parallax train`` is a rank from the start.
+(several hosts: docs/multi-gpu.md), ``parallax train`` is a rank from the start; the rank
+that fails first then writes the failed run.json itself (``outer_failure``).
 
 Failure: a rank that raises writes its error (type, message, traceback, time) to
 ``<output dir>/ranks/rank-<r>.json`` and exits non-zero; torchrun's elastic agent then ends the
@@ -103,6 +104,9 @@ def resolve_gpus(value, device: str | None, option: str = "--gpus") -> int:
     (on ``--device cpu`` N CPU ranks, any N >= 1); a one-line ParallaxError otherwise."""
     text = str(value).strip().lower()
     on_cpu = device == "cpu"
+    rank = rank_info()
+    if rank is not None and rank.world > 1:  # an outer torchrun started this rank: --gpus counts its world
+        return _world_gpus(text, rank, on_cpu, option)
     if text == "all":
         if on_cpu:
             raise ParallaxError(f"{option} all counts GPUs; with --device cpu give the number of CPU ranks, "
@@ -128,6 +132,18 @@ def resolve_gpus(value, device: str | None, option: str = "--gpus") -> int:
     return count
 
 
+def _world_gpus(text: str, rank: RankInfo, on_cpu: bool, option: str) -> int:
+    """``--gpus`` inside a launch of ``rank.world`` ranks (several hosts): all of them, or 'all'."""
+    if text != "all" and text != str(rank.world):
+        raise ParallaxError(f"{option} {text}: torch.distributed.run started {rank.world} ranks "
+                            f"({rank.local_world} on this host); give {option} {rank.world} or {option} all")
+    found = 0 if on_cpu else visible_gpus()
+    if not on_cpu and rank.local_world > found:
+        raise ParallaxError(f"{rank.local_world} ranks on this host but only {found} GPU{'' if found == 1 else 's'} "
+                            "visible; lower --nproc-per-node")
+    return rank.world
+
+
 def check_parallel(run) -> None:
     """Refuse, before any GPU work, a multi-GPU run that this release cannot do (one line)."""
     if run.gpus == 1:
@@ -139,6 +155,11 @@ def check_parallel(run) -> None:
         from parallax.engines.torch.parallel import check_run
 
         check_run(run)
+
+
+def launched_here() -> bool:
+    """Whether this rank's launcher is ``launch`` (it set where the ranks record failures)."""
+    return bool(os.environ.get(RANK_ERRORS_ENV))
 
 
 def needs_launch(run) -> bool:
@@ -214,11 +235,14 @@ def _now() -> str:
 
 
 def rank_errors(ranks_dir: Path) -> dict[int, dict]:
-    """The failure records the ranks wrote (``record_failure``), by rank."""
-    found = {}
+    """The failure records the ranks wrote (``record_failure``), by rank; inside a rank, only
+    those of its own launch (a folder reused by an outer launcher keeps older records)."""
+    found, run_id = {}, os.environ.get("TORCHELASTIC_RUN_ID")
     for path in sorted(Path(ranks_dir).glob("rank-*.json")):
         try:
             record = json.loads(path.read_text())
+            if run_id and record.get("run_id") not in (None, run_id):
+                continue
             found[int(record["rank"])] = record
         except (OSError, ValueError, KeyError):
             continue
@@ -265,7 +289,7 @@ def root_cause(errors: dict[int, dict], failures: dict[int, dict]) -> tuple[int,
 
 
 def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, started: str,
-                         elapsed_s: float) -> dict:
+                         elapsed_s: float, launcher: dict | None = None) -> dict:
     """The launcher's run.json of a run whose ranks did not all succeed (status failed or oom),
     or a ParallaxError when the first failure was bad input (nothing written)."""
     from parallax.results import write_run
@@ -288,7 +312,7 @@ def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, st
         "model": model_record(run),
         "recipe": run.recipe_spec.to_dict(),
         "environment": capture_environment(),
-        "parallel": {**launch_record(run), "failed_rank": rank,
+        "parallel": {**launch_record(run), **(launcher or {}), "failed_rank": rank,
                      "rank_failures": [{"rank": r, **_failure_summary(errors.get(r), failures.get(r))}
                                        for r in sorted(set(errors) | set(failures))]},
         "started_at": started,
@@ -340,10 +364,11 @@ def launch_record(run) -> dict:
 
 # ----------------------------------------------------------------------------- inside a rank
 
-def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None) -> None:
-    """Write this rank's failure record where the launcher looks (``RANK_ERRORS_ENV``, else the
-    run's ``ranks/`` folder is unknown and nothing is written: an outer launcher's logs hold it)."""
-    folder = os.environ.get(RANK_ERRORS_ENV)
+def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None,
+                   folder: str | Path | None = None) -> None:
+    """Write this rank's failure record into ``folder`` (default: where the launcher looks,
+    ``RANK_ERRORS_ENV``)."""
+    folder = folder or os.environ.get(RANK_ERRORS_ENV)
     if not folder:
         return
     from parallax.train import is_out_of_memory
@@ -351,6 +376,7 @@ def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None) 
     lines = str(exc).strip().splitlines()
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
     record = {"rank": rank.rank, "world": rank.world, "host": rank.host, "pid": os.getpid(),
+              "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
               "type": type(exc).__name__, "message": lines[0] if lines else "", "oom": is_out_of_memory(exc),
               "step": step, "time": _now(), "time_unix": time.time(),
               "traceback": "\n".join(tail[-TRACEBACK_LINES:])}
@@ -361,6 +387,32 @@ def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None) 
         os.replace(tmp, path)
     except OSError as err:
         print(f"parallax: rank {rank.rank}: cannot write {path}: {err}", file=sys.stderr)
+
+
+def outer_failure(run, rank: RankInfo, exc: BaseException, step: int | None = None) -> None:
+    """A rank started by an outer torchrun (several hosts, a hand-started launch): no launcher
+    of ours waits for the ranks, so the rank that fails first writes the run's run.json (the
+    folder shared by the hosts), as the launcher would from what the ranks recorded by then;
+    later failures (the peers that lost it) only add their records."""
+    ranks_dir = Path(run.output_dir) / RANKS_DIR
+    try:
+        ranks_dir.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return
+    record_failure(exc, rank, step, ranks_dir)
+    if isinstance(exc, ParallaxError):
+        return
+    marker = ranks_dir / f".first-failure-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except OSError:
+        return  # another rank failed first, or the folder is not writable
+    hosts = max(1, rank.world // max(1, rank.local_world))
+    try:
+        write_launch_failure(run, Path(run.output_dir), ranks_dir, {rank.rank: {"exitcode": 1, "signal": None}},
+                             _now(), 0.0, launcher={"hosts": hosts, "launcher": "torch.distributed.run (outer)"})
+    except ParallaxError:
+        pass  # another rank refused the run first: bad input, nothing to write
 
 
 def planted_fault(rank: int, step: int) -> None:

@@ -63,7 +63,11 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     try:
         return _train(run, progress if rank.rank == 0 else None, launched=True)
     except BaseException as exc:  # the launcher records the rank that failed first
-        distributed.record_failure(exc, rank, getattr(exc, "parallax_step", None))
+        step = getattr(exc, "parallax_step", None)
+        if distributed.launched_here():
+            distributed.record_failure(exc, rank, step)
+        elif not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            distributed.outer_failure(run, rank, exc, step)
         raise
 
 

@@ -113,3 +113,19 @@ def test_bad_benchmark_gpu_counts_are_one_line(tmp_path, capsys, fake_trainer, t
     assert code == 2
     assert message in one_error_line(capsys)
     assert not (tmp_path / "bench" / "matrix.json").exists()
+
+
+def test_inside_an_outer_launch_gpus_counts_the_world(monkeypatch, two_gpus):
+    """Several hosts: each host's torchrun starts its ranks with RANK/WORLD_SIZE set."""
+    from parallax.errors import ParallaxError
+
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert distributed.resolve_gpus("4", "auto") == 4 and distributed.resolve_gpus("all", "cuda") == 4
+    with pytest.raises(ParallaxError, match="started 4 ranks \\(2 on this host\\); give --gpus 4"):
+        distributed.resolve_gpus("2", "auto")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
+    with pytest.raises(ParallaxError, match="3 ranks on this host but only 2 GPUs visible"):
+        distributed.resolve_gpus("4", "auto")

@@ -171,3 +171,30 @@ def test_a_benchmark_cell_of_two_gpus_ends_at_its_timeout_with_no_orphan(tmp_pat
     assert hung["config"]["gpus"] == 2
     time.sleep(1.0)
     assert leftovers(str(tmp_path / "runs" / "torch-bf16-g2-seed0-rep0")) == []
+
+
+@pytest.mark.parametrize("fault", [None, "raise:1:2"])
+def test_ranks_started_by_an_outer_torchrun_train_and_the_first_failure_writes_the_result(tmp_path, fault):
+    """How several hosts start the ranks (a Slurm step or a hand-started torchrun per host):
+    ``parallax train`` is then a rank from the start, with no launcher of ours around it."""
+    out = tmp_path / "run"
+    path = config(out, 4, 2)
+    env = {**os.environ, "NCCL_NVLS_ENABLE": "0"}
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           "-m", "parallax", "train", "--config", str(path)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    result = load_run(out)
+    if fault is None:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert result["status"] == "ok" and result["parallel"]["launcher"] == "torch.distributed.run"
+        assert not (out / "ranks").exists()
+    else:
+        assert proc.returncode != 0
+        assert result["status"] == "failed" and result["error"].startswith("rank 1 of 2 (")
+        assert "planted failure" in result["error"]
+        assert result["parallel"]["launcher"] == "torch.distributed.run (outer)"
+        assert (out / "ranks" / "rank-1.json").exists()
+    assert leftovers(str(out)) == []
