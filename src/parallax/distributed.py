@@ -157,6 +157,23 @@ def check_parallel(run) -> None:
         check_run(run)
 
 
+def precheck(run) -> None:
+    """What the ranks' engine check would refuse and the launcher can tell without a GPU (the
+    native probe's capability): refused here, it is one line instead of one per rank."""
+    from parallax.precision import capability
+
+    platform = "cpu" if run.device == "cpu" else "gpu"
+    gpu = None
+    if platform == "gpu":
+        from parallax import envinfo
+
+        devices = envinfo.probe_gpus().get("devices") or []
+        gpu = devices[0] if devices else None
+        if gpu is None:  # "auto" on a machine without a GPU: the ranks run on the CPU
+            platform = "cpu" if run.device == "auto" else platform
+    capability.require(run.recipe_spec, platform, gpu and gpu.get("compute_capability"), (gpu or {}).get("name", ""))
+
+
 def launched_here() -> bool:
     """Whether this rank's launcher is ``launch`` (it set where the ranks record failures)."""
     return bool(os.environ.get(RANK_ERRORS_ENV))
@@ -178,6 +195,8 @@ def launch(run) -> dict:
     from parallax.results import RUN_FILE, STEPS_FILE, atomic_write_json, load_run
     from parallax.train import writable_output_dir
 
+    resolve_gpus(run.gpus, run.device)  # a --config file's count, checked as the command line's is
+    precheck(run)
     run_dir = writable_output_dir(run.output_dir)
     ranks_dir = run_dir / RANKS_DIR
     _clear(ranks_dir)

@@ -55,6 +55,8 @@ def test_bad_gpu_flags_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, t
     (["--gpus", "all"], "--gpus all: no NVIDIA GPU is visible; use --device cpu --gpus N for N CPU ranks"),
     (["--gpus", "2", "--device", "cuda"], "--gpus 2: only 0 GPUs visible; use --device cpu --gpus 2 for 2 CPU ranks"),
     (["--gpus", "2", "--framework", "maxtext", "--device", "cpu"], "the maxtext engine runs on one GPU here"),
+    (["--gpus", "2", "--device", "cpu", "--recipe", "te-fp8-delayed"],
+     "recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability 8.9+; this run is on the CPU"),
 ])
 def test_gpu_counts_on_a_machine_without_gpus(tmp_path, capsys, no_gpu, args, message):
     code = main(["train", *TINY, "--output-dir", str(tmp_path / "run"), *args])

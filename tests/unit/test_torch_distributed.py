@@ -108,6 +108,18 @@ def one_process_grad_norms(run: dict) -> list[float]:
     return [s["grad_norm"] for s in load_steps(Path(run["config"]["output_dir"]))]
 
 
+def test_two_processes_on_real_tokens_read_the_ranks_slices_of_the_same_batches(tmp_path, prepared):
+    """--data: the native loader serves each rank its rows; the eval set is the global one."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    for out, per_gpu, gpus in ((one, 8, 1), (two, 4, 2)):
+        proc = train(config(out, per_gpu, gpus, synthetic=False, data=str(prepared.directory)))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = load_run(one), load_run(two)
+    assert b["per_step"]["loss"] == pytest.approx(a["per_step"]["loss"], rel=1e-5)
+    assert [e["loss"] for e in b["eval"]] == pytest.approx([e["loss"] for e in a["eval"]], rel=1e-5)
+    assert b["data"]["source"].endswith("rows 0:4 of 8")  # rank 0's description
+
+
 def test_a_rank_that_raises_fails_the_run_with_its_error_and_leaves_nothing_running(tmp_path):
     out = tmp_path / "run"
     proc = train(config(out, 4, 2), fault="raise:1:2")
