@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import socket
+import statistics
 import tempfile
 import traceback
 from pathlib import Path
-
-import socket
-import statistics
 
 from parallax import distributed, flops, hardware
 from parallax.config import RunConfig
@@ -259,12 +258,13 @@ def parallel_record(run: RunConfig, out: EngineOutput) -> dict:
         for i, step in enumerate(out.steps):
             step.rank_step_ms = [r["step_ms"][i] for r in timed]
             step.step_ms = max(step.rank_step_ms)
+    run_times = [s.step_ms for s in measured_steps(run, out)]
     for entry in ranks:
         own = entry.pop("step_ms", None)
         entry.pop("loss", None)
         if "step_ms_median" not in entry:
-            times = [t for k, t in enumerate(own) if out.steps[k].step >= run.warmup] if own else \
-                [s.step_ms for s in measured_steps(run, out)] if len(ranks) == 1 else []
+            # a rank without times of its own steps with the run (one process: JAX's devices)
+            times = [t for k, t in enumerate(own) if out.steps[k].step >= run.warmup] if own else run_times
             entry["step_ms_median"] = statistics.median(times) if times else None
     return {
         "gpus": run.gpus, "processes": given.get("processes", 1), "hosts": given.get("hosts", 1),

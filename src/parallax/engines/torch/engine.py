@@ -362,7 +362,11 @@ class TrainLoop:
             if self.fault is not None:
                 self.fault(trainer.rank, step)
             lr = trainer.lr(step)
-            profiler = self._profiler() if step == self.profile_step else None
+            profiler = None
+            if step == self.profile_step:  # the profile holds this step's kernels only
+                if pending is not None:
+                    clock.wait(pending.end)
+                profiler = self._profiler()
             metrics = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
             self.host[step].copy_(metrics, non_blocking=True)
             end = clock.mark()
