@@ -208,6 +208,8 @@ def launch(run) -> dict:
     os.environ.update(lifeline.name_runner({}))  # every rank dies with this process
     started, t0 = _now(), time.monotonic()
     failures = _run_torchrun(run.gpus, ranks_dir, ["-m", "parallax", "train", "--config", str(config_path)])
+    for rank, failure in (failures or {}).items():
+        failure["log_tail"] = rank_log_tail(ranks_dir, rank)
     if failures is None:
         try:
             result = load_run(run_dir)
@@ -238,6 +240,16 @@ def _run_torchrun(nproc: int, ranks_dir: Path, command: list[str]) -> dict | Non
                        "timestamp": f.timestamp, "pid": f.pid}
                 for rank, f in exc.failures.items()}
     return None
+
+
+def rank_log_tail(ranks_dir: Path, rank: int, lines: int = 20) -> str:
+    """The last lines of a rank's stderr log (ranks 1..N-1 log to files; rank 0 keeps the console)."""
+    for path in sorted(Path(ranks_dir).glob(f"logs/*/attempt_*/{rank}/stderr.log")):
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+    return ""
 
 
 def _clear(folder: Path) -> None:
@@ -287,7 +299,10 @@ def root_cause(errors: dict[int, dict], failures: dict[int, dict]) -> tuple[int,
 
     def silent(failure: dict) -> dict:
         how = f"killed by {failure['signal']}" if failure.get("signal") else f"exit code {failure.get('exitcode')}"
-        return {"type": None, "message": f"{how} without a Python error", "oom": False}
+        hint = (" (NCCL's watchdog aborts a rank whose collective outlived --dist-timeout)"
+                if failure.get("signal") == "SIGABRT" else "")
+        return {"type": None, "message": f"{how} without a Python error{hint}", "oom": False,
+                "traceback": failure.get("log_tail", "")}
 
     def first(ranks, times):
         return min(ranks, key=lambda r: (times(r) or 0, r))
