@@ -18,11 +18,11 @@ Sharding (``RunConfig.sharding``):
         ``MixedPrecisionPolicy`` would halve the all-gather but change the numerics: not
         used); gradients are reduce-scattered in float32. The global gradient norm is one
         all-reduce of the shards' squared norms.
-        Recipes (``FSDP_RECIPES``): bf16; torchao-fp8-tensorwise with torchao's float8
-        all-gather (``enable_fsdp_float8_all_gather``: the block linears' weights travel in
-        fp8); torchao-fp8-rowwise (weights gathered in float32, cast per GEMM: torchao has no
-        rowwise float8 all-gather); emulated-nvfp4(-all). Refused: the TransformerEngine
-        recipes (TE's modules under FSDP2 are not wired here; they run under ddp).
+        Recipes: those whose ``Recipe.fsdp`` says how their weights travel (the plain bf16
+        recipe; torchao tensorwise with torchao's float8 all-gather, the block linears' weights
+        in fp8; torchao rowwise gathering float32, torchao has no rowwise float8 all-gather;
+        the emulated NVFP4 recipes). Refused: the TransformerEngine recipes (TE's modules under
+        FSDP2 are not wired here; they run under ddp). docs/precision.md has the table.
 
 CUDA graphs (``--cuda-graphs``, TE recipes) are off with several GPUs: the graphs would be
 captured without DDP's gradient hooks and FSDP's gathers. ``auto`` turns them off (recorded),
@@ -41,14 +41,6 @@ from dataclasses import dataclass, field
 from parallax.distributed import RankInfo, kept_env
 from parallax.errors import ParallaxError
 
-# Recipes that run under --sharding fsdp, with how their weights travel.
-FSDP_RECIPES = {
-    "bf16": "float32 all-gather (master weights), bf16 autocast per GEMM",
-    "torchao-fp8-tensorwise": "fp8 all-gather of the block linears' weights (torchao enable_fsdp_float8_all_gather)",
-    "torchao-fp8-rowwise": "float32 all-gather, rowwise fp8 cast per GEMM (no rowwise float8 all-gather in torchao)",
-    "emulated-nvfp4": "float32 all-gather, NVFP4 quantize-dequantize per GEMM",
-    "emulated-nvfp4-all": "float32 all-gather, NVFP4 quantize-dequantize per GEMM",
-}
 TEARDOWN_S = 60.0  # a rank whose process group does not come apart in this long exits anyway
 GRAPHS_OFF = "not with several GPUs: the graphs would hold no DDP gradient hooks or FSDP gathers"
 
@@ -59,10 +51,12 @@ def check_run(run) -> None:
     if run.cuda_graphs == "on":
         raise ParallaxError(f"--cuda-graphs on with --gpus {run.gpus}: CUDA graphs are {GRAPHS_OFF}; "
                             "use --cuda-graphs auto or off")
-    if run.sharding == "fsdp" and recipe.name not in FSDP_RECIPES:
+    if run.sharding == "fsdp" and not recipe.fsdp:
+        from parallax.precision import registry
+
+        sharded = [r.name for r in registry.of_framework("torch") if r.fsdp and r.implemented]
         raise ParallaxError(f"recipe '{recipe.name}' does not run with --sharding fsdp (TransformerEngine modules "
-                            f"under FSDP2 are not wired here); use --sharding ddp, or one of "
-                            f"{', '.join(FSDP_RECIPES)}")
+                            f"under FSDP2 are not wired here); use --sharding ddp, or one of {', '.join(sharded)}")
     kind, _, index = run.device.partition(":")
     if index:
         raise ParallaxError(f"--device {run.device} names one GPU; with --gpus {run.gpus} rank r takes GPU r "
@@ -242,5 +236,5 @@ def parallel_extra(run, group: Group, ranks: list[dict]) -> dict:
             **communication_summary(run, "cuda" if group.backend == "nccl" else "cpu", ranks),
             "sharding_detail": ("DistributedDataParallel (gradient all-reduce), torch.compile of the wrapper"
                                 if run.sharding == "ddp" else
-                                f"FSDP2 fully_shard per block + root: {FSDP_RECIPES.get(run.recipe_spec.name)}"),
+                                f"FSDP2 fully_shard per block + root: {run.recipe_spec.fsdp}"),
             "per_rank": ranks}
