@@ -23,7 +23,8 @@ class Ring {
  public:
   Ring(const std::string& path, const LoaderOptions& o)
       : file(path), sampler(file.num_windows(o.seq_len), o.seed), pinner(o.pin),
-        batch_size(o.batch_size), seq_len(o.seq_len), slot_bytes(round_up(o.batch_size * (o.seq_len + 1) * 4)),
+        batch_size(o.batch_size), seq_len(o.seq_len), global_rows(o.batch_size * o.world),
+        row_offset(o.rank * o.batch_size), slot_bytes(round_up(o.batch_size * (o.seq_len + 1) * 4)),
         next_fill(o.start_batch), next_take(o.start_batch) {}
 
   ~Ring() {
@@ -68,7 +69,7 @@ class Ring {
   void fill(int32_t* out, uint64_t batch) {
     const uint64_t row = seq_len + 1;
     for (uint64_t i = 0; i < batch_size; ++i)
-      file.copy_window(sampler.window(batch * batch_size + i), seq_len, out + i * row);
+      file.copy_window(sampler.window(batch * global_rows + row_offset + i), seq_len, out + i * row);
   }
 
   void produce() {
@@ -118,6 +119,7 @@ class Ring {
   WindowSampler sampler;  // used by the prefetch thread only
   HostPinner pinner;
   const uint64_t batch_size, seq_len;
+  const uint64_t global_rows, row_offset;  // rows of a global batch; this rank's first row in it
   const size_t slot_bytes;
 
   mutable std::mutex mutex;
@@ -145,6 +147,9 @@ Batch::~Batch() {
 BatchLoader::BatchLoader(const std::string& path, const LoaderOptions& options) : options_(options) {
   if (options.batch_size == 0 || options.seq_len == 0)
     throw LoaderError("batch_size and seq_len must be positive");
+  if (options.world == 0 || options.rank >= options.world)
+    throw LoaderError("rank " + std::to_string(options.rank) + " is not one of " + std::to_string(options.world) +
+                      " ranks");
   if (options.slots < 3) throw LoaderError("the ring needs at least 3 slots, got " + std::to_string(options.slots));
   ring_ = std::make_shared<Ring>(path, options);
   const uint64_t windows = ring_->sampler.n_windows();

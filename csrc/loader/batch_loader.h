@@ -1,8 +1,10 @@
 #pragma once
 // Prefetches training batches on a background thread into a ring of reusable host buffers.
 //
-// Batch k is [batch_size, seq_len + 1] int32: row i is window sampler.window(k*B + i) of the
-// token file (see sampler.h). The consumer takes batches in order with next(); each comes as
+// Batch k is [batch_size, seq_len + 1] int32: row i is window sampler.window(k*B*W + r*B + i)
+// of the token file (see sampler.h), where B = batch_size, W = world and r = rank: rank r's
+// rows [r*B, (r+1)*B) of global batch k, whose B*W rows are the batch one rank of batch B*W
+// would get (world 1, rank 0: the whole batch). The consumer takes batches in order with next(); each comes as
 // a Batch that keeps its buffer ("slot") out of reuse while it lives. A slot is refilled only
 // when (a) no Batch refers to it and (b) two later batches have been taken, so a batch stays
 // valid for an asynchronous host-to-device copy until the consumer draws batch k + 2 even if
@@ -29,6 +31,8 @@ struct LoaderOptions {
   uint64_t seq_len = 0;
   uint64_t seed = 0;
   uint64_t start_batch = 0;  // resume: the first batch next() returns
+  uint64_t rank = 0;         // this rank's slice of each global batch ...
+  uint64_t world = 1;        // ... of `world` equal slices of batch_size rows
   size_t slots = 4;          // at least 3: two protected batches plus one being filled
   bool pin = true;           // page-lock slots where the CUDA driver is present
 };

@@ -93,7 +93,7 @@ void bind_loader(nb::module_& m) {
       .def(
           "__init__",
           [](BatchLoader* self, const std::string& path, uint64_t batch_size, uint64_t seq_len, uint64_t seed,
-             uint64_t start_batch, size_t slots, bool pin) {
+             uint64_t start_batch, size_t slots, bool pin, uint64_t rank, uint64_t world) {
             LoaderOptions o;
             o.batch_size = batch_size;
             o.seq_len = seq_len;
@@ -101,9 +101,14 @@ void bind_loader(nb::module_& m) {
             o.start_batch = start_batch;
             o.slots = slots;
             o.pin = pin;
+            o.rank = rank;
+            o.world = world;
             new (self) BatchLoader(path, o);
           },
-          "path"_a, "batch_size"_a, "seq_len"_a, "seed"_a, "start_batch"_a = 0, "slots"_a = 4, "pin"_a = true)
+          "path"_a, "batch_size"_a, "seq_len"_a, "seed"_a, "start_batch"_a = 0, "slots"_a = 4, "pin"_a = true,
+          "rank"_a = 0, "world"_a = 1)
+      .def_prop_ro("rank", [](const BatchLoader& l) { return l.options().rank; })
+      .def_prop_ro("world", [](const BatchLoader& l) { return l.options().world; })
       .def("next", &next_batch, "The next batch; blocks until the thread has it.")
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__",

@@ -93,9 +93,15 @@ GPU_MODEL, CPU_MODEL = "llama-100m", "tiny"
 # "off": never.
 CUDA_GRAPHS = ("auto", "on", "off")
 
-# ``RunConfig.sharding`` on several GPUs: "ddp" replicates parameters and optimizer state on every
-# GPU (data parallel); "fsdp" shards them across the GPUs (fully sharded data parallel).
+# ``RunConfig.sharding``: how a run on several GPUs (``RunConfig.gpus`` > 1) holds its weights.
+# "ddp": every rank holds all parameters and optimizer state, gradients are all-reduced
+# (torch DistributedDataParallel; JAX: replicated params); "fsdp": parameters, gradients and
+# optimizer state sharded over the ranks, gathered per block for compute (torch FSDP2
+# ``fully_shard``; JAX: params sharded along the data axis). With one GPU both are plain training.
 SHARDINGS = ("ddp", "fsdp")
+# The collectives' timeout of a multi-process run (torch.distributed's process group): a rank
+# that hangs makes the others' collectives fail within it instead of waiting forever.
+DIST_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -191,11 +197,13 @@ class RunConfig:
     compile: bool = True
     cuda_graphs: str = "auto"  # one of CUDA_GRAPHS
     device: str = "auto"
-    # The resolved number of GPUs (with --device cpu: CPU ranks/devices); batch_size is per GPU.
-    gpus: int = 1
-    sharding: str = "ddp"  # one of SHARDINGS
     output_dir: str = "runs/latest"
     peak_tflops: float | None = None
+    # Several GPUs (docs/multi-gpu.md): the resolved count of ranks (GPUs, or with --device cpu
+    # CPU processes/devices); batch_size stays the PER-GPU batch (``global_batch``).
+    gpus: int = 1
+    sharding: str = "ddp"  # one of SHARDINGS
+    dist_timeout_s: float = DIST_TIMEOUT_S
     optim: OptimConfig = field(default_factory=OptimConfig)
 
     @classmethod
@@ -237,12 +245,12 @@ class RunConfig:
 
     @property
     def global_batch(self) -> int:
-        """Rows of one optimizer step over all GPUs: the per-GPU ``batch_size`` times ``gpus``."""
+        """Sequences per optimizer step over all ranks: ``batch_size`` per GPU × ``gpus``."""
         return self.batch_size * self.gpus
 
     @property
     def tokens_per_step(self) -> int:
-        """Tokens of one optimizer step over all GPUs."""
+        """GLOBAL tokens per optimizer step (all ranks together)."""
         return self.global_batch * self.seq_len
 
     def replace(self, **changes) -> "RunConfig":
@@ -296,10 +304,12 @@ class RunConfig:
             raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
-        if self.gpus < 1:
-            raise ParallaxError(f"--gpus must be at least 1, got {self.gpus}")
-        if self.sharding not in SHARDINGS:
-            raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
+        if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or self.gpus < 1:
+            raise ParallaxError(f"--gpus must be at least 1 (or 'all'), got {self.gpus}")
+        if self.sharding not in SHARDINGS:
+            raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        if not self.dist_timeout_s > 0:
+            raise ParallaxError(f"dist_timeout_s must be positive, got {self.dist_timeout_s}")
         return self.replace(precision=recipe.format, recipe=recipe.name)

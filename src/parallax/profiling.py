@@ -4,6 +4,8 @@ in a few categories and summed per step.
 A kernel's category comes from its name (and, for XLA, the HLO op that launched it), by the
 first rule of ``RULES`` whose regex matches; ``other`` when none does. The order matters:
 
+0. ``communication``: NCCL's collectives (``ncclDevKernel_AllReduce_Sum_f32_RING_LL``,
+   ``ncclKernel_...``), the time several GPUs spend exchanging gradients and weights.
 1. ``memcpy``: copies and fills (torch ``Memcpy HtoD (...)``/``Memset (Device)``, XLA ``MemcpyH2D``).
 2. ``attention``: flash/cuDNN/memory-efficient attention (``flash_fwd_kernel``,
    ``cudnn_generated_fort_native_sdpa_sm90_flash_fprop...``, ``fmha_cutlassF...``). Before the
@@ -33,7 +35,7 @@ first rule of ``RULES`` whose regex matches; ``other`` when none does. The order
    ``loop_*``/``input_*`` fusions and ``wrapped_*`` ops, ATen's ``elementwise``/``reduce``
    kernels, norms, RoPE, softmax, SiLU, cross-entropy, copies and concatenation. XLA's
    optimizer update is fusions too: it lands here, not in ``optimizer``.
-8. ``other``: anything else, NCCL collectives included.
+8. ``other``: anything else.
 
 No torch, JAX, TensorBoard or xprof import at module load: the readers import their framework
 when called.
@@ -49,6 +51,7 @@ _GEMM = r"gemm|xmma|cutlass|nvjet|cublas|wgmma|triton_tem_|matmul"
 _FP8 = r"e4m3|e5m2|fp8|float8|f8e\dm\d|_scaled_mm|nvjet_(?:sm\d+_)?q|f8 operands"
 
 _PATTERNS = (
+    ("communication", r"^nccl"),
     ("memcpy", r"^\s*(?:memcpy|memset)"),
     ("attention", r"flash|fmha|sdpa|fused_attn|attention|_attn_"),
     ("gemm-fp8", rf"{_NOT_INDUCTOR_VECTOR}(?=.*(?:{_GEMM}))(?=.*(?:{_FP8}))"),

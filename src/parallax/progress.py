@@ -11,6 +11,7 @@ import statistics
 from collections import deque
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -83,7 +84,7 @@ def summary_table(result: dict) -> Table:
     table.add_column()
     table.add_row("status", result["status"])
     if result["status"] != "ok":
-        table.add_row("error", str(result.get("error")))
+        table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
     else:
         _add_ok_rows(table, result, precision)
     return table
@@ -100,6 +101,11 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
                             f"{'compiled' if fw.get('compiled') else 'eager'}")
     table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}; {timing['measured_steps']} measured "
                                  f"steps after {timing['warmup_steps']} warmup")
+    par = result.get("parallel") or {}
+    if par.get("gpus", 1) > 1:
+        table.add_row("GPUs", f"{par['gpus']} ({par['sharding']}, {par['launcher']}, {par['backend']}): global batch "
+                              f"{par['global_batch']}, {tput['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU; step "
+                              "time of the slowest rank, MFU and memory per GPU")
     table.add_row("tokens/s (median)", f"{tput['tokens_per_s']:,.0f}  (p10 {tput['tokens_per_s_p10']:,.0f}, "
                                        f"p90 {tput['tokens_per_s_p90']:,.0f})")
     table.add_row("step time (median)", f"{ms['median']:.2f} ms  (p10 {ms['p10']:.2f}, p90 {ms['p90']:.2f})")

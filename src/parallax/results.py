@@ -14,15 +14,27 @@
                 (set by the runner, above 1) when the run shared its GPU with other runs: its
                 step times are then not a throughput measurement; setup_s: seconds before the
                 first step by phase (imports, check, data, environment)
-  throughput    tokens_per_s (from the median step), tokens_per_s_mean
-  flops         every FLOPs accounting with TFLOP/s and MFU against every denominator
-  memory        peak_allocated_bytes, peak_reserved_bytes
+  throughput    tokens_per_s (from the median step; GLOBAL: every GPU's tokens), tokens_per_s_mean,
+                tokens_per_s_per_gpu (tokens_per_s / gpus)
+  flops         every FLOPs accounting with TFLOP/s and MFU against every denominator; MFU is per
+                GPU (tokens_per_s_per_gpu against one GPU's peak)
+  memory        peak_allocated_bytes, peak_reserved_bytes: the largest rank's
+  parallel      how many GPUs and processes ran and how (absent in runs made before it: read them
+                as one GPU, ``parallel_of``):
+                  gpus, processes, hosts, sharding (ddp | fsdp), per_gpu_batch, global_batch
+                  (= gpus × per_gpu_batch), launcher (single | torch.distributed.run | jax-local |
+                  jax.distributed), backend (nccl | gloo | xla; None: one torch process, no group),
+                  per_rank [{rank, host, device, step_ms_median, peak_allocated_bytes, ...}];
+                  a failed launch adds failed_rank (the rank that failed first) and
+                  rank_failures [{rank, exitcode, signal, error, step, ...}].
+                ``timing.step_ms`` then summarises, step by step, the SLOWEST rank's time (each
+                step's per-rank times are steps.jsonl's ``rank_step_ms``).
   loss          first, final, final_smoothed
   eval          [{step, loss, perplexity, batch_losses}] (loss: the mean of the batches' losses)
   started_at, finished_at (ISO 8601, UTC)
 
 ``steps.jsonl`` holds one object per step: step, loss, step_ms, lr, measured (False during
-warmup).
+warmup); several ranks add rank_step_ms (each rank's time of the step; step_ms is the largest).
 """
 
 from __future__ import annotations
@@ -52,7 +64,7 @@ RUNS_DIR = "runs"
 CONFIG_FILE = "config.json"
 LOG_FILE = "run.log"
 # RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
-CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir")
+CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -147,6 +159,17 @@ def load_steps(run_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             raise ParallaxError(f"{path}:{number}: corrupt line; delete the run and re-run it") from None
     return steps
+
+
+def parallel_of(run: dict) -> dict:
+    """A run.json's ``parallel`` record; a run made before it existed ran on one GPU."""
+    found = run.get("parallel")
+    if found:
+        return found
+    config = run.get("config") or {}
+    batch = config.get("batch_size")
+    return {"gpus": 1, "processes": 1, "hosts": 1, "sharding": config.get("sharding", "ddp"),
+            "per_gpu_batch": batch, "global_batch": batch, "launcher": "single", "backend": None, "per_rank": []}
 
 
 def differences(a: dict, b: dict, prefix: str = "") -> list[str]:

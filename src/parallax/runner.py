@@ -21,9 +21,14 @@ TE delayed, TE current and torchao are separate cells of one matrix. After each 
 guard compares every low-precision cell with its bf16 twin (same framework, seed, repeat):
 a final loss more than ``max_loss_gap`` nats worse is recorded as failed, measurements kept.
 
-Cells run in the order repeat → seed → framework → recipe: the repeats of a cell are spread
-over the whole session instead of back to back, so slow drifts (clocks, temperature) do not
-fall on one cell.
+Several GPUs: ``gpus`` is an axis of the matrix (``--gpus 1,2``), so one matrix holds the 1-GPU
+and N-GPU cells of each recipe and the report can state the scaling. An N-GPU cell is still one
+``parallax train --config`` process: that process launches its ranks (``parallax.distributed``),
+and the cell's timeout ends them with it (they die with their launcher).
+
+Cells run in the order repeat → seed → GPUs → framework → recipe: the repeats of a cell are
+spread over the whole session instead of back to back, so slow drifts (clocks, temperature) do
+not fall on one cell.
 
 ``concurrent > 1`` runs that many cells at once on the same GPU: for studies of loss alone
 (convergence), where the start-up and compilation of one cell can overlap the steps of
@@ -89,19 +94,24 @@ class Cell:
     seed: int
     repeat: int
     precision: str = "bf16"  # the recipe's format
+    gpus: int = 1
 
     @property
     def id(self) -> str:
-        return f"{self.framework}-{self.recipe}-seed{self.seed}-rep{self.repeat}"
+        """``{framework}-{recipe}-seed{s}-rep{r}``, with ``-g{N}`` after the recipe for N > 1
+        GPUs (the 1-GPU id is the one of results made before the GPU axis existed)."""
+        gpus = f"-g{self.gpus}" if self.gpus != 1 else ""
+        return f"{self.framework}-{self.recipe}{gpus}-seed{self.seed}-rep{self.repeat}"
 
     @property
     def label(self) -> str:
-        return f"{self.framework} {self.recipe} seed {self.seed} rep {self.repeat}"
+        gpus = f" {self.gpus} GPUs" if self.gpus != 1 else ""
+        return f"{self.framework} {self.recipe}{gpus} seed {self.seed} rep {self.repeat}"
 
 
 @dataclass(frozen=True)
 class Matrix:
-    """What a benchmark runs: frameworks × recipes × seeds × repeats of one RunConfig.
+    """What a benchmark runs: frameworks × recipes × GPU counts × seeds × repeats of one RunConfig.
     ``recipes`` are selectors: a format (each framework's default recipe of it), a recipe
     name, ``all`` or ``FORMAT:all`` (``precision.registry.select``)."""
 
@@ -112,6 +122,7 @@ class Matrix:
     base: RunConfig = field(default_factory=RunConfig)
     max_loss_gap: float = DEFAULT_MAX_LOSS_GAP
     concurrent: int = 1  # cells at once on the GPU; above 1 their throughput is not measured
+    gpus: tuple[int, ...] = (1,)  # GPUs per cell (resolved counts); base.batch_size is per GPU
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -145,15 +156,20 @@ class Matrix:
             raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
         if self.concurrent < 1:
             raise ParallaxError(f"--concurrent must be at least 1, got {self.concurrent}")
+        if not self.gpus:
+            raise ParallaxError("--gpus is empty; give at least one count, e.g. --gpus 1")
+        _no_duplicates("--gpus", self.gpus)
+        if any(not isinstance(n, int) or n < 1 for n in self.gpus):
+            raise ParallaxError(f"--gpus counts must be at least 1, got {list(self.gpus)}")
         recipes = self.recipe_list()
-        for cell in self.cells()[: len(recipes)]:
+        for cell in self.cells()[: len(recipes) * len(self.gpus)]:
             self.run_config(cell, Path(".")).validate()
         return self
 
     def cells(self) -> list[Cell]:
         recipes = self.recipe_list()
-        return [Cell(r.framework, r.name, seed, rep, r.format)
-                for rep in range(self.repeats) for seed in self.seeds for r in recipes]
+        return [Cell(r.framework, r.name, seed, rep, r.format, gpus)
+                for rep in range(self.repeats) for seed in self.seeds for gpus in self.gpus for r in recipes]
 
     def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
         compile_ = self.base.compile or cell.framework not in EAGER_FRAMEWORKS
@@ -163,13 +179,15 @@ class Matrix:
         if graphs == "on" and not registry.get(cell.framework, cell.recipe).cuda_graphs:
             graphs = "off"
         return self.base.replace(framework=cell.framework, precision=cell.precision, recipe=cell.recipe,
-                                 seed=cell.seed, output_dir=str(run_dir), compile=compile_, cuda_graphs=graphs)
+                                 seed=cell.seed, output_dir=str(run_dir), compile=compile_, cuda_graphs=graphs,
+                                 gpus=cell.gpus)
 
     def to_dict(self) -> dict:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
         return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
                 "recipes": list(self.recipes), "seeds": list(self.seeds),
                 "repeats": self.repeats, "max_loss_gap": self.max_loss_gap, "concurrent": self.concurrent,
+                "gpus": list(self.gpus),
                 "cells": [[r.framework, r.name, r.format] for r in self.recipe_list()], "run": run}
 
     @classmethod
@@ -177,7 +195,8 @@ class Matrix:
         recipes = data.get("recipes") or data["precisions"]  # schema 1 named formats only
         return cls(tuple(data["frameworks"]), tuple(recipes), tuple(data["seeds"]),
                    int(data["repeats"]), RunConfig.from_dict(data["run"]),
-                   float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)), int(data.get("concurrent", 1)))
+                   float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)), int(data.get("concurrent", 1)),
+                   tuple(int(n) for n in data.get("gpus", (1,))))
 
 
 def _no_duplicates(name: str, values) -> None:
@@ -197,7 +216,7 @@ class CellResult:
 
     def index_entry(self, output_dir: Path) -> dict:
         return {"id": self.cell.id, "framework": self.cell.framework, "recipe": self.cell.recipe,
-                "precision": self.cell.precision, "seed": self.cell.seed,
+                "precision": self.cell.precision, "gpus": self.cell.gpus, "seed": self.cell.seed,
                 "repeat": self.cell.repeat, "status": self.status,
                 "dir": str(self.run_dir.relative_to(output_dir)),
                 "error": self.error.splitlines()[0] if self.error else None,
@@ -280,6 +299,10 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
         raise ParallaxError(f"{path} is corrupt; choose another --output-dir") from None
     if isinstance(stored, dict):
         stored.setdefault("concurrent", 1)  # written before --concurrent existed
+        stored.setdefault("gpus", [1])  # ... and before the GPU axis
+        if isinstance(stored.get("run"), dict):  # RunConfig fields added since take their defaults
+            defaults = {k: v for k, v in RunConfig().to_dict().items() if k not in CELL_FIELDS}
+            stored["run"] = {**{k: v for k, v in defaults.items() if k not in stored["run"]}, **stored["run"]}
     if stored != wanted:
         diff = differences(stored, wanted)
         raise ParallaxError(
@@ -597,12 +620,12 @@ def stamp_concurrent(result: CellResult, runs: int) -> None:
 # ----------------------------------------------------------------------------- loss guard
 
 def bf16_twin(cell: Cell, results: list[CellResult]) -> CellResult | None:
-    """The cell of the same framework, seed and repeat running the framework's bf16 recipe."""
+    """The cell of the same framework, GPU count, seed and repeat running the framework's bf16 recipe."""
     twin = registry.default(cell.framework, "bf16")
     if twin is None or cell.precision == "bf16":
         return None
-    return next((r for r in results if (r.cell.framework, r.cell.recipe, r.cell.seed, r.cell.repeat)
-                 == (cell.framework, twin.name, cell.seed, cell.repeat)), None)
+    return next((r for r in results if (r.cell.framework, r.cell.recipe, r.cell.gpus, r.cell.seed, r.cell.repeat)
+                 == (cell.framework, twin.name, cell.gpus, cell.seed, cell.repeat)), None)
 
 
 def loss_gap_guard(results: list[CellResult], max_gap: float, display: Display) -> list[int]:

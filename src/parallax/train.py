@@ -9,18 +9,29 @@ accounting and denominator, memory, loss and evaluation.
 
 A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
 ``failed`` with the error and the traceback's tail (exit code 1).
+
+Several GPUs (``RunConfig.gpus`` > 1; ``parallax.distributed``): a torch run first launches its
+ranks (this process becomes the launcher, which writes the run.json of a failed launch), each
+rank trains here on its rows of every global batch, and rank 0 alone writes the result from
+every rank's measurements: ``timing.step_ms`` summarises, step by step, the slowest rank's time
+(the step ends when the last rank's does); ``throughput.tokens_per_s`` is global and
+``tokens_per_s_per_gpu`` its share per GPU, which MFU divides by one GPU's peak; ``memory`` is
+the largest rank's; ``parallel`` holds the launch and every rank's median step and peak memory.
+A rank that fails records its error for the launcher and exits non-zero (no run.json of its own).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import socket
+import statistics
 import tempfile
 import time
 import traceback
 from pathlib import Path
 
-from parallax import flops, hardware
+from parallax import distributed, flops, hardware
 from parallax.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.engines import get_engine
@@ -39,14 +50,37 @@ TRACEBACK_LINES = 30
 def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     """Train ``run`` and write its result into ``run.output_dir``; return the run.json dict.
 
-    Raises ParallaxError (nothing written) when the run cannot start."""
-    setup = SetupClock()
+    Raises ParallaxError (nothing written) when the run cannot start. A torch run of several
+    GPUs started here launches its ranks (``distributed.launch``) and returns rank 0's result
+    or the launcher's record of the failure; in a rank, ``progress`` is shown by rank 0 only."""
     run = run.validate()
+    distributed.check_parallel(run)
+    if distributed.needs_launch(run):
+        return distributed.launch(run)
+    rank = distributed.rank_info() if run.gpus > 1 and run.framework in distributed.LAUNCHED else None
+    if rank is None:
+        return _train(run, progress)
+    try:
+        return _train(run, progress if rank.rank == 0 else None, launched=True)
+    except BaseException as exc:  # the launcher records the rank that failed first
+        step = getattr(exc, "parallax_step", None)
+        if distributed.launched_here():
+            distributed.record_failure(exc, rank, step)
+        elif not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            distributed.outer_failure(run, rank, exc, step)
+        raise
+
+
+def _train(run: RunConfig, progress: Progress | None, launched: bool = False) -> dict:
+    """One process's part of the run; the writer (rank 0 of ``Plan.rank``) writes the result.
+    ``launched``: a rank under the launcher, whose failures end the process instead of being
+    written here."""
+    setup = SetupClock()
     run_dir = writable_output_dir(run.output_dir)
     engine = get_engine(run.framework)
     plan = engine.check(run)
     setup.lap("check")
-    batches = make_batch_source(run)
+    batches = make_batch_source(run, plan.rank, plan.world)
     setup.lap("data")
     environment = capture_environment()
     setup.lap("environment")
@@ -60,12 +94,16 @@ def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
     except ParallaxError:
         raise
     except Exception as exc:  # the run started: record how it ended instead of losing it
+        if launched:
+            raise
         traceback.print_exc()
         result, steps = failure_result(run, plan.precision, environment, started, exc), []
         result["recipe"] = plan.recipe.to_dict()
     finally:
         batches.close()
-    write_run(run_dir, result, steps)
+    if plan.rank == 0:
+        write_run(run_dir, result, steps)
+    engine.close(plan)
     return result
 
 
@@ -176,11 +214,15 @@ def data_record(run: RunConfig, batches) -> dict:
 
 def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, started: str) -> dict:
     """The run.json of a run that finished (see ``parallax.results``)."""
+    parallel = parallel_record(run, out)  # the slowest rank's step times go into out.steps
     measured = measured_steps(run, out)
     if not measured:
         raise RuntimeError(f"the engine returned {len(out.steps)} steps, none after the {run.warmup} warmup steps")
     step_ms = percentile_summary(s.step_ms for s in measured)
     throughput = throughput_record(run.tokens_per_step, step_ms)
+    throughput["tokens_per_s_per_gpu"] = throughput["tokens_per_s"] / run.gpus
+    peaks = {key: _max_over_ranks(parallel["per_rank"], key, getattr(out, key))
+             for key in ("peak_allocated_bytes", "peak_reserved_bytes")}
     losses = [s.loss for s in out.steps]
     problem = training_problem(out)
     return {
@@ -201,11 +243,10 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
             "step_ms": step_ms,
         },
         "throughput": throughput,
-        "flops": flops_record(run, out, environment, throughput["tokens_per_s"]),
-        "memory": {
-            "peak_allocated_bytes": out.peak_allocated_bytes,
-            "peak_reserved_bytes": out.peak_reserved_bytes,
-        },
+        # MFU per GPU: one GPU's share of the tokens against one GPU's peak.
+        "flops": flops_record(run, out, environment, throughput["tokens_per_s_per_gpu"]),
+        "memory": peaks,  # the largest rank's
+        "parallel": parallel,
         "loss": {
             "first": losses[0],
             "final": losses[-1],
@@ -224,6 +265,46 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
         "started_at": started,
         "finished_at": utc_now(),
     }
+
+
+def parallel_record(run: RunConfig, out: EngineOutput) -> dict:
+    """run.json's ``parallel`` record from the engine's ``extra["parallel"]`` (absent: one
+    process on one GPU). Ranks that report per-step times (``step_ms``, one per step: torch)
+    make each step's time the slowest rank's, in ``out.steps`` too, and lose the lists here
+    (steps.jsonl keeps them as ``rank_step_ms``)."""
+    given = dict(out.extra.get("parallel") or {})
+    ranks = [dict(r) for r in given.get("per_rank") or []] or [{
+        "rank": 0, "host": socket.gethostname(), "device": out.framework.get("device"),
+        "peak_allocated_bytes": out.peak_allocated_bytes, "peak_reserved_bytes": out.peak_reserved_bytes}]
+    timed = [r for r in ranks if len(r.get("step_ms") or ()) == len(out.steps)]
+    if len(timed) > 1:
+        for i, step in enumerate(out.steps):
+            step.rank_step_ms = [r["step_ms"][i] for r in timed]
+            step.step_ms = max(step.rank_step_ms)
+    run_times = [s.step_ms for s in measured_steps(run, out)]
+    for entry in ranks:
+        own = entry.pop("step_ms", None)
+        entry.pop("loss", None)
+        if "step_ms_median" not in entry:
+            # a rank without times of its own steps with the run (one process: JAX's devices)
+            times = [t for k, t in enumerate(own) if out.steps[k].step >= run.warmup] if own else run_times
+            entry["step_ms_median"] = statistics.median(times) if times else None
+    return {
+        "gpus": run.gpus, "processes": given.get("processes", 1), "hosts": given.get("hosts", 1),
+        "sharding": run.sharding, "per_gpu_batch": run.batch_size, "global_batch": run.global_batch,
+        "launcher": given.get("launcher", "single"), "backend": given.get("backend"),
+        **{k: v for k, v in given.items() if k not in PARALLEL_KEYS},
+        "per_rank": ranks,
+    }
+
+
+PARALLEL_KEYS = ("gpus", "processes", "hosts", "sharding", "per_gpu_batch", "global_batch", "launcher",
+                 "backend", "per_rank")
+
+
+def _max_over_ranks(ranks: list[dict], key: str, fallback):
+    values = [r[key] for r in ranks if r.get(key) is not None]
+    return max(values) if values else fallback
 
 
 def throughput_record(tokens: int, step_ms: dict) -> dict:
@@ -299,7 +380,8 @@ def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
     return [
         {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
          "grad_norm": s.grad_norm, "measured": s.step >= run.warmup,
-         **({"bad_layers": s.bad_layers} if s.bad_layers else {})}
+         **({"bad_layers": s.bad_layers} if s.bad_layers else {}),
+         **({"rank_step_ms": s.rank_step_ms} if s.rank_step_ms else {})}
         for s in out.steps
     ]
 

@@ -29,7 +29,8 @@ pytest.importorskip("jax")
 pytest.importorskip("flax")
 
 from parallax.config import RunConfig  # noqa: E402
-from parallax.data.source import make_batch_source, rank_rows  # noqa: E402
+from parallax.data.source import make_batch_source  # noqa: E402
+from parallax.data.synthetic import rank_rows  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.jax import parallel  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
@@ -140,11 +141,12 @@ def test_rank_slices_are_the_rows_of_the_same_global_batch():
         parts = [next(iter(make_batch_source(run, rank, world))) for rank in range(world)]
         assert all(p.shape == (8 // world, 17) for p in parts)
         assert np.array_equal(np.concatenate(parts), next(iter(make_batch_source(one))))
-        # Every rank evaluates the full fixed evaluation set: its loss is the 1-GPU one.
-        assert all(np.array_equal(a, b) for a, b in zip(make_batch_source(run, 1, world).eval_batches(),
-                                                          make_batch_source(one).eval_batches()))
-    assert rank_rows(four, 3, 4) == (6, 2) and rank_rows(four, 1, 2) == (4, 4)
-    with pytest.raises(ParallaxError, match="does not split over 3 ranks"):
+        # Evaluation batches are sliced the same way: the ranks' rows together are the 1-GPU batch.
+        rows = 8 // world
+        assert all(np.array_equal(a, b[rows:2 * rows]) for a, b in zip(make_batch_source(run, 1, world).eval_batches(),
+                                                                       make_batch_source(one).eval_batches()))
+    assert rank_rows(four.global_batch, 3, 4) == (6, 8) and rank_rows(four.global_batch, 1, 2) == (4, 8)
+    with pytest.raises(ParallaxError, match="does not split into 3 equal slices"):
         make_batch_source(four, 0, 3)
 
 

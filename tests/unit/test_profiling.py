@@ -76,7 +76,8 @@ KERNELS = [
     ("Memcpy HtoD (Pageable -> Device)", "memcpy"),
     ("Memset (Device)", "memcpy"),
     ("MemcpyH2D", "memcpy"),
-    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "other"),
+    ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "communication"),
+    ("ncclKernel_ReduceScatter_RING_LL_Sum_float", "communication"),
 ]
 
 
@@ -93,7 +94,7 @@ def test_classify_reads_the_hlo_description_of_xla_kernels():
 
 
 def test_rules_are_data_in_the_documented_order():
-    assert profiling.CATEGORIES == ("memcpy", "attention", "gemm-fp8", "gemm-bf16", "optimizer", "quantize",
+    assert profiling.CATEGORIES == ("communication", "memcpy", "attention", "gemm-fp8", "gemm-bf16", "optimizer", "quantize",
                                     "elementwise", "other")
 
 

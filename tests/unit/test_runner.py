@@ -492,3 +492,48 @@ def test_a_matrix_file_from_before_concurrent_resumes(tmp_path, monkeypatch):
     path.write_text(json.dumps(old))
     results = run(tmp_path, small_matrix(), {}, monkeypatch, resume=True)
     assert all(r.reused for r in results)
+
+
+# ----------------------------------------------------------------------------- GPUs per cell
+
+def test_gpus_are_a_matrix_axis_with_cell_ids_unchanged_for_one_gpu(tmp_path):
+    m = small_matrix(frameworks=("torch",), gpus=(1, 2), seeds=(0, 1))
+    ids = [c.id for c in m.cells()]
+    assert ids == ["torch-bf16-seed0-rep0", "torch-te-fp8-delayed-seed0-rep0",
+                   "torch-bf16-g2-seed0-rep0", "torch-te-fp8-delayed-g2-seed0-rep0",
+                   "torch-bf16-seed1-rep0", "torch-te-fp8-delayed-seed1-rep0",
+                   "torch-bf16-g2-seed1-rep0", "torch-te-fp8-delayed-g2-seed1-rep0"]
+    two = m.cells()[2]
+    assert two.label == "torch bf16 2 GPUs seed 0 rep 0"
+    assert m.run_config(two, tmp_path).gpus == 2 and m.run_config(m.cells()[0], tmp_path).gpus == 1
+    d = m.to_dict()
+    assert d["gpus"] == [1, 2] and "gpus" not in d["run"] and d["run"]["sharding"] == "ddp"
+    assert runner.Matrix.from_dict(d) == m
+
+
+@pytest.mark.parametrize("gpus, message", [((), "--gpus is empty"), ((2, 2), "--gpus lists 2 twice"),
+                                           ((0,), "--gpus counts must be at least 1")])
+def test_bad_gpu_axis_is_one_line(gpus, message):
+    with pytest.raises(ParallaxError, match=message):
+        small_matrix(gpus=gpus).validate()
+
+
+def test_the_loss_guard_twin_has_the_same_gpu_count(tmp_path):
+    m = small_matrix(frameworks=("torch",), gpus=(1, 2))
+    results = [runner.CellResult(c, "ok", tmp_path / c.id) for c in m.cells()]
+    fp8_two = next(r.cell for r in results if r.cell.precision == "fp8" and r.cell.gpus == 2)
+    assert runner.bf16_twin(fp8_two, results).cell.id == "torch-bf16-g2-seed0-rep0"
+
+
+def test_a_matrix_file_from_before_the_gpu_axis_resumes(tmp_path, monkeypatch):
+    run(tmp_path, small_matrix(), {}, monkeypatch)
+    path = tmp_path / "matrix.json"
+    old = json.loads(path.read_text())
+    del old["gpus"]
+    for key in ("sharding", "dist_timeout_s"):
+        del old["run"][key]
+    path.write_text(json.dumps(old))
+    results = run(tmp_path, small_matrix(), {}, monkeypatch, resume=True)
+    assert all(r.reused for r in results)
+    index = json.loads((tmp_path / "index.json").read_text())
+    assert {c["gpus"] for c in index["cells"]} == {1}

@@ -1,4 +1,5 @@
-"""``parallax benchmark``: the framework × precision matrix, one process per cell."""
+"""``parallax benchmark``: the framework × precision × GPU-count matrix, one process per cell
+(an N-GPU cell's process launches its ranks)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from parallax.cli import defaults
-from parallax.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, RunConfig
+from parallax.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.precision import registry
@@ -35,6 +36,13 @@ def split_seeds(text: str) -> tuple[int, ...]:
         return tuple(int(s) for s in split_list(text, "--seeds"))
     except ValueError:
         raise ParallaxError(f"--seeds must be comma-separated integers, got '{text}'") from None
+
+
+def split_gpus(text: str, device: str) -> tuple[int, ...]:
+    """``--gpus 1,2,all``: each count checked against the visible GPUs (``distributed.resolve_gpus``)."""
+    from parallax.distributed import resolve_gpus
+
+    return tuple(resolve_gpus(item, device) for item in split_list(text, "--gpus"))
 
 
 def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
@@ -73,6 +81,11 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
               help="A prepared token directory or a raw corpus (see 'parallax data').")
 @click.option("--epochs", type=float, default=None,
               help="Passes over the training tokens allowed (--data/--hf; default: at most one).")
+@click.option("--gpus", "gpus", default="1", show_default=True, metavar="LIST",
+              help="Comma-separated GPU counts per cell, a matrix axis (e.g. 1,2,all): the report states the "
+                   "scaling of each N-GPU cell against the 1-GPU cell. --batch-size is per GPU.")
+@click.option("--sharding", type=click.Choice(SHARDINGS), default=DEFAULTS.sharding, show_default=True,
+              help="How the cells of several GPUs hold the weights: ddp (replicated) or fsdp (sharded).")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds; each is a run.")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per seed (timing repeats), spread over the session.")
@@ -96,18 +109,18 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
 def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
-            seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs, device, peak_tflops, output_dir,
+            gpus, sharding, seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs, device, peak_tflops, output_dir,
             report, resume, concurrent, timeout_per_run):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
     sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}
     base, note = defaults.run_config(
         {"model": model, **sizes, "steps": steps, "warmup": warmup, "eval_every": eval_every,
          "eval_batches": eval_batches, "compile": not no_compile, "cuda_graphs": cuda_graphs, "peak_tflops": peak_tflops, "epochs": epochs,
-         **data_choice(synthetic, hf, data)}, doing="benchmarking")
+         "sharding": sharding, **data_choice(synthetic, hf, data)}, doing="benchmarking")
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
-                    max_loss_gap, concurrent).validate()
+                    max_loss_gap, concurrent, split_gpus(gpus, base.device)).validate()
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     with LiveDisplay(console, steps, note) as display:

@@ -4,6 +4,10 @@ Options left out take RunConfig's defaults (``config.py`` is their only home); `
 defaults to ``auto`` and a preset brings its own batch size and sequence length
 (``parallax.cli.defaults``). ``--help`` shows every default. Exit codes:
 0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory.
+
+``--gpus N|all``: a torch run of several GPUs launches one process per GPU
+(``parallax.distributed``); rank 0 draws the progress and prints the summary, the launcher
+prints only a failure. ``--batch-size`` stays the per-GPU batch.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import click
 
 from parallax.cli import defaults
-from parallax.config import CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, RunConfig
+from parallax.config import CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 
@@ -48,13 +52,19 @@ def build_run(options: dict) -> tuple[RunConfig, str | None]:
     """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
     batch size and sequence length unless given, RunConfig's defaults for the rest; and the
     line that says what ``auto`` chose."""
+    from parallax.distributed import resolve_gpus
+
     data = _data_choice(options.pop("synthetic"), options.pop("data"), options.pop("hf"))
     if options.pop("no_compile"):
         options["compile"] = False
+    gpus = options.pop("gpus", None)
     given = {k: v for k, v in options.items() if v is not None}
     if "recipe" in given and "precision" not in given:
         given["precision"] = None  # the recipe's own format
-    return defaults.run_config({**given, **data})
+    run, note = defaults.run_config({**given, **data})
+    if gpus is not None:
+        run = run.replace(gpus=resolve_gpus(gpus, run.device))
+    return run, note
 
 
 def _shown(text) -> str:
@@ -95,6 +105,15 @@ def _default(field: str) -> str:
               help="Replay the model's blocks as CUDA graphs (torch, TransformerEngine recipes): auto = on for "
                    "them on a GPU, on = that or an error, off = never." + _default("cuda_graphs"))
 @click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N." + _default("device"))
+@click.option("--gpus", metavar="N|all",
+              help="GPUs of this host: one process per GPU (torch), one mesh over the devices (JAX); "
+                   "--batch-size is per GPU. With --device cpu, N CPU ranks (the test lab)." + _default("gpus"))
+@click.option("--sharding", type=click.Choice(SHARDINGS),
+              help="With several GPUs: ddp = replicated weights, gradients all-reduced; fsdp = weights, "
+                   "gradients and optimizer state sharded (torch FSDP2)." + _default("sharding"))
+@click.option("--dist-timeout", "dist_timeout_s", type=float, metavar="SECONDS",
+              help="With several GPUs: how long a collective waits for a rank that does not come (a hung "
+                   "rank then fails the run)." + _default("dist_timeout_s"))
 @click.option("--peak-tflops", type=float,
               help="Dense peak TFLOP/s of the run's precision, for MFU." + _shown("the GPU's datasheet peak"))
 @click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go." + _default("output_dir"))
@@ -103,7 +122,7 @@ def _default(field: str) -> str:
                    "no other option goes with it.")
 def command(config_file, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
-    from parallax import progress_file
+    from parallax import distributed, progress_file
     from parallax.progress import LiveProgress, print_summary
     from parallax.train import exit_code, run_training
 
@@ -113,6 +132,14 @@ def command(config_file, **options) -> int:
         run, note = build_run(options)
         run.validate()  # bad input stays one error line: the note comes after it
         defaults.say(note)
+    rank = distributed.rank_info() if run.gpus > 1 else None
+    if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
+        result = run_training(run)
+        if result["status"] != "ok":
+            print_summary(result, run.output_dir)
+        return exit_code(result)
+    if rank is not None and rank.rank != 0:
+        return exit_code(run_training(run))
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
         result = run_training(run, progress_file.attach(live))
     print_summary(result, run.output_dir)

@@ -11,6 +11,10 @@ Pinning: ``pinned`` is True when the CUDA driver reports every ring slot page-lo
 (cuMemHostRegister, checked with cuPointerGetAttribute). torch's ``Tensor.is_pinned()`` is
 no such check: it answers False for every pointer until torch has initialised CUDA.
 
+Several ranks: ``rank`` of ``world`` gets rows [rank·B, (rank+1)·B) of each global batch of
+B·world rows (B = ``batch_size``), served by the native loader itself (its draw order is that of
+one loader of batch B·world), and the same rows of each evaluation batch.
+
 Lifetime: a yielded array stays valid while it is referenced, and its buffer is not refilled
 until two more batches have been drawn, so a non-blocking host-to-device copy of batch k may
 still be running while batch k + 1 is drawn.
@@ -39,7 +43,7 @@ class TokenBatches:
 
     def __init__(self, data: PreparedData, *, batch_size: int, seq_len: int, seed: int, vocab_size: int,
                  eval_batches: int = 0, steps: int | None = None, epochs: float | None = None,
-                 start_step: int = 0, slots: int = 4, pin: bool = True):
+                 start_step: int = 0, slots: int = 4, pin: bool = True, rank: int = 0, world: int = 1):
         from parallax import _native
 
         if data.vocab_size != vocab_size:
@@ -48,15 +52,16 @@ class TokenBatches:
                 f"{vocab_size:,}; prepare it again with a {vocab_size:,}-token tokenizer (--vocab-size)"
             )
         self.data, self.batch_size, self.seq_len, self.seed = data, batch_size, seq_len, seed
+        self.rank, self.world, self.global_batch = rank, world, batch_size * world
         train = open_token_file(data.path("train"))
         self.n_windows = train.num_windows(seq_len)
         if steps is not None:
-            check_enough_tokens(str(data.path("train")), train.n_tokens, self.n_windows, batch_size, seq_len,
+            check_enough_tokens(str(data.path("train")), train.n_tokens, self.n_windows, self.global_batch, seq_len,
                                 start_step + steps, epochs)
         self._eval = self._eval_batches(eval_batches)
         try:
             self._loader = _native.BatchLoader(str(data.path("train")), batch_size, seq_len, seed,
-                                               start_batch=start_step, slots=slots, pin=pin)
+                                               start_batch=start_step, slots=slots, pin=pin, rank=rank, world=world)
         except _native.LoaderError as exc:
             raise ParallaxError(str(exc)) from None
         # Every slot page-locked, by the driver's own account: engines copy batches to the
@@ -66,33 +71,39 @@ class TokenBatches:
         self.pinned: bool = bool(self._loader.info()["pinned_verified"])
         self.description = (f"tokens({data.directory}, {train.n_tokens:,} train tokens, "
                             f"tokenizer {data.meta['tokenizer']['sha256'][:12]}, seed={seed})")
+        if world > 1:
+            self.description += f", rows {rank * batch_size}:{(rank + 1) * batch_size} of {self.global_batch}"
 
     @classmethod
-    def from_run(cls, run: RunConfig, log=None) -> "TokenBatches":
-        """The BatchSource of a ``--data PATH`` or ``--hf`` run."""
+    def from_run(cls, run: RunConfig, log=None, rank: int = 0, world: int = 1) -> "TokenBatches":
+        """The BatchSource of a ``--data PATH`` or ``--hf`` run: rank ``rank``'s rows of each of
+        its global batches (``run.global_batch`` rows, split into ``world`` equal slices)."""
         return cls(
-            resolve_data(run, log), batch_size=run.batch_size, seq_len=run.seq_len, seed=run.seed,
+            resolve_data(run, log), batch_size=run.global_batch // world, seq_len=run.seq_len, seed=run.seed,
             vocab_size=run.model_config.vocab_size, eval_batches=run.eval_batches if run.eval_every > 0 else 0,
-            steps=run.steps, epochs=run.epochs,
+            steps=run.steps, epochs=run.epochs, rank=rank, world=world,
         )
 
     def _eval_batches(self, count: int) -> list[np.ndarray]:
         """``count`` batches of windows spread evenly over validation.bin, independent of the
-        seed: every run is evaluated on the same tokens."""
+        seed: every run of one global batch is evaluated on the same tokens (this rank's rows
+        of each global evaluation batch)."""
         if count <= 0:
             return []
         path = self.data.path("validation")
         valid = open_token_file(path)
         available = valid.num_windows(self.seq_len)
-        needed = count * self.batch_size
+        rows = self.global_batch
+        needed = count * rows
         if available < needed:
             raise ParallaxError(
                 f"{path} holds {valid.n_tokens:,} validation tokens, {available:,} sequences of "
-                f"{self.seq_len + 1} tokens; {count} eval batches x batch {self.batch_size} need {needed:,} "
+                f"{self.seq_len + 1} tokens; {count} eval batches x batch {rows} need {needed:,} "
                 f"sequences ({needed * self.seq_len + 1:,} tokens); lower --eval-batches or give more validation text (--valid)"
             )
-        windows = (np.arange(needed, dtype=np.int64) * available) // needed
-        tokens = valid.gather(windows, self.seq_len)
+        windows = ((np.arange(needed, dtype=np.int64) * available) // needed).reshape(count, rows)
+        mine = windows[:, self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
+        tokens = valid.gather(np.ascontiguousarray(mine).reshape(-1), self.seq_len)
         return [tokens[i * self.batch_size:(i + 1) * self.batch_size] for i in range(count)]
 
     def __iter__(self):

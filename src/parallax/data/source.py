@@ -1,38 +1,29 @@
 """Choose the BatchSource of a run: synthetic batches, or real tokens through the native loader.
 
-On several GPUs every step has one global batch of ``run.global_batch`` rows in a fixed order;
-the source of rank ``rank`` of ``world`` yields its rows [rank·n, (rank+1)·n) with
-n = global_batch / world. With one process per GPU (torch) n is the per-GPU ``batch_size``; a
-process that feeds several devices (JAX, one process per host) gets the concatenation of its
-devices' slices. One rank of one GPU gets today's batches, unchanged.
+Several ranks (``RunConfig.gpus`` > 1): global batch g has ``run.global_batch`` rows in a fixed
+order (the order one GPU with batch ``global_batch`` would train on), and rank ``rank`` of
+``world`` gets rows [rank·R, (rank+1)·R) with R = global_batch / world; a torch rank (world =
+gpus) gets ``batch_size`` rows, a JAX process owning several devices the rows of all of them.
+Evaluation batches are sliced the same way: the ranks' losses averaged are the 1-GPU loss.
 """
 
 from __future__ import annotations
 
 from parallax.config import RunConfig
-from parallax.data.synthetic import SyntheticBatches
+from parallax.data.synthetic import SyntheticBatches, rank_rows
 from parallax.errors import ParallaxError
 
 
-def rank_rows(run: RunConfig, rank: int, world: int) -> tuple[int, int]:
-    """(first row, row count) of rank ``rank``'s part of each global batch."""
-    if world < 1 or not 0 <= rank < world:
-        raise ParallaxError(f"rank {rank} of {world} ranks does not exist")
-    if run.global_batch % world:
-        raise ParallaxError(f"the global batch of {run.global_batch} rows does not split over {world} ranks")
-    rows = run.global_batch // world
-    return rank * rows, rows
-
-
 def make_batch_source(run: RunConfig, rank: int = 0, world: int = 1):
+    """The source of rank ``rank``'s rows of each global batch (all of them for one rank)."""
+    try:
+        start, stop = rank_rows(run.global_batch, rank, world)
+    except ValueError as exc:
+        raise ParallaxError(f"{exc}; pick --batch-size and --gpus so that the ranks' slices are equal") from None
     model = run.model_config
-    first, rows = rank_rows(run, rank, world)
     if run.synthetic:
-        return SyntheticBatches(run.seed, run.batch_size, run.seq_len, model.vocab_size, run.eval_batches,
-                                gpus=run.gpus, rows=(first, rows))
-    if run.gpus > 1 or world > 1:
-        raise ParallaxError("real-data batches on several GPUs need the native loader's rank slices, "
-                            "which this build lacks; use --synthetic")
+        return SyntheticBatches(run.seed, stop - start, run.seq_len, model.vocab_size, run.eval_batches,
+                                global_batch=run.global_batch, rows=(start, stop))
     from parallax.data.loader import TokenBatches  # the native loader (csrc/loader)
 
-    return TokenBatches.from_run(run)
+    return TokenBatches.from_run(run, rank=rank, world=world)

@@ -65,6 +65,11 @@ class Plan:
     device: str  # e.g. "cuda:0", "gpu:0", "cpu"
     attention: str | None = None  # the attention backend chosen for this shape and dtype
     cuda_graphs: bool = False  # the step replays the model's blocks as CUDA graphs (RunConfig.cuda_graphs)
+    # This process among the run's processes, as the engine's runtime numbers them (torch:
+    # one per GPU; JAX: one per host): it reads ``make_batch_source(run, rank, world)`` and
+    # rank 0 alone writes the result.
+    rank: int = 0
+    world: int = 1
     details: dict = field(default_factory=dict)
     handles: dict = field(default_factory=dict)  # engine-private objects (device, hooks)
 
@@ -79,6 +84,8 @@ class StepRecord:
     # Names of quantized layers whose gradient was all zero or not finite at this step
     # (the numerics guard; ``train.training_problem`` turns the first into a failure).
     bad_layers: list[str] | None = None
+    # Several ranks: each rank's own time of this step (``step_ms`` is then the slowest's).
+    rank_step_ms: list[float] | None = None
 
 
 @dataclass
@@ -136,6 +143,10 @@ class Engine(ABC):
     def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
         """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``
         as ``plan`` says."""
+
+    def close(self, plan: Plan) -> None:
+        """Release what ``check``/``train`` acquired beyond the run (a process group), once
+        the result is written; nothing by default."""
 
     @abstractmethod
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,

@@ -61,6 +61,9 @@ class Recipe:
     # The torch engine can capture the model's blocks in CUDA graphs (its hooks' ``graph``):
     # what ``--cuda-graphs auto`` turns on and ``--cuda-graphs on`` requires.
     cuda_graphs: bool = False
+    # How the torch engine runs the recipe under FSDP2 (``--sharding fsdp``, several GPUs): how
+    # its weights travel; None: refused there (engines/torch/parallel.py). DDP runs every recipe.
+    fsdp: str | None = None
     emulated: bool = False  # the format is emulated (quantize-dequantize), never native
     min_cc: tuple[int, int] | None = None  # below it the recipe cannot run on a GPU at all
     params: dict = field(default_factory=dict)  # recorded in every result

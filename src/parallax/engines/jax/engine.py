@@ -81,6 +81,7 @@ class JaxEngine(Engine):
         precision = for_recipe(recipe, hooks)
         precision = on_device(precision, device.platform, cc)
         return Plan(recipe=recipe, precision=precision.info, device=f"{device.platform}:{device.id}",
+                    rank=jax.process_index(), world=jax.process_count(),  # process 0 writes the result
                     details={"parallel": {
                         # The data source of this process: make_batch_source(run, rank=process_index,
                         # world=process_count) gives the rows of its devices.

@@ -13,10 +13,19 @@ always queued on the device while the host reads step k-1's loss (copied to pinn
 inside the stream) and feeds the progress bar. The first step, which compiles, is waited for
 and timed on the host as ``compile_s``; evaluation is followed by a fresh mark, so it is never
 part of a step time.
+
+Several GPUs (``RunConfig.gpus`` > 1, one process per GPU: ``engines/torch/parallel.py``): the
+model runs under DDP or FSDP2, each rank times its own steps, and at the end every rank's step
+times, losses and peak memory are gathered (``EngineOutput.extra["parallel"]``); a step's loss
+is the mean of the ranks' losses (the loss of the global batch), an evaluation's the mean of
+the ranks' slices.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import statistics
 import time
 import warnings
 from dataclasses import dataclass
@@ -159,11 +168,22 @@ class Trainer:
     (``hooks.graph``; the TransformerEngine recipes); training steps then replay them."""
 
     def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool,
-                 compile_mode: str = "default", cuda_graphs: bool = False):
+                 compile_mode: str = "default", cuda_graphs: bool = False, group=None):
         self.torch = torch = import_torch()
         self.run, self.precision, self.device, self.attention = run, precision, device, attention
         self.hooks = hooks = precision.hooks
         self.model = hooks.build(torch, run.model_config, weights, device)
+        # Several GPUs: ``group`` (engines/torch/parallel.py) wraps the model in DDP or shards
+        # it with FSDP2; ``module`` is what the step calls, ``model`` the recipe's own module.
+        self.group = group
+        self.rank = group.rank.rank if group is not None else 0
+        self.sharded = group is not None and group.sharding == "fsdp"
+        if group is not None:
+            from parallax.engines.torch.parallel import wrap
+
+            self.module = wrap(torch, self.model, group, device)
+        else:
+            self.module = self.model
         named = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
         self.params = [p for _, p in named]
         # The numerics guard reads these parameters' gradient norms every step (one foreach
@@ -176,7 +196,7 @@ class Trainer:
         # clipping are already a handful of kernels, so they stay eager. A recipe may compile
         # less (TransformerEngine's modules stay eager): ``hooks.compile`` decides.
         self.compile_mode = compile_mode if compile else None
-        self.forward = hooks.compile(torch, self.model, compile_mode) if compile else self.model
+        self.forward = hooks.compile(torch, self.module, compile_mode) if compile else self.module
         self.cuda_graphs, self.graph_capture_s = cuda_graphs, None
         if cuda_graphs:
             started = time.perf_counter()
@@ -213,9 +233,12 @@ class Trainer:
         torch = self.torch
         loss = self.loss(batch)
         loss.backward()
-        norms = torch._foreach_norm([p.grad for p in self.params])
-        grad_norm = torch.linalg.vector_norm(torch.stack(norms))
-        torch.nn.utils.clip_grads_with_norm_(self.params, self.run.optim.grad_clip, grad_norm)
+        if self.sharded:
+            norms, grad_norm = self.clip_sharded()
+        else:
+            norms = torch._foreach_norm([p.grad for p in self.params])
+            grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.run.optim.grad_clip, grad_norm)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.optimizer.step()
@@ -223,11 +246,29 @@ class Trainer:
         watched = [norms[i] for i, _ in self.quantized]
         return torch.stack([loss.detach().float(), grad_norm.float(), *(n.float() for n in watched)])
 
+    def clip_sharded(self):
+        """FSDP2: (per-parameter norms, global norm) of the sharded gradients, and the gradients
+        clipped by the global norm as ``clip_grads_with_norm_`` clips them. Each rank holds a
+        shard of every gradient: one all-reduce sums the shards' squared norms."""
+        from parallax.engines.torch.parallel import local
+
+        torch = self.torch
+        grads = [local(p.grad) for p in self.params]
+        squares = torch.stack(torch._foreach_norm(grads)).float().square()
+        self.group.sum_(squares)
+        grad_norm = squares.sum().sqrt()
+        coef = torch.clamp(self.run.optim.grad_clip / (grad_norm + 1e-6), max=1.0)
+        torch._foreach_mul_(grads, coef)
+        return list(squares.sqrt().unbind()), grad_norm
+
     def eval_losses(self, batches) -> list[float]:
-        """The loss of each validation batch (one device-to-host copy for all)."""
+        """The loss of each validation batch (one device-to-host copy for all); with several
+        ranks the mean of their slices' losses, the loss of the global evaluation batch."""
         with self.torch.no_grad():
-            losses = [self.loss(b).float() for b in batches]
-        return self.torch.stack(losses).tolist()
+            losses = self.torch.stack([self.loss(b).float() for b in batches])
+            if self.group is not None:
+                self.group.average(losses)
+        return losses.tolist()
 
     def eval_loss(self, batches) -> float:
         losses = self.eval_losses(batches)
@@ -288,19 +329,49 @@ class TrainLoop:
         self.records: list[StepRecord] = []
         self.evals: list[EvalRecord] = []
         self.compile_s = 0.0
+        self.step = 0  # the step being run
+        from parallax.distributed import FAULT_ENV, planted_fault
+
+        # The test hook of parallax.distributed (a planted rank failure); None in real runs.
+        self.fault = planted_fault if os.environ.get(FAULT_ENV) else None
+        # Several GPUs: the last warmup step runs under torch.profiler (CUDA kernels), for the
+        # share of GPU kernel time in NCCL's collectives (parallel.communication_record). Not
+        # the first step (it compiles) and not a measured one (the profiler costs time).
+        profiled = trainer.group is not None and cuda and run.warmup >= 2
+        self.profile_step = run.warmup - 1 if profiled else None
+        self.communication: dict | None = None
 
     def run_steps(self) -> None:
-        run, trainer, clock = self.run, self.trainer, self.clock
+        run, clock = self.run, self.clock
         eval_set = self._eval_set()
         batches = iter(self.batches)
         self.progress.phase("compiling" if run.compile else "warming up")
         started = time.perf_counter()
-        previous, pending = clock.mark(), None
+        try:
+            self._steps(eval_set, batches, started, clock.mark())
+        except BaseException as exc:  # a rank's failure record names the step it failed in
+            with contextlib.suppress(AttributeError):
+                exc.parallax_step = self.step
+            raise
+
+    def _steps(self, eval_set, batches, started, previous) -> None:
+        run, trainer, clock = self.run, self.trainer, self.clock
+        pending = None
         for step in range(run.steps):
+            self.step = step
+            if self.fault is not None:
+                self.fault(trainer.rank, step)
             lr = trainer.lr(step)
+            profiler = None
+            if step == self.profile_step:  # the profile holds this step's kernels only
+                if pending is not None:
+                    clock.wait(pending.end)
+                profiler = self._profiler()
             metrics = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
             self.host[step].copy_(metrics, non_blocking=True)
             end = clock.mark()
+            if profiler is not None:
+                self._profiled(profiler, end, step)
             if step == 0:
                 clock.wait(end)
                 self.compile_s = time.perf_counter() - started
@@ -313,6 +384,21 @@ class TrainLoop:
                 self.evals.append(EvalRecord.of(step, trainer.eval_losses(eval_set)))
                 previous = clock.mark()  # evaluation is no part of the next step's time
         self._finish(pending)
+
+    def _profiler(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        profiler = profile(activities=[ProfilerActivity.CUDA])
+        profiler.start()
+        return profiler
+
+    def _profiled(self, profiler, end, step: int) -> None:
+        from parallax.engines.torch.parallel import communication_record
+        from parallax.profiling import torch_kernel_events
+
+        self.clock.wait(end)
+        profiler.stop()
+        self.communication = communication_record(torch_kernel_events(profiler), step)
 
     def _eval_set(self) -> list:
         if self.run.eval_every <= 0:
@@ -342,11 +428,21 @@ class TorchEngine(Engine):
         from parallax.precision.torch.select import for_recipe
 
         recipe = run.recipe_spec
-        device = resolve_device(torch, run.device)
+        rank = self.rank(run)
+        if rank is not None:
+            from parallax.engines.torch import parallel
+
+            parallel.check_run(run)
+            device = parallel.device_of(torch, run.device, rank)
+        else:
+            device = resolve_device(torch, run.device)
         cuda = device.type == "cuda"
         cc = "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None
         name = torch.cuda.get_device_name(device) if cuda else "cpu"
         cuda_graphs = cuda_graphs_decision(run, recipe, device)
+        graphs_off = None
+        if rank is not None and cuda_graphs:  # --cuda-graphs auto; 'on' was refused by check_run
+            cuda_graphs, graphs_off = False, parallel.GRAPHS_OFF
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
         # Attention is probed before the recipe's own checks: those import TransformerEngine, and
         # a cuDNN that TE loads first made torch's cuDNN attention refuse with
@@ -356,39 +452,83 @@ class TorchEngine(Engine):
         dtype = recipe.load_hooks().compute_dtype(torch)
         attention = probe_attention(torch, device, dtype, run.model_config, run.seq_len, refused)
         precision = for_recipe(torch, recipe, device, run)
+        group = parallel.join(torch, run, rank, device) if rank is not None else None
         return Plan(recipe=recipe, precision=precision.info, device=str(device),
                     attention=ATTENTION_NAMES[attention], cuda_graphs=cuda_graphs,
+                    rank=rank.rank if rank else 0, world=rank.world if rank else 1,
+                    details={"cuda_graphs_off": graphs_off} if graphs_off else {},
                     handles={"device": device, "precision": precision, "attention": attention,
-                             "attention_refused": refused})
+                             "attention_refused": refused, "group": group})
+
+    @staticmethod
+    def rank(run: RunConfig):
+        """This process's RankInfo in a run of several GPUs (torchrun's environment), else None."""
+        if run.gpus == 1:
+            return None
+        from parallax.distributed import rank_info
+
+        rank = rank_info()
+        if rank is None:
+            raise ParallaxError(f"--gpus {run.gpus}: this process is no rank of a torch.distributed launch; "
+                                "start the run with parallax train --gpus, which launches the ranks")
+        return rank
 
     def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
         torch = import_torch()
         device, precision, attention = (plan.handles[k] for k in ("device", "precision", "attention"))
+        group = plan.handles.get("group")
         cuda = device.type == "cuda"
         if cuda:
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
         progress.phase("building the model" + (", capturing CUDA graphs" if plan.cuda_graphs else ""))
         trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile,
-                          cuda_graphs=plan.cuda_graphs)
+                          cuda_graphs=plan.cuda_graphs, group=group)
         loop = TrainLoop(trainer, batches, progress)
         loop.run_steps()
+        peak_allocated = torch.cuda.max_memory_allocated(device) if cuda else None
+        peak_reserved = torch.cuda.max_memory_reserved(device) if cuda else None
+        extra = {"parameters": sum(p.numel() for p in trainer.model.parameters()),  # FSDP2: global numel
+                 "quantized_parameters": [name for _, name in trainer.quantized]}
+        if group is not None:
+            extra["parallel"] = gather_ranks(run, group, device, loop, peak_allocated, peak_reserved)
+        framework = {**framework_info(torch, trainer), "attention_refused": plan.handles.get("attention_refused")}
+        if plan.details.get("cuda_graphs_off"):
+            framework["cuda_graphs_off"] = plan.details["cuda_graphs_off"]
         return EngineOutput(
             steps=loop.records,
             precision=precision.info,
-            framework={**framework_info(torch, trainer), "attention_refused": plan.handles.get("attention_refused")},
+            framework=framework,
             timing_method=TIMING_METHOD_CUDA if cuda else TIMING_METHOD_HOST,
             compile_s=loop.compile_s,
-            peak_allocated_bytes=torch.cuda.max_memory_allocated(device) if cuda else None,
-            peak_reserved_bytes=torch.cuda.max_memory_reserved(device) if cuda else None,
+            peak_allocated_bytes=peak_allocated,
+            peak_reserved_bytes=peak_reserved,
             evals=loop.evals,
-            extra={"parameters": sum(p.numel() for p in trainer.model.parameters()),
-                   "quantized_parameters": [name for _, name in trainer.quantized]},
+            extra=extra,
         )
+
+    def close(self, plan: Plan) -> None:
+        group = plan.handles.pop("group", None)
+        if group is not None:
+            group.close()
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
                           device: str) -> "TorchReferenceTrainer":
         return TorchReferenceTrainer(run, weights, compute_dtype, device)
+
+
+def gather_ranks(run: RunConfig, group, device, loop: TrainLoop, peak_allocated, peak_reserved) -> dict:
+    """Every rank's step times, losses and peak memory, on every rank; the loop's records then
+    hold the global batch's loss of each step (the mean of the ranks' equal slices). Nothing
+    more is communicated; the group is left in ``close``, after the result is written."""
+    from parallax.engines.torch import parallel
+
+    mine = parallel.record(group, device, [r.step_ms for r in loop.records], [r.loss for r in loop.records],
+                           peak_allocated, peak_reserved, loop.communication)
+    ranks = group.gather(mine)
+    for i, step in enumerate(loop.records):
+        step.loss = statistics.fmean(r["loss"][i] for r in ranks)
+    return parallel.parallel_extra(run, group, ranks)
 
 
 def cudnn_version(torch) -> int | str:

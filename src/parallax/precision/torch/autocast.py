@@ -17,7 +17,8 @@ TORCH = Backend("torch.autocast", module="torch", extra="torch")
 RECIPES = (
     Recipe(framework="torch", name="bf16", format="bf16", default=True, cpu=True, backend=TORCH,
            summary="torch.autocast(bfloat16) over fp32 master weights, torch.compile",
-           hooks="parallax.precision.torch.autocast:AutocastHooks"),
+           hooks="parallax.precision.torch.autocast:AutocastHooks",
+           fsdp="float32 all-gather (the master weights), bf16 autocast per GEMM"),
 )
 
 

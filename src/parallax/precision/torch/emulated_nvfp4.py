@@ -22,9 +22,9 @@ RECIPES = (
            backend=NATIVE_QUANT, hooks=HOOKS,
            summary="NVFP4 quantize-dequantize with Parallax's native kernels, bf16 GEMMs (emulated), "
                    "the last blocks in bf16",
-           params=dict(nvfp4_scheme.PARAMS)),
+           params=dict(nvfp4_scheme.PARAMS), fsdp="float32 all-gather, NVFP4 quantize-dequantize per GEMM"),
     Recipe(framework="torch", name="emulated-nvfp4-all", format="nvfp4", cpu=True, emulated=True,
            backend=NATIVE_QUANT, hooks=HOOKS,
            summary="emulated NVFP4 in every block (no bf16 blocks: the ablation of the last-blocks rule)",
-           params=dict(nvfp4_scheme.PARAMS_ALL)),
+           params=dict(nvfp4_scheme.PARAMS_ALL), fsdp="float32 all-gather, NVFP4 quantize-dequantize per GEMM"),
 )

@@ -247,7 +247,8 @@ class TransformerEngineHooks(TorchHooks):
         return from_te_state(config, tensors)
 
     def compile(self, torch, module, mode: str):
-        module.compile_glue(mode)
+        # Under DDP (several GPUs) ``module`` is the wrapper: the glue is the wrapped model's.
+        getattr(module, "module", module).compile_glue(mode)
         return module
 
     def compile_info(self, cuda_graphs: bool = False) -> str:

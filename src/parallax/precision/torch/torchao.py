@@ -24,9 +24,11 @@ RECIPES = (
     Recipe(framework="torch", name="torchao-fp8-tensorwise", format="fp8", backend=TORCHAO, hooks=HOOKS,
            min_cc=(8, 9), cpu=True,
            summary="torchao float8 tensorwise (dynamic per-tensor scales), torch.compile, lm_head in bf16",
-           params={"torchao_recipe": "tensorwise", "excluded": list(EXCLUDED)}),
+           params={"torchao_recipe": "tensorwise", "excluded": list(EXCLUDED)},
+           fsdp="fp8 all-gather of the block linears' weights (torchao enable_fsdp_float8_all_gather)"),
     Recipe(framework="torch", name="torchao-fp8-rowwise", format="fp8", backend=TORCHAO, hooks=HOOKS,
            min_cc=(9, 0), cpu=True,
            summary="torchao float8 rowwise (per-row scales), torch.compile, lm_head in bf16",
-           params={"torchao_recipe": "rowwise", "excluded": list(EXCLUDED)}),
+           params={"torchao_recipe": "rowwise", "excluded": list(EXCLUDED)},
+           fsdp="float32 all-gather, rowwise fp8 cast per GEMM (torchao has no rowwise float8 all-gather)"),
 )

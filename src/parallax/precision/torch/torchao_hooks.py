@@ -26,10 +26,18 @@ DIM_MULTIPLE = 16  # _scaled_mm: both dims of every fp8 operand, the token count
 
 
 class TorchaoFloat8Hooks(TorchHooks):
+    # Under FSDP2 (--sharding fsdp, several GPUs) the tensorwise recipe all-gathers the converted
+    # weights in fp8 (torchao's enable_fsdp_float8_all_gather); rowwise has no such path and
+    # gathers float32. ``check`` decides it from the run.
+    fsdp_float8_all_gather = False
+
     def float8_config(self):
         from torchao.float8 import Float8LinearConfig
 
-        return Float8LinearConfig.from_recipe_name(self.recipe.params["torchao_recipe"])
+        config = Float8LinearConfig.from_recipe_name(self.recipe.params["torchao_recipe"])
+        if self.fsdp_float8_all_gather:
+            config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
+        return config
 
     def convertible(self, linear, fqn: str) -> bool:
         """torchao's module filter (asked for every nn.Linear): whether it becomes a Float8Linear."""
@@ -39,6 +47,8 @@ class TorchaoFloat8Hooks(TorchHooks):
 
     # ---- before any GPU work
     def check(self, torch, device, run=None) -> None:
+        self.fsdp_float8_all_gather = bool(run is not None and run.gpus > 1 and run.sharding == "fsdp"
+                                           and self.recipe.params["torchao_recipe"] == "tensorwise")
         if run is not None and (run.batch_size * run.seq_len) % DIM_MULTIPLE:
             raise ParallaxError(
                 f"recipe '{self.recipe.name}': torchao float8 needs batch·seq divisible by {DIM_MULTIPLE} "
@@ -52,7 +62,8 @@ class TorchaoFloat8Hooks(TorchHooks):
                 "float8_recipe": self.recipe.params["torchao_recipe"],
                 "float8_casts": {role: f"{c.scaling_type.value} {c.scaling_granularity.value} "
                                        f"{str(c.target_dtype).removeprefix('torch.')}" for role, c in casts.items()},
-                "excluded": list(self.recipe.params["excluded"])}
+                "excluded": list(self.recipe.params["excluded"]),
+                "fsdp_float8_all_gather": config.enable_fsdp_float8_all_gather}
 
     # ---- the model
     def build(self, torch, config, weights, device):
