@@ -124,12 +124,20 @@ def resolve_gpus(value, device: str | None, option: str = "--gpus") -> int:
         raise ParallaxError(f"{option} must be at least 1 (or 'all'), got {count}")
     if on_cpu or count == 1:
         return count
-    found = visible_gpus()
+    found = visible_gpus() * jax_processes()
     if count > found:
         fix = (f"use {option} {found} or fewer, or {option} all" if found else
                f"use --device cpu {option} {count} for {count} CPU ranks")
         raise ParallaxError(f"{option} {count}: only {found} GPU{'' if found == 1 else 's'} visible; {fix}")
     return count
+
+
+def jax_processes() -> int:
+    """The processes of a several-host JAX launch set up in the environment (1 otherwise): its
+    --gpus counts every GPU of every host, each host checked for its own share by the engine."""
+    from parallax.engines.jax.parallel import process_count_from_env
+
+    return process_count_from_env()
 
 
 def _world_gpus(text: str, rank: RankInfo, on_cpu: bool, option: str) -> int:

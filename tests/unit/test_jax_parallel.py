@@ -151,7 +151,7 @@ def test_rank_slices_are_the_rows_of_the_same_global_batch():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"gpus": 0}, "--gpus must be at least 1, got 0"),
+    ({"gpus": 0}, r"--gpus must be at least 1 \(or .all.\), got 0"),
     ({"sharding": "zero3"}, "--sharding must be one of ddp, fsdp"),
 ])
 def test_run_config_checks_gpus_and_sharding(changes, message):
