@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "quant/qdq_math.h"
@@ -212,6 +213,21 @@ __device__ __forceinline__ void store_group(void* base, size_t i, const uint32_t
   for (int k = 0; k < kOutWords<T> / 4; ++k) __stcs(p + k, make_uint4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]));
 }
 
+// Programmatic dependent launch (sm_90+): the amax kernel lets the quantize kernel be launched at
+// once; the quantize kernel issues its first loads (the input is not written by the amax kernel)
+// and then waits for the amax kernel to complete and its memory to be visible before it reads
+// the amax. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // The Hadamard signs (+1/-1) as kernel parameters: read from the constant bank, no registers.
 struct Signs {
   float s[16];
@@ -229,6 +245,7 @@ template <typename T, bool kRht>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups, const Signs sgn,
                                                        float* __restrict__ ws) {
   constexpr bool kLanes = sizeof(T) == 2 && !kRht;
+  pdl_launch_dependents();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   int32_t key = 0;        // float32 key: max of bits + 0x00800000 over finite magnitudes
   uint32_t lanes = 0;     // bf16 keys, two s16 lanes
@@ -369,13 +386,14 @@ template <typename T, bool kRht, bool kSr>
 __global__ void __launch_bounds__(kThreads) nvfp4_1x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   using G = GroupQdq<T, kRht, kSr>;
-  const float sg = q::global_scale(a.ws[0]);
-  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   const size_t groups = a.rows * (a.cols / 16);
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   Group<T> in;
-  if (t < groups) in.load(a.x, (groups - 1 - t) * 16);  // in flight while the table is built
+  if (t < groups) in.load(a.x, (groups - 1 - t) * 16);  // in flight while the amax completes
+  pdl_wait();
+  const float sg = q::global_scale(a.ws[0]);
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   build_table<T, kRht, kSr>(table, sg);
   __syncthreads();
   const uint64_t key = kSr ? sr_key(a) : 0;
@@ -407,8 +425,6 @@ template <typename T, bool kRht, bool kSr>
 __global__ void __launch_bounds__(kThreads) nvfp4_16x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   using G = GroupQdq<T, kRht, kSr>;
-  const float sg = q::global_scale(a.ws[0]);
-  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   const int lane = threadIdx.x & 31, row = lane >> 1, side = lane & 1;
   const size_t gpr = a.cols / 16, pairs = (gpr + 1) / 2, units = (a.rows / 16) * pairs;
   const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
@@ -432,6 +448,9 @@ __global__ void __launch_bounds__(kThreads) nvfp4_16x16_kernel(const Nvfp4Args a
     i = at(band, pair, live);
     if (live) in.load(a.x, i);
   }
+  pdl_wait();
+  const float sg = q::global_scale(a.ws[0]);
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   build_table<T, kRht, kSr>(table, sg);
   __syncthreads();
   const uint64_t key = kSr ? sr_key(a) : 0;
@@ -583,15 +602,46 @@ void launch_amax(const void* x, size_t groups, const Signs& s, float* ws, cudaSt
   k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, s, ws);
 }
 
+// Whether the quantize kernel is launched as a programmatic dependent of the amax kernel (its
+// launch and first loads overlap the amax kernel's tail). PARALLAX_QUANT_PDL=0 turns it off.
+bool use_pdl() {
+  static const bool on = [] {
+    const char* v = std::getenv("PARALLAX_QUANT_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// Launches kernel k over grid with a; with programmatic stream serialization when use_pdl(),
+// falling back to a plain launch if the runtime refuses the attribute.
+template <typename K>
+void launch_dependent(K k, int grid, const Nvfp4Args& a, cudaStream_t st) {
+  if (use_pdl()) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k, a) == cudaSuccess) return;
+    (void)cudaGetLastError();  // not sticky: a launch-configuration error
+  }
+  k<<<grid, kThreads, 0, st>>>(a);
+}
+
 template <typename T, bool kTile, bool kRht, bool kSr>
 void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
   if constexpr (kTile) {
     constexpr auto k = nvfp4_16x16_kernel<T, kRht, kSr>;
     const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);
-    k<<<persistent_grid<k>(units * 32), kThreads, 0, st>>>(a);
+    launch_dependent(k, persistent_grid<k>(units * 32), a, st);
   } else {
     constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
-    k<<<persistent_grid<k>(a.rows * (a.cols / 16)), kThreads, 0, st>>>(a);
+    launch_dependent(k, persistent_grid<k>(a.rows * (a.cols / 16)), a, st);
   }
 }
 
