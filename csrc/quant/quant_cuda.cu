@@ -291,6 +291,8 @@ struct Nvfp4Args {
   uint8_t* scales;
   float* ws;
   size_t rows, cols;
+  uint32_t groups;            // 1x16: the groups of this launch (a chunk of < 2^32 of them) ...
+  uint64_t index_base;        // ... and the tensor index of its first element (x, y, codes, scales offset to it)
   uint64_t key;               // hash_key(seed)
   uint64_t seed;              // with counter: the per-run seed ...
   const uint32_t* counter;    // ... and the device step counter (NULL: key as given)
@@ -302,10 +304,11 @@ struct Nvfp4Args {
 // fast path. It stores the group's outputs itself, so that the fast path's stay in registers.
 template <typename T>
 __device__ __noinline__ void generic_group_store(const float v[16], uint32_t amax_bits, float sg, bool stochastic,
-                                                  uint64_t key, size_t i, void* y, uint8_t* codes_out) {
+                                                  uint64_t key, size_t i, uint64_t index, void* y,
+                                                  uint8_t* codes_out) {
   float yf[16];
   uint32_t codes[2], w[kOutWords<T>];
-  q::generic_group(v, amax_bits, sg, stochastic, key, i, codes, yf);
+  q::generic_group(v, amax_bits, sg, stochastic, key, index, codes, yf);
   if (sizeof(T) == 2) {
     for (int j = 0; j < 8; ++j) w[j] = q::f32_to_bf16(yf[2 * j]) | (static_cast<uint32_t>(q::f32_to_bf16(yf[2 * j + 1])) << 16);
   } else {
@@ -348,7 +351,7 @@ struct GroupQdq {
 
   // The generic path: stores the group's values and codes.
   __device__ __forceinline__ void generic_store(const Group<T>& in, uint32_t amax_b, float sg, uint64_t key, size_t i,
-                                                const Nvfp4Args& args) const {
+                                                uint64_t index, const Nvfp4Args& args) const {
     float v[16];
     if constexpr (kPairs) {
       in.to_float(v);
@@ -356,7 +359,7 @@ struct GroupQdq {
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = __uint_as_float(u[k]);
     }
-    generic_group_store<T>(v, amax_b, sg, kSr, key, i, args.y, args.codes);
+    generic_group_store<T>(v, amax_b, sg, kSr, key, i, index, args.y, args.codes);
   }
 
   // Codes and output words of a fast or dead block (generic() false) of scale code sc.
@@ -381,16 +384,17 @@ __device__ __forceinline__ uint64_t sr_key(const Nvfp4Args& a) {
 }
 
 // 1x16: thread t of the grid takes groups G-1-t, G-1-t-stride, ...: the reverse of the amax
-// kernel's order, so that the first groups read here are the last it read (still in L2).
+// kernel's order, so that the first groups read here are the last it read (still in L2). Group
+// indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups).
 template <typename T, bool kRht, bool kSr>
 __global__ void __launch_bounds__(kThreads) nvfp4_1x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   using G = GroupQdq<T, kRht, kSr>;
-  const size_t groups = a.rows * (a.cols / 16);
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  size_t t = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const uint32_t groups = a.groups;
+  const uint32_t stride = gridDim.x * blockDim.x;
+  uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   Group<T> in;
-  if (t < groups) in.load(a.x, (groups - 1 - t) * 16);  // in flight while the amax completes
+  if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);  // in flight while the amax completes
   pdl_wait();
   const float sg = q::global_scale(a.ws[0]);
   if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
@@ -399,21 +403,22 @@ __global__ void __launch_bounds__(kThreads) nvfp4_1x16_kernel(const Nvfp4Args a)
   const uint64_t key = kSr ? sr_key(a) : 0;
   const bool want_y = a.y != nullptr, want_codes = a.codes != nullptr, want_scales = a.scales != nullptr;
   while (t < groups) {
-    const size_t g = groups - 1 - t;
+    const uint32_t g = groups - 1 - t;
+    const size_t i = static_cast<size_t>(g) * 16;
     G r;
     r.prepare(in, a.sgn);
     const uint32_t sc = q::block_code(r.amax_bits, sg);
     if (want_scales) a.scales[g] = static_cast<uint8_t>(sc);
     if (G::generic(table, sc)) {
-      r.generic_store(in, r.amax_bits, sg, key, g * 16, a);
+      r.generic_store(in, r.amax_bits, sg, key, i, a.index_base + i, a);
     } else {
       uint32_t codes[2], y[kOutWords<T>];
-      r.quantize(in, table, sc, key, g * 16, codes, y);
-      if (want_y) store_group<T>(a.y, g * 16, y);
-      if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + g * 8), make_uint2(codes[0], codes[1]));
+      r.quantize(in, table, sc, key, a.index_base + i, codes, y);
+      if (want_y) store_group<T>(a.y, i, y);
+      if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
     }
     t += stride;
-    if (t < groups) in.load(a.x, (groups - 1 - t) * 16);
+    if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);
   }
 }
 
@@ -469,7 +474,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_16x16_kernel(const Nvfp4Args a
     if (live) {
       if (want_scales) a.scales[band * gpr + 2 * pair + side] = static_cast<uint8_t>(sc);
       if (G::generic(table, sc)) {
-        r.generic_store(in, m, sg, key, i, a);
+        r.generic_store(in, m, sg, key, i, i, a);
       } else {
         uint32_t codes[2], y[kOutWords<T>];
         r.quantize(in, table, sc, key, i, codes, y);
@@ -639,9 +644,24 @@ void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
     constexpr auto k = nvfp4_16x16_kernel<T, kRht, kSr>;
     const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);
     launch_dependent(k, persistent_grid<k>(units * 32), a, st);
-  } else {
+  } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements)
     constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
-    launch_dependent(k, persistent_grid<k>(a.rows * (a.cols / 16)), a, st);
+    constexpr size_t kChunk = size_t{1} << 31;
+    const size_t groups = a.rows * (a.cols / 16), esize = sizeof(T);
+    size_t g0 = 0;
+    do {  // an empty tensor too: its launch writes ws[1]
+      Nvfp4Args c = a;
+      const size_t n = groups - g0 < kChunk ? groups - g0 : kChunk;
+      c.groups = static_cast<uint32_t>(n);
+      c.index_base = g0 * 16;
+      c.x = static_cast<const char*>(a.x) + g0 * 16 * esize;
+      if (a.y) c.y = static_cast<char*>(a.y) + g0 * 16 * esize;
+      if (a.codes) c.codes = a.codes + g0 * 8;
+      if (a.scales) c.scales = a.scales + g0;
+      if (g0 == 0) launch_dependent(k, persistent_grid<k>(n), c, st);
+      else k<<<persistent_grid<k>(n), kThreads, 0, st>>>(c);
+      g0 += n;
+    } while (g0 < groups);
   }
 }
 
@@ -689,7 +709,7 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
   else
     rht ? launch_amax<float, true>(x, groups, sg, scale_ws, s) : launch_amax<float, false>(x, groups, sg, scale_ws, s);
   if (int st = cuda_status(cudaGetLastError(), "amax kernel launch")) return st;
-  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, q::hash_key(seed), seed, seed_counter, sg};
+  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
   if (dtype == kPxQuantBF16)
     launch_nvfp4<uint16_t>(a, mode_16x16 != 0, rht != 0, stochastic != 0, s);
   else
