@@ -383,11 +383,18 @@ __device__ __forceinline__ uint64_t sr_key(const Nvfp4Args& a) {
   return a.counter ? q::hash_key(q::step_seed(a.seed, *a.counter)) : a.key;
 }
 
+// Resident thread blocks per SM to ask of ptxas (__launch_bounds__; 0: none, ptxas's own
+// allocation), where a register cap is worth it: the bf16 round-to-nearest 16x16 kernel fits 48
+// registers without spilling in its loop (5 blocks of 256 per SM instead of 4 at 55). A minimum
+// of 1 would let ptxas take more registers than it does by itself.
+template <typename T, bool kTile, bool kRht, bool kSr>
+constexpr int kMinBlocks = (kTile && sizeof(T) == 2 && !kRht && !kSr) ? 5 : 0;
+
 // 1x16: thread t of the grid takes groups G-1-t, G-1-t-stride, ...: the reverse of the amax
 // kernel's order, so that the first groups read here are the last it read (still in L2). Group
 // indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups).
 template <typename T, bool kRht, bool kSr>
-__global__ void __launch_bounds__(kThreads) nvfp4_1x16_kernel(const Nvfp4Args a) {
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) nvfp4_1x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   using G = GroupQdq<T, kRht, kSr>;
   const uint32_t groups = a.groups;
@@ -427,24 +434,24 @@ __global__ void __launch_bounds__(kThreads) nvfp4_1x16_kernel(const Nvfp4Args a)
 // lanes of one tile. Units (tile pairs) in reverse order, as 1x16; warp-uniform, so the
 // shuffles are full-warp (lanes of a missing second tile take part with amax 0).
 template <typename T, bool kRht, bool kSr>
-__global__ void __launch_bounds__(kThreads) nvfp4_16x16_kernel(const Nvfp4Args a) {
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nvfp4_16x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   using G = GroupQdq<T, kRht, kSr>;
   const int lane = threadIdx.x & 31, row = lane >> 1, side = lane & 1;
-  const size_t gpr = a.cols / 16, pairs = (gpr + 1) / 2, units = (a.rows / 16) * pairs;
-  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
-  size_t t = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const uint32_t gpr = static_cast<uint32_t>(a.cols / 16), pairs = (gpr + 1) / 2, units = a.groups;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  uint32_t t = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
   // unit u = units - 1 - t = band * pairs + pair, kept as (band, pair) and stepped without dividing
-  size_t band = 0, pair = 0;
-  const size_t dband = pairs ? warps / pairs : 0, dpair = pairs ? warps % pairs : 0;
+  uint32_t band = 0, pair = 0;
+  const uint32_t dband = pairs ? warps / pairs : 0, dpair = pairs ? warps % pairs : 0;
   if (t < units) {
     band = (units - 1 - t) / pairs;
     pair = (units - 1 - t) % pairs;
   }
-  auto at = [&](size_t b, size_t p, bool& live) {
-    const size_t tile = 2 * p + side;
+  auto at = [&](uint32_t b, uint32_t p, bool& live) {
+    const uint32_t tile = 2 * p + side;
     live = tile < gpr;
-    return (b * 16 + row) * a.cols + tile * 16;
+    return (static_cast<size_t>(b) * 16 + row) * a.cols + static_cast<size_t>(tile) * 16;
   };
   bool live = false;
   size_t i = 0;
@@ -472,7 +479,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_16x16_kernel(const Nvfp4Args a
     for (int o = 2; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(kFull, m, o));
     const uint32_t sc = q::block_code(m, sg);
     if (live) {
-      if (want_scales) a.scales[band * gpr + 2 * pair + side] = static_cast<uint8_t>(sc);
+      if (want_scales) a.scales[static_cast<size_t>(band) * gpr + 2 * pair + side] = static_cast<uint8_t>(sc);
       if (G::generic(table, sc)) {
         r.generic_store(in, m, sg, key, i, i, a);
       } else {
@@ -642,8 +649,10 @@ template <typename T, bool kTile, bool kRht, bool kSr>
 void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
   if constexpr (kTile) {
     constexpr auto k = nvfp4_16x16_kernel<T, kRht, kSr>;
-    const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);
-    launch_dependent(k, persistent_grid<k>(units * 32), a, st);
+    const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);  // tile pairs, < 2^32 (2^41 elements)
+    Nvfp4Args c = a;
+    c.groups = static_cast<uint32_t>(units);
+    launch_dependent(k, persistent_grid<k>(units * 32), c, st);
   } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements)
     constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
     constexpr size_t kChunk = size_t{1} << 31;
