@@ -288,8 +288,8 @@ PX_HD void hadamard16_group(float v[16], const float s[16], bool inverse) {
 //    symmetric), looked up with byte permutes (prmt).
 //  * Per thread block, one table of 128 entries (FastScale, one per E4M3 scale code) for the
 //    tensor's s_global, so a block costs its amax, block_code and one shared-memory row.
-//  * Blocks outside the fast path (an E4M3 scale whose d * s_global < 2^-120: tensors whose
-//    amax is below ~1e-34) take the generic path, element_code / element_value as before.
+//  * Blocks outside the fast path (an E4M3 scale whose d * s_global < 2^-120, which needs a
+//    tensor amax below ~1e-30) take the generic path, element_code / element_value as before.
 //
 // Device-only instructions have host twins here: prmt (__byte_perm), gt_mask2
 // (set.gt.u32.bf16x2), max_u16x2 and max_s16x2. Each twin states the domain the kernels call it

@@ -299,9 +299,10 @@ struct Nvfp4Args {
   Signs sgn;                  // Hadamard signs
 };
 
-// The generic path (qdq::generic_group), out of line: it is rare (tensors whose amax is below
-// ~1e-34) and its 16 divisions would otherwise take registers and instruction cache from the
-// fast path. It stores the group's outputs itself, so that the fast path's stay in registers.
+// The generic path (qdq::generic_group), out of line: it is rare (only tensors whose amax is
+// below ~1e-30 have such blocks) and its 16 divisions would otherwise take registers and
+// instruction cache from the fast path. It stores the group's outputs itself, so that the fast
+// path's stay in registers.
 template <typename T>
 __device__ __noinline__ void generic_group_store(const float v[16], uint32_t amax_bits, float sg, bool stochastic,
                                                   uint64_t key, size_t i, uint64_t index, void* y,
