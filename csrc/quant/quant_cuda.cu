@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include "quant/qdq_math.h"
@@ -40,9 +41,8 @@ int cuda_status(cudaError_t e, const char* what) {
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-// Blocks for a grid-stride launch over `units` warp iterations: at most 16 resident-sized
-// waves of the device's SMs (the SM count is read once per device).
-int grid_for(size_t units) {
+// The device's SM count (read once per device).
+int sm_count() {
   static std::atomic<int> sm_cache[64];
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
@@ -51,8 +51,14 @@ int grid_for(size_t units) {
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) sms = 132;
     sm_cache[dev].store(sms, std::memory_order_relaxed);
   }
+  return sms;
+}
+
+// Blocks for a grid-stride launch over `units` warp iterations: at most 16 resident-sized
+// waves of the device's SMs.
+int grid_for(size_t units) {
   const size_t want = (units + kWarps - 1) / kWarps;
-  const size_t cap = static_cast<size_t>(sms) * 16;
+  const size_t cap = static_cast<size_t>(sm_count()) * 16;
   return static_cast<int>(want < cap ? (want == 0 ? 1 : want) : cap);
 }
 
@@ -138,50 +144,141 @@ __device__ __forceinline__ void hadamard_half(float v[8], int half, uint32_t neg
   }
 }
 
-// Max of the finite |v| of 8 values; +inf when any is NaN/inf (marks a non-finite block).
-__device__ __forceinline__ float half_amax(const float v[8], bool& nonfinite) {
-  float m = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    if (q::is_finite(v[k]))
-      m = fmaxf(m, q::abs_(v[k]));
-    else
-      nonfinite = true;
+// ---- NVFP4: groups of 16 -------------------------------------------------------------------
+//
+// The NVFP4 kernels give each thread one group of 16 consecutive elements of a row (one 1x16
+// block, or one row of a 16x16 tile): two 16-byte loads for bf16, four for float32, and every
+// per-block step in registers. See qdq_math.h's "fast paths" for the arithmetic.
+
+template <typename T>
+struct Group;
+
+template <>
+struct Group<uint16_t> {  // bfloat16: 8 words, element 2j in the low half of w[j]
+  uint32_t w[8];
+  __device__ __forceinline__ void load(const void* base, size_t i) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+    const uint4 a = __ldcs(p), b = __ldcs(p + 1);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
   }
-  return m;
+  __device__ __forceinline__ void load_nc(const void* base, size_t i) {  // kept in L2 for the next pass
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
+    const uint4 a = __ldg(p), b = __ldg(p + 1);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+  }
+  __device__ __forceinline__ void to_float(float v[16]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      v[2 * j] = __uint_as_float(w[j] << 16);
+      v[2 * j + 1] = __uint_as_float(w[j] & 0xFFFF0000u);
+    }
+  }
+};
+
+template <>
+struct Group<float> {
+  float v[16];
+  __device__ __forceinline__ void load(const void* base, size_t i) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 a = __ldcs(p + k);
+      v[4 * k] = a.x; v[4 * k + 1] = a.y; v[4 * k + 2] = a.z; v[4 * k + 3] = a.w;
+    }
+  }
+  __device__ __forceinline__ void load_nc(const void* base, size_t i) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float4 a = __ldg(p + k);
+      v[4 * k] = a.x; v[4 * k + 1] = a.y; v[4 * k + 2] = a.z; v[4 * k + 3] = a.w;
+    }
+  }
+  __device__ __forceinline__ void to_float(float o[16]) const {
+#pragma unroll
+    for (int k = 0; k < 16; ++k) o[k] = v[k];
+  }
+};
+
+// Output words of a group: 8 (bf16 pairs) or 16 (float32 bits).
+template <typename T>
+constexpr int kOutWords = sizeof(T) == 2 ? 8 : 16;
+
+template <typename T>
+__device__ __forceinline__ void store_group(void* base, size_t i, const uint32_t y[kOutWords<T>]) {
+  uint4* p = reinterpret_cast<uint4*>(static_cast<T*>(base) + i);
+#pragma unroll
+  for (int k = 0; k < kOutWords<T> / 4; ++k) __stcs(p + k, make_uint4(y[4 * k], y[4 * k + 1], y[4 * k + 2], y[4 * k + 3]));
 }
+
+// Programmatic dependent launch (sm_90+): the amax kernel lets the quantize kernel be launched at
+// once; the quantize kernel issues its first loads (the input is not written by the amax kernel)
+// and then waits for the amax kernel to complete and its memory to be visible before it reads
+// the amax. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// The Hadamard signs (+1/-1) as kernel parameters: read from the constant bank, no registers.
+struct Signs {
+  float s[16];
+};
 
 // ---- per-tensor amax -----------------------------------------------------------------------
 
 // amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
 // caller) with an atomic max on the bits: non-negative floats order like their bit patterns
-// and max is exact, so the result does not depend on the order of the blocks.
+// and max is exact, so the result does not depend on the order of the blocks. Magnitudes are
+// compared as integers with a key that puts NaN and inf below every finite value: bits + 2^23
+// (float32; a non-finite magnitude >= 0x7F800000 then has the sign bit, so a signed max drops
+// it) or, per 16-bit lane, bits + 0x80 (bfloat16, two lanes per instruction).
 template <typename T, bool kRht>
-__global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t n, uint32_t neg_mask,
+__global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups, const Signs sgn,
                                                        float* __restrict__ ws) {
-  const int lane = threadIdx.x & 31;
-  const size_t halves = n / 8;
-  const size_t units = (halves + 31) / 32;
-  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
-  float m = 0.0f;
-  for (size_t u = warp; u < units; u += warps) {
-    const size_t h = u * 32 + lane;
-    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (h < halves) Io<T>::load(x, h * 8, v);
-    if (kRht) hadamard_half(v, lane & 1, neg_mask, false);
-    bool nonfinite = false;  // non-finite values are simply left out of the tensor amax
-    m = fmaxf(m, half_amax(v, nonfinite));
-  }
+  constexpr bool kLanes = sizeof(T) == 2 && !kRht;
+  pdl_launch_dependents();
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  int32_t key = 0;        // float32 key: max of bits + 0x00800000 over finite magnitudes
+  uint32_t lanes = 0;     // bf16 keys, two s16 lanes
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    Group<T> in;
+    in.load_nc(x, g * 16);
+    if constexpr (kLanes) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
-  __shared__ float part[kWarps];
-  if (lane == 0) part[threadIdx.x / 32] = m;
+      for (int j = 0; j < 8; ++j) lanes = q::max_s16x2(lanes, (in.w[j] & 0x7FFF7FFFu) + 0x00800080u);
+    } else {
+      float v[16];
+      in.to_float(v);
+      if (kRht) q::hadamard16_group(v, sgn.s, false);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) key = max(key, static_cast<int32_t>((__float_as_uint(v[k]) & 0x7FFFFFFFu) + 0x00800000u));
+    }
+  }
+  uint32_t m;  // the float bits of the largest finite magnitude
+  if constexpr (kLanes) {
+    const int32_t l = max(static_cast<int32_t>(static_cast<int16_t>(lanes & 0xFFFFu)), static_cast<int32_t>(static_cast<int16_t>(lanes >> 16)));
+    m = l > 0x80 ? static_cast<uint32_t>(l - 0x80) << 16 : 0u;
+  } else {
+    m = key > 0x00800000 ? static_cast<uint32_t>(key - 0x00800000) : 0u;
+  }
+  m = __reduce_max_sync(kFull, m);
+  __shared__ uint32_t part[kWarps];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = m;
   __syncthreads();
   if (threadIdx.x == 0) {
-    float b = 0.0f;
-    for (int w = 0; w < kWarps; ++w) b = fmaxf(b, part[w]);
-    atomicMax(reinterpret_cast<unsigned int*>(ws), q::f2u(b));
+    uint32_t b = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
+    if (b) atomicMax(reinterpret_cast<unsigned int*>(ws), b);
   }
 }
 
@@ -194,61 +291,217 @@ struct Nvfp4Args {
   uint8_t* scales;
   float* ws;
   size_t rows, cols;
-  bool stochastic;
-  uint64_t key;       // hash_key(seed)
-  uint32_t neg_mask;  // Hadamard signs
-  uint64_t seed;                  // with counter: the per-run seed ...
-  const uint32_t* counter;        // ... and the device step counter (NULL: key as given)
+  uint32_t groups;            // 1x16: the groups of this launch (a chunk of < 2^32 of them) ...
+  uint64_t index_base;        // ... and the tensor index of its first element (x, y, codes, scales offset to it)
+  uint64_t key;               // hash_key(seed)
+  uint64_t seed;              // with counter: the per-run seed ...
+  const uint32_t* counter;    // ... and the device step counter (NULL: key as given)
+  Signs sgn;                  // Hadamard signs
 };
 
-template <typename T, bool kTile, bool kRht>
-__global__ void __launch_bounds__(kThreads) nvfp4_kernel(Nvfp4Args a) {
-  const int lane = threadIdx.x & 31, half = lane & 1;
-  const size_t warp = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const size_t warps = static_cast<size_t>(gridDim.x) * blockDim.x / 32;
+// The generic path (qdq::generic_group), out of line: it is rare (only tensors whose amax is
+// below ~1e-30 have such blocks) and its 16 divisions would otherwise take registers and
+// instruction cache from the fast path. It stores the group's outputs itself, so that the fast
+// path's stay in registers.
+template <typename T>
+__device__ __noinline__ void generic_group_store(const float v[16], uint32_t amax_bits, float sg, bool stochastic,
+                                                  uint64_t key, size_t i, uint64_t index, void* y,
+                                                  uint8_t* codes_out) {
+  float yf[16];
+  uint32_t codes[2], w[kOutWords<T>];
+  q::generic_group(v, amax_bits, sg, stochastic, key, index, codes, yf);
+  if (sizeof(T) == 2) {
+    for (int j = 0; j < 8; ++j) w[j] = q::f32_to_bf16(yf[2 * j]) | (static_cast<uint32_t>(q::f32_to_bf16(yf[2 * j + 1])) << 16);
+  } else {
+    for (int k = 0; k < 16; ++k) w[k] = __float_as_uint(yf[k]);
+  }
+  if (y) store_group<T>(y, i, w);
+  if (codes_out) __stcs(reinterpret_cast<uint2*>(codes_out + i / 2), make_uint2(codes[0], codes[1]));
+}
+
+// One group through qdq_math.h's fast paths: prepare() (the transform, the magnitudes and the
+// group's amax), then generic_store() or quantize() for the block's scale code.
+template <typename T, bool kRht, bool kSr>
+struct GroupQdq {
+  static constexpr bool kBf16 = sizeof(T) == 2;
+  static constexpr bool kPairs = kBf16 && !kRht && !kSr;  // RNE compares on the bf16 lanes
+  uint32_t a[8];    // kPairs: split_bf16x8's magnitude pairs
+  uint32_t signs[2];
+  uint32_t u[16];   // !kPairs: the f32 bits of the (transformed) values
+  uint32_t amax_bits;
+
+  __device__ __forceinline__ void prepare(const Group<T>& in, const Signs& sgn) {
+    if constexpr (kPairs) {
+      q::split_bf16x8(in.w, a, signs[0]);
+      q::split_bf16x8(in.w + 4, a + 4, signs[1]);
+      amax_bits = q::amax_bits_pairs(a);
+    } else {
+      float v[16];
+      in.to_float(v);
+      if (kRht) q::hadamard16_group(v, sgn.s, false);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) u[k] = __float_as_uint(v[k]);
+      amax_bits = q::amax_bits_f32(u);
+    }
+  }
+
+  // Whether the block of scale code sc takes the generic path.
+  static __device__ __forceinline__ bool generic(const q::FastScale* table, uint32_t sc) {
+    return sc > 0x7Fu || table[sc].flags == q::kFlagGeneric;
+  }
+
+  // The generic path: stores the group's values and codes.
+  __device__ __forceinline__ void generic_store(const Group<T>& in, uint32_t amax_b, float sg, uint64_t key, size_t i,
+                                                uint64_t index, const Nvfp4Args& args) const {
+    float v[16];
+    if constexpr (kPairs) {
+      in.to_float(v);
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = __uint_as_float(u[k]);
+    }
+    generic_group_store<T>(v, amax_b, sg, kSr, key, i, index, args.y, args.codes);
+  }
+
+  // Codes and output words of a fast or dead block (generic() false) of scale code sc.
+  __device__ __forceinline__ void quantize(const Group<T>& in, const q::FastScale* table, uint32_t sc, uint64_t key,
+                                           size_t index0, uint32_t codes[2], uint32_t y[kOutWords<T>]) const {
+    const q::FastScale& e = table[sc];
+    if constexpr (kPairs) q::group_rne_pairs(in.w, a, signs, e, codes, y);
+    else if constexpr (kSr) q::group_sr<kBf16>(u, e, key, index0, codes, y);
+    else q::group_rne_f32<kBf16>(u, e, codes, y);
+  }
+};
+
+// The scale table of this thread block: row sc for every E4M3 scale code.
+template <typename T, bool kRht, bool kSr>
+__device__ __forceinline__ void build_table(q::FastScale* table, float sg) {
+  using G = GroupQdq<T, kRht, kSr>;
+  if (threadIdx.x < 128) table[threadIdx.x] = q::fast_scale(threadIdx.x, sg, G::kPairs, G::kBf16, !kSr);
+}
+
+__device__ __forceinline__ uint64_t sr_key(const Nvfp4Args& a) {
+  return a.counter ? q::hash_key(q::step_seed(a.seed, *a.counter)) : a.key;
+}
+
+// Resident thread blocks per SM to ask of ptxas (__launch_bounds__; 0: none, ptxas's own
+// allocation), where a register cap is worth it: the bf16 round-to-nearest 16x16 kernel fits 48
+// registers without spilling in its loop (5 blocks of 256 per SM instead of 4 at 55). A minimum
+// of 1 would let ptxas take more registers than it does by itself.
+template <typename T, bool kTile, bool kRht, bool kSr>
+constexpr int kMinBlocks = (kTile && sizeof(T) == 2 && !kRht && !kSr) ? 5 : 0;
+
+// 1x16: thread t of the grid takes groups G-1-t, G-1-t-stride, ...: the reverse of the amax
+// kernel's order, so that the first groups read here are the last it read (still in L2). Group
+// indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups).
+template <typename T, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) nvfp4_1x16_kernel(const Nvfp4Args a) {
+  __shared__ q::FastScale table[128];
+  using G = GroupQdq<T, kRht, kSr>;
+  const uint32_t groups = a.groups;
+  const uint32_t stride = gridDim.x * blockDim.x;
+  uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
+  Group<T> in;
+  if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);  // in flight while the amax completes
+  pdl_wait();
   const float sg = q::global_scale(a.ws[0]);
   if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
-  const size_t gpr = a.cols / 16;  // groups (and scale columns) per row
-  const size_t units = kTile ? (a.rows / 16) * gpr : (a.rows * gpr + 15) / 16;
-  const uint64_t key = a.counter ? q::hash_key(q::step_seed(a.seed, *a.counter)) : a.key;
-
-  for (size_t u = warp; u < units; u += warps) {
-    size_t i;          // index of this lane's first element
-    size_t scale_at;   // index of the block's scale byte
-    bool live = true;  // this lane holds real data (1x16 tail)
-    if (kTile) {
-      const size_t tr = u / gpr, tc = u % gpr;
-      i = (tr * 16 + (lane >> 1)) * a.cols + tc * 16 + half * 8;
-      scale_at = u;
+  build_table<T, kRht, kSr>(table, sg);
+  __syncthreads();
+  const uint64_t key = kSr ? sr_key(a) : 0;
+  const bool want_y = a.y != nullptr, want_codes = a.codes != nullptr, want_scales = a.scales != nullptr;
+  while (t < groups) {
+    const uint32_t g = groups - 1 - t;
+    const size_t i = static_cast<size_t>(g) * 16;
+    G r;
+    r.prepare(in, a.sgn);
+    const uint32_t sc = q::block_code(r.amax_bits, sg);
+    if (want_scales) a.scales[g] = static_cast<uint8_t>(sc);
+    if (G::generic(table, sc)) {
+      r.generic_store(in, r.amax_bits, sg, key, i, a.index_base + i, a);
     } else {
-      const size_t g = u * 16 + (lane >> 1);
-      live = g < a.rows * gpr;
-      i = g * 16 + half * 8;
-      scale_at = g;
+      uint32_t codes[2], y[kOutWords<T>];
+      r.quantize(in, table, sc, key, a.index_base + i, codes, y);
+      if (want_y) store_group<T>(a.y, i, y);
+      if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
     }
-    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (live) Io<T>::load(a.x, i, v);
-    if (kRht) hadamard_half(v, half, a.neg_mask, false);
-    bool nonfinite = false;
-    float m = half_amax(v, nonfinite);
-    if (nonfinite) m = __uint_as_float(0x7F800000u);
-    m = fmaxf(m, __shfl_xor_sync(kFull, m, 1));
-    if (kTile) {
+    t += stride;
+    if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);
+  }
+}
+
+// 16x16: a warp takes two neighbouring tiles of a band of 16 rows: lane = 2 * row + tile, so a
+// row's two groups are 64 contiguous bytes (bf16); the tile amax is a reduction over the 16
+// lanes of one tile. Units (tile pairs) in reverse order, as 1x16; warp-uniform, so the
+// shuffles are full-warp (lanes of a missing second tile take part with amax 0).
+template <typename T, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nvfp4_16x16_kernel(const Nvfp4Args a) {
+  __shared__ q::FastScale table[128];
+  using G = GroupQdq<T, kRht, kSr>;
+  const int lane = threadIdx.x & 31, row = lane >> 1, side = lane & 1;
+  const uint32_t gpr = static_cast<uint32_t>(a.cols / 16), pairs = (gpr + 1) / 2, units = a.groups;
+  const uint32_t warps = gridDim.x * blockDim.x / 32;
+  uint32_t t = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  // unit u = units - 1 - t = band * pairs + pair, kept as (band, pair) and stepped without dividing
+  uint32_t band = 0, pair = 0;
+  const uint32_t dband = pairs ? warps / pairs : 0, dpair = pairs ? warps % pairs : 0;
+  if (t < units) {
+    band = (units - 1 - t) / pairs;
+    pair = (units - 1 - t) % pairs;
+  }
+  auto at = [&](uint32_t b, uint32_t p, bool& live) {
+    const uint32_t tile = 2 * p + side;
+    live = tile < gpr;
+    return (static_cast<size_t>(b) * 16 + row) * a.cols + static_cast<size_t>(tile) * 16;
+  };
+  bool live = false;
+  size_t i = 0;
+  Group<T> in;
+  if (t < units) {
+    i = at(band, pair, live);
+    if (live) in.load(a.x, i);
+  }
+  pdl_wait();
+  const float sg = q::global_scale(a.ws[0]);
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
+  build_table<T, kRht, kSr>(table, sg);
+  __syncthreads();
+  const uint64_t key = kSr ? sr_key(a) : 0;
+  const bool want_y = a.y != nullptr, want_codes = a.codes != nullptr, want_scales = a.scales != nullptr && row == 0;
+  while (t < units) {
+    G r;
+    if (live) {
+      r.prepare(in, a.sgn);
+    } else {
+      r.amax_bits = 0;
+    }
+    uint32_t m = r.amax_bits;
 #pragma unroll
-      for (int o = 2; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+    for (int o = 2; o < 32; o <<= 1) m = max(m, __shfl_xor_sync(kFull, m, o));
+    const uint32_t sc = q::block_code(m, sg);
+    if (live) {
+      if (want_scales) a.scales[static_cast<size_t>(band) * gpr + 2 * pair + side] = static_cast<uint8_t>(sc);
+      if (G::generic(table, sc)) {
+        r.generic_store(in, m, sg, key, i, i, a);
+      } else {
+        uint32_t codes[2], y[kOutWords<T>];
+        r.quantize(in, table, sc, key, i, codes, y);
+        if (want_y) store_group<T>(a.y, i, y);
+        if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
+      }
     }
-    const q::BlockScale b = q::block_scale(m, sg);
-    uint32_t packed = 0;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint8_t c = q::element_code(v[k], b, a.stochastic, key, i + k);
-      packed |= static_cast<uint32_t>(c) << (4 * k);
-      v[k] = q::element_value(c, b, sg);
+    t += warps;
+    if (t < units) {  // (band, pair) -= (dband, dpair) with a borrow
+      if (pair < dpair) {
+        pair += pairs - dpair;
+        band -= dband + 1;
+      } else {
+        pair -= dpair;
+        band -= dband;
+      }
+      i = at(band, pair, live);
+      if (live) in.load(a.x, i);
     }
-    if (!live) continue;
-    if (a.y) Io<T>::store(a.y, i, v);
-    if (a.codes) __stcs(reinterpret_cast<unsigned int*>(a.codes + i / 2), packed);
-    if (a.scales && (kTile ? lane == 0 : half == 0)) a.scales[scale_at] = b.code;
   }
 }
 
@@ -322,6 +575,13 @@ uint32_t neg_mask_of(uint64_t seed) {
   return m;
 }
 
+Signs signs_of(uint64_t seed) {
+  Signs s;
+  const uint64_t key = q::hash_key(seed);
+  for (int j = 0; j < 16; ++j) s.s[j] = q::hadamard_sign(key, j);
+  return s;
+}
+
 int check_common(const void* x, int dtype, const void* y, const void* codes, size_t n) {
   if (!x && n > 0) return fail(kPxQuantErrArg, "x is NULL");
   if (dtype != kPxQuantF32 && dtype != kPxQuantBF16)
@@ -331,12 +591,103 @@ int check_common(const void* x, int dtype, const void* y, const void* codes, siz
   return kPxQuantOk;
 }
 
+// Blocks for a persistent launch of kernel K over `threads` threads of work: no more than are
+// resident at once (occupancy, read once per kernel and device), so that a thread block builds
+// its scale table once and then loops.
+template <auto K>
+int persistent_grid(size_t threads) {
+  static std::atomic<int> cache[64];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  int per_sm = cache[dev].load(std::memory_order_relaxed);
+  if (per_sm == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kThreads, 0) != cudaSuccess || per_sm <= 0) per_sm = 1;
+    cache[dev].store(per_sm, std::memory_order_relaxed);
+  }
+  const size_t want = (threads + kThreads - 1) / kThreads;
+  const size_t cap = static_cast<size_t>(sm_count()) * static_cast<size_t>(per_sm);
+  return static_cast<int>(want < cap ? (want == 0 ? 1 : want) : cap);
+}
+
+template <typename T, bool kRht>
+void launch_amax(const void* x, size_t groups, const Signs& s, float* ws, cudaStream_t st) {
+  constexpr auto k = amax_kernel<T, kRht>;
+  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, s, ws);
+}
+
+// Whether the quantize kernel is launched as a programmatic dependent of the amax kernel (its
+// launch and first loads overlap the amax kernel's tail). PARALLAX_QUANT_PDL=0 turns it off.
+bool use_pdl() {
+  static const bool on = [] {
+    const char* v = std::getenv("PARALLAX_QUANT_PDL");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+// Launches kernel k over grid with a; with programmatic stream serialization when use_pdl(),
+// falling back to a plain launch if the runtime refuses the attribute.
+template <typename K>
+void launch_dependent(K k, int grid, const Nvfp4Args& a, cudaStream_t st) {
+  if (use_pdl()) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, k, a) == cudaSuccess) return;
+    (void)cudaGetLastError();  // not sticky: a launch-configuration error
+  }
+  k<<<grid, kThreads, 0, st>>>(a);
+}
+
+template <typename T, bool kTile, bool kRht, bool kSr>
+void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
+  if constexpr (kTile) {
+    constexpr auto k = nvfp4_16x16_kernel<T, kRht, kSr>;
+    const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);  // tile pairs, < 2^32 (2^41 elements)
+    Nvfp4Args c = a;
+    c.groups = static_cast<uint32_t>(units);
+    launch_dependent(k, persistent_grid<k>(units * 32), c, st);
+  } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements)
+    constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
+    constexpr size_t kChunk = size_t{1} << 31;
+    const size_t groups = a.rows * (a.cols / 16), esize = sizeof(T);
+    size_t g0 = 0;
+    do {  // an empty tensor too: its launch writes ws[1]
+      Nvfp4Args c = a;
+      const size_t n = groups - g0 < kChunk ? groups - g0 : kChunk;
+      c.groups = static_cast<uint32_t>(n);
+      c.index_base = g0 * 16;
+      c.x = static_cast<const char*>(a.x) + g0 * 16 * esize;
+      if (a.y) c.y = static_cast<char*>(a.y) + g0 * 16 * esize;
+      if (a.codes) c.codes = a.codes + g0 * 8;
+      if (a.scales) c.scales = a.scales + g0;
+      if (g0 == 0) launch_dependent(k, persistent_grid<k>(n), c, st);
+      else k<<<persistent_grid<k>(n), kThreads, 0, st>>>(c);
+      g0 += n;
+    } while (g0 < groups);
+  }
+}
+
 template <typename T>
-void launch_nvfp4(const Nvfp4Args& a, bool tile, bool rht, int grid, cudaStream_t s) {
-  if (tile)
-    rht ? nvfp4_kernel<T, true, true><<<grid, kThreads, 0, s>>>(a) : nvfp4_kernel<T, true, false><<<grid, kThreads, 0, s>>>(a);
-  else
-    rht ? nvfp4_kernel<T, false, true><<<grid, kThreads, 0, s>>>(a) : nvfp4_kernel<T, false, false><<<grid, kThreads, 0, s>>>(a);
+void launch_nvfp4(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t s) {
+  const int v = (tile ? 4 : 0) | (rht ? 2 : 0) | (sr ? 1 : 0);
+  switch (v) {
+    case 0: launch_nvfp4_as<T, false, false, false>(a, s); break;
+    case 1: launch_nvfp4_as<T, false, false, true>(a, s); break;
+    case 2: launch_nvfp4_as<T, false, true, false>(a, s); break;
+    case 3: launch_nvfp4_as<T, false, true, true>(a, s); break;
+    case 4: launch_nvfp4_as<T, true, false, false>(a, s); break;
+    case 5: launch_nvfp4_as<T, true, false, true>(a, s); break;
+    case 6: launch_nvfp4_as<T, true, true, false>(a, s); break;
+    default: launch_nvfp4_as<T, true, true, true>(a, s); break;
+  }
 }
 
 }  // namespace
@@ -360,25 +711,19 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
   if (mode_16x16 && rows % 16 != 0)
     return fail(kPxQuantErrShape, "nvfp4: rows (" + std::to_string(rows) + ") must be a multiple of 16 for 16x16 blocks");
   cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
-  const size_t n = rows * cols;
-  const uint32_t mask = rht ? neg_mask_of(rht_seed) : 0;
+  const size_t groups = rows * (cols / 16);
+  const Signs sg = rht ? signs_of(rht_seed) : Signs{};
   if (int st = cuda_status(cudaMemsetAsync(scale_ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
-  const int ga = grid_for((n / 8 + 31) / 32);
   if (dtype == kPxQuantBF16)
-    rht ? amax_kernel<uint16_t, true><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws)
-        : amax_kernel<uint16_t, false><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws);
+    rht ? launch_amax<uint16_t, true>(x, groups, sg, scale_ws, s) : launch_amax<uint16_t, false>(x, groups, sg, scale_ws, s);
   else
-    rht ? amax_kernel<float, true><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws)
-        : amax_kernel<float, false><<<ga, kThreads, 0, s>>>(x, n, mask, scale_ws);
+    rht ? launch_amax<float, true>(x, groups, sg, scale_ws, s) : launch_amax<float, false>(x, groups, sg, scale_ws, s);
   if (int st = cuda_status(cudaGetLastError(), "amax kernel launch")) return st;
-  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, stochastic != 0, q::hash_key(seed), mask, seed,
-                    seed_counter};
-  const size_t units = mode_16x16 ? (rows / 16) * (cols / 16) : (n / 16 + 15) / 16;
-  const int gq = grid_for(units);
+  const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
   if (dtype == kPxQuantBF16)
-    launch_nvfp4<uint16_t>(a, mode_16x16 != 0, rht != 0, gq, s);
+    launch_nvfp4<uint16_t>(a, mode_16x16 != 0, rht != 0, stochastic != 0, s);
   else
-    launch_nvfp4<float>(a, mode_16x16 != 0, rht != 0, gq, s);
+    launch_nvfp4<float>(a, mode_16x16 != 0, rht != 0, stochastic != 0, s);
   return cuda_status(cudaGetLastError(), "nvfp4 kernel launch");
 }
 

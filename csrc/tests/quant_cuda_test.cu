@@ -143,6 +143,23 @@ TEST_F(QuantCuda, Nvfp4OddShapesAndGridStride) {
   check_nvfp4(t::edge_matrix(17, 48, 5), 17, 48, QdqDtype::kF32, false, false, true, stream_);
   check_nvfp4(t::edge_matrix(2048, 4096, 6), 2048, 4096, QdqDtype::kBF16, false, false, false, stream_);
   check_nvfp4(t::edge_matrix(1024, 2048, 7), 1024, 2048, QdqDtype::kF32, true, true, true, stream_);
+  // 16x16 with an odd number of tiles per band (a warp's second tile missing), every variant;
+  // and a 16x16 tensor large enough that every warp takes several tile pairs.
+  for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+    for (int v = 0; v < 8; ++v) check_nvfp4(t::edge_matrix(48, 80, 11), 48, 80, dt, true, v & 2, v & 4, stream_);
+  check_nvfp4(t::edge_matrix(2048, 4096, 12), 2048, 4096, QdqDtype::kBF16, true, false, false, stream_);
+}
+
+TEST_F(QuantCuda, Nvfp4SmallTensorsTakeTheGenericAndFastPaths) {
+  // amax ~2^-100 (normal): s_global ~2^-111, denominators on both sides of the fast path's
+  // 2^-120, bf16 thresholds near the bottom of the normal range
+  for (int e : {-100, -110, -118})
+    for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+      for (int v = 0; v < 8; ++v) {
+        std::vector<float> x = t::edge_matrix(64, 256, 13, false);
+        for (float& f : x) f = std::ldexp(f, e);
+        check_nvfp4(x, 64, 256, dt, v & 1, v & 2, v & 4, stream_);
+      }
 }
 
 TEST_F(QuantCuda, Nvfp4OptionalOutputsAndEmptyTensor) {

@@ -5,7 +5,10 @@
 // scale, codes, values, the Hadamard butterfly) against nvfp4_qdq_cpu on the edge matrices.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "quant/minifloat.h"
@@ -200,4 +203,412 @@ TEST(QuantQdqMath, CpuImplementationOnBf16IsTheF32OneRounded) {
   EXPECT_THROW(nvfp4_qdq_cpu(x.data(), QdqDtype::kF32, yf.data(), nullptr, nullptr, ws, rows, 8, false, false, 0,
                              false, 0),
                QuantError);
+}
+
+// ---- The kernels' fast paths (qdq_math.h, "fast paths"), against the functions above ----------
+
+namespace {
+
+// The magnitude of the fast path for |x| with bits a, and the reference: e2m1_encode of the
+// IEEE quotient.
+uint32_t fast_mag(float x, const uint32_t thr[7]) { return qdq::mag_from_thresholds(float_bits(x) & 0x7FFFFFFFu, thr); }
+uint32_t division_mag(float x, float denom) { return qdq::e2m1_encode(qdq::div(x, denom)) & 7u; }
+
+void thresholds_of(float denom, uint32_t thr[7]) {
+  for (int k = 0; k < 7; ++k) thr[k] = qdq::e2m1_threshold(denom, k);
+}
+
+// Denominators for the threshold tests: powers of two over the whole fast range, all-ones and
+// single-bit mantissas, products d * s_global of E4M3 scales, and random floats >= 2^-120.
+std::vector<float> test_denominators(size_t random_count) {
+  std::vector<float> d;
+  for (int e = -120; e <= 120; e += 7) d.push_back(std::ldexp(1.0f, e));
+  for (int e = -120; e <= 120; e += 31) {
+    d.push_back(std::ldexp(bits_float(0x3FFFFFFFu), e));  // 1.99999988 * 2^e
+    d.push_back(std::ldexp(bits_float(0x3F800001u), e));  // 1 + 2^-23
+    d.push_back(std::ldexp(1.5f, e));
+    d.push_back(std::ldexp(1.0f / 3.0f, e));
+  }
+  d.push_back(1.0f);
+  d.push_back(bits_float(0x7E7FFFFFu));  // large: thresholds up to ~5.3e37
+  std::mt19937 g(11);
+  for (int c = 1; c < 0x7F; c += 9)
+    for (float sg : {1.0f, 0.0173f, 3.1e-20f, 7.7e15f}) d.push_back(qdq::mul(qdq::e4m3_decode(static_cast<uint8_t>(c)), sg));
+  std::uniform_int_distribution<uint32_t> bits(float_bits(qdq::fast_min_denom()), 0x7E7FFFFFu);
+  for (size_t k = 0; k < random_count; ++k) d.push_back(bits_float(bits(g)));
+  return d;
+}
+
+}  // namespace
+
+// The cut points: with denominator 1 the fast path is e2m1_encode itself, checked on every float
+// in [2^-3, 8] (below 2^-3 everything is magnitude 0: a stride there) and far above.
+TEST(QuantQdqFast, ThresholdsAtDenominatorOneAreTheE2m1Encoder) {
+  uint32_t thr[7];
+  thresholds_of(1.0f, thr);
+  size_t bad = 0;
+  for (uint32_t u = 0x3E000000u; u <= 0x41000000u; ++u) bad += fast_mag(bits_float(u), thr) != division_mag(bits_float(u), 1.0f);
+  for (uint32_t u = 0; u < 0x3E000000u; u += 97) bad += fast_mag(bits_float(u), thr) != division_mag(bits_float(u), 1.0f);
+  for (uint32_t u = 0x41000000u; u < 0x7F800000u; u += 997) bad += fast_mag(bits_float(u), thr) != division_mag(bits_float(u), 1.0f);
+  EXPECT_EQ(bad, 0u);
+}
+
+// For many denominators: the thresholds ascend, and the magnitude of every float within 2^16 ulps
+// of every threshold, and of random floats, is the one of the IEEE division (both signs).
+TEST(QuantQdqFast, ThresholdsMatchTheDivisionNearEveryCut) {
+  const std::vector<float> dens = test_denominators(120);
+  std::mt19937 g(12);
+  size_t bad = 0, checked = 0;
+  for (size_t n = 0; n < dens.size(); ++n) {
+    const float den = dens[n];
+    uint32_t thr[7];
+    thresholds_of(den, thr);
+    for (int k = 0; k + 1 < 7; ++k) ASSERT_LE(thr[k], thr[k + 1]) << den;
+    const int reach = n < 40 ? (1 << 16) : (1 << 12);
+    for (int k = 0; k < 7; ++k)
+      for (int64_t o = -reach; o <= reach; ++o) {
+        const float x = bits_float(static_cast<uint32_t>(static_cast<int64_t>(thr[k]) + o));
+        const float sx = (o & 1) ? -x : x;
+        bad += fast_mag(sx, thr) != division_mag(sx, den);
+        ++checked;
+      }
+    std::uniform_int_distribution<uint32_t> near(thr[0] > (48u << 23) ? thr[0] - (48u << 23) : 0u,
+                                                 std::min(thr[6] + (8u << 23), 0x7F7FFFFFu));
+    for (int r = 0; r < 20000; ++r) {
+      const float x = bits_float(near(g) | (g() & 0x80000000u));
+      bad += fast_mag(x, thr) != division_mag(x, den);
+      ++checked;
+    }
+    if (bad) {
+      ADD_FAILURE() << "denominator bits 0x" << std::hex << float_bits(den);
+      break;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "of " << checked;
+}
+
+// Tens of millions of random (float, denominator) pairs over the whole fast range.
+TEST(QuantQdqFast, ThresholdsMatchTheDivisionOnRandomPairs) {
+  std::mt19937 g(13);
+  std::uniform_int_distribution<uint32_t> dbits(float_bits(qdq::fast_min_denom()), 0x7E7FFFFFu);
+  size_t bad = 0;
+  for (int n = 0; n < 4000; ++n) {
+    const float den = bits_float(dbits(g));
+    uint32_t thr[7];
+    thresholds_of(den, thr);
+    // |x| within 2^-8 .. 2^8 of the denominator, where all the codes are
+    const uint32_t lo = float_bits(den) > (8u << 23) ? float_bits(den) - (8u << 23) : 0u;
+    std::uniform_int_distribution<uint32_t> xbits(lo, std::min(float_bits(den) + (8u << 23), 0x7F7FFFFFu));
+    for (int r = 0; r < 5000; ++r) {
+      const float x = bits_float(xbits(g) | (g() & 0x80000000u));
+      bad += fast_mag(x, thr) != division_mag(x, den);
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(QuantQdqFast, E4m3EncodeFastIsTheEncoder) {
+  size_t bad = 0;
+  // every float whose E4M3 code is not 0 or saturated: |x| in [2^-11, 2^9] (2^-10 and below -> 0,
+  // above 464 -> 0x7E), both signs; then a stride through everything, bf16 patterns, specials
+  for (uint32_t u = 0x3A000000u; u <= 0x44000000u; ++u) {
+    bad += qdq::e4m3_encode_fast(bits_float(u)) != qdq::e4m3_encode(bits_float(u));
+    bad += qdq::e4m3_encode_fast(bits_float(u | 0x80000000u)) != qdq::e4m3_encode(bits_float(u | 0x80000000u));
+  }
+  for (uint64_t u = 0; u < 0x100000000ULL; u += 251) bad += qdq::e4m3_encode_fast(bits_float(static_cast<uint32_t>(u))) != qdq::e4m3_encode(bits_float(static_cast<uint32_t>(u)));
+  for (uint32_t h = 0; h < 0x10000; ++h) bad += qdq::e4m3_encode_fast(bits_float(h << 16)) != qdq::e4m3_encode(bits_float(h << 16));
+  for (float x : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 448.0f, 464.0f, bits_float(0x43E7FFFFu), 480.0f})
+    bad += qdq::e4m3_encode_fast(x) != qdq::e4m3_encode(x);
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(QuantQdqFast, StochasticFastIsTheStochasticRounding) {
+  size_t bad = 0;
+  for (uint32_t m = 0; m < 8; ++m) EXPECT_TRUE(same_bits(qdq::e2m1_magnitude_bits(m), qdq::e2m1_magnitude(m))) << m;
+  for (uint32_t h = 0; h < 0x10000; ++h)
+    for (uint64_t s : {0ULL, 77ULL, 0xFFFFFFFFFFFFFFFFULL}) {
+      const float v = qdq::bf16_to_f32(static_cast<uint16_t>(h));
+      const uint64_t key = qdq::hash_key(s), i = h * 977ULL + s;
+      bad += qdq::e2m1_stochastic_fast(v, key, i) != qdq::e2m1_stochastic(v, key, i);
+    }
+  std::mt19937_64 g(14);
+  std::uniform_int_distribution<uint32_t> grid(0, 0x40C80000u);  // [0, 6.25]
+  for (int r = 0; r < 10000000; ++r) {
+    const uint32_t b = grid(g) | (r & 1 ? 0x80000000u : 0u);
+    const uint64_t key = g(), i = g();
+    bad += qdq::e2m1_stochastic_fast(bits_float(b), key, i) != qdq::e2m1_stochastic(bits_float(b), key, i);
+  }
+  const std::vector<float> xs = probe_floats();
+  for (size_t k = 0; k < xs.size(); k += 5) bad += qdq::e2m1_stochastic_fast(xs[k], qdq::hash_key(k), k) != qdq::e2m1_stochastic(xs[k], qdq::hash_key(k), k);
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(QuantQdqFast, BitHelpersAreTheInstructions) {
+  // prmt: byte n of the result is byte sel[4n+2:4n] of {b, a}
+  EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0x5410u), 0x55441100u);
+  EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0x7632u), 0x77663322u);
+  EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0x5140u), 0x55114400u);
+  EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0x7362u), 0x77336622u);
+  EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0xFFFF0123u), 0x00112233u);  // high half of sel unread
+  EXPECT_EQ(qdq::gt_mask2(0x00050003u, 0x00040004u), 0xFFFF0000u);
+  EXPECT_EQ(qdq::gt_mask2(0x7F7F0000u, 0x7FFF0000u), 0x00000000u);
+  EXPECT_EQ(qdq::max_u16x2(0x80000001u, 0x7FFF0002u), 0x80000002u);
+  EXPECT_EQ(qdq::max_s16x2(0x80000001u, 0x7FFFFFFFu), 0x7FFF0001u);
+}
+
+namespace {
+
+// A group of 16 values with the block cases of nvfp4.h: random magnitudes, zeros of both signs,
+// subnormals, E2M1 midpoints, NaN/inf, values at the top of the range.
+std::vector<float> random_group(std::mt19937& g) {
+  std::vector<float> v(16);
+  const int kind = static_cast<int>(g() % 8);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const float s = std::ldexp(1.0f, static_cast<int>(g() % 200) - 100);
+  for (int k = 0; k < 16; ++k) {
+    switch (kind) {
+      case 0: v[k] = 0.0f; break;
+      case 1: v[k] = (g() & 1) ? -0.0f : 0.0f; break;
+      case 2: v[k] = bits_float(static_cast<uint32_t>(g() & 0x807FFFFFu)); break;  // subnormals
+      case 3: v[k] = (g() & 1 ? -1.0f : 1.0f) * s * (0.25f * static_cast<float>(1 + g() % 24)); break;  // grid/midpoints
+      case 4: v[k] = bits_float(static_cast<uint32_t>(g())); break;  // any pattern (NaN, inf)
+      default: v[k] = nd(g) * s; break;
+    }
+  }
+  if (g() % 13 == 0) v[g() % 16] = (g() & 1) ? INFINITY : NAN;
+  return v;
+}
+
+float random_sg(std::mt19937& g) {
+  switch (g() % 5) {
+    case 0: return 1.0f;
+    case 1: return qdq::global_scale(bits_float(static_cast<uint32_t>(g() % 0x7F800000u)));  // any amax, subnormal too
+    case 2: return std::ldexp(1.0f, static_cast<int>(g() % 200) - 110);
+    default: return qdq::global_scale(std::ldexp(1.0f + static_cast<float>(g() % 1000) / 997.0f, static_cast<int>(g() % 60) - 30));
+  }
+}
+
+// The rows of every scale code for s_global sg, in the layout of the kernel of that kind.
+std::vector<qdq::FastScale> table_of(float sg, bool pairs, bool bf16_out, bool thresholds) {
+  std::vector<qdq::FastScale> t(128);
+  for (uint32_t c = 0; c < 128; ++c) t[c] = qdq::fast_scale(c, sg, pairs, bf16_out, thresholds);
+  return t;
+}
+
+}  // namespace
+
+// Every fast path on groups of 16, each output against element_code / element_value for the
+// block's scale (block_scale): RNE with bf16 lanes, RNE on f32 (bf16 and f32 out), SR.
+TEST(QuantQdqFast, GroupPathsMatchTheElementFunctions) {
+  std::mt19937 g(15);
+  size_t bad = 0, fast = 0, generic = 0;
+  for (int t = 0; t < 3000; ++t) {
+    const float sg = random_sg(g);
+    const auto tp = table_of(sg, true, true, true), tf = table_of(sg, false, false, true),
+               tb = table_of(sg, false, true, true), ts = table_of(sg, false, false, false),
+               tsb = table_of(sg, false, true, false);
+    for (int r = 0; r < 20; ++r) {
+      std::vector<float> v = random_group(g);
+      uint32_t u[16], w[8];
+      for (int k = 0; k < 16; ++k) u[k] = float_bits(v[k]);
+      // bf16 input: the values rounded to bf16 (their f32 widening is what the kernel sees)
+      std::vector<float> vb(16);
+      uint32_t ub[16];
+      for (int k = 0; k < 16; ++k) {
+        vb[k] = qdq::bf16_to_f32(qdq::f32_to_bf16(v[k]));
+        ub[k] = float_bits(vb[k]);
+      }
+      for (int j = 0; j < 8; ++j) w[j] = (ub[2 * j] >> 16) | (ub[2 * j + 1] & 0xFFFF0000u);
+      uint32_t a[8], signs[2];
+      qdq::split_bf16x8(w, a, signs[0]);
+      qdq::split_bf16x8(w + 4, a + 4, signs[1]);
+      ASSERT_EQ(qdq::amax_bits_pairs(a), qdq::amax_bits_f32(ub));
+      const uint64_t key = qdq::hash_key(static_cast<uint64_t>(t) * 31 + r), index0 = static_cast<uint64_t>(r) * 16;
+      for (int path = 0; path < 5; ++path) {
+        const bool bf16_in = path == 0 || path == 2 || path == 4;
+        const std::vector<float>& x = bf16_in ? vb : v;
+        const uint32_t* xu = bf16_in ? ub : u;
+        const uint32_t amax = qdq::amax_bits_f32(xu);
+        const uint32_t sc = qdq::block_code(amax, sg);
+        const float amax_b = amax >= 0x7F800000u ? INFINITY : bits_float(amax);
+        const qdq::BlockScale b = qdq::block_scale(amax_b, sg);
+        ASSERT_EQ(sc, b.code) << "amax bits 0x" << std::hex << amax;
+        const bool sr = path >= 3, bf16_out = bf16_in;
+        const auto& tab = path == 0 ? tp : path == 1 ? tf : path == 2 ? tb : path == 3 ? ts : tsb;
+        if (sc > 0x7F || tab[sc].flags == qdq::kFlagGeneric) {
+          ++generic;
+          continue;
+        }
+        ++fast;
+        uint32_t codes[2], y[16];
+        if (path == 0) qdq::group_rne_pairs(w, a, signs, tab[sc], codes, y);
+        else if (path == 1) qdq::group_rne_f32<false>(xu, tab[sc], codes, y);
+        else if (path == 2) qdq::group_rne_f32<true>(xu, tab[sc], codes, y);
+        else if (path == 3) qdq::group_sr<false>(xu, tab[sc], key, index0, codes, y);
+        else qdq::group_sr<true>(xu, tab[sc], key, index0, codes, y);
+        for (int k = 0; k < 16; ++k) {
+          const uint8_t c = qdq::element_code(x[k], b, sr, key, index0 + k);
+          const float val = qdq::element_value(c, b, sg);
+          const uint32_t got_c = (codes[k >> 3] >> (4 * (k & 7))) & 0xFu;
+          const uint32_t got_y = bf16_out ? ((y[k >> 1] >> (16 * (k & 1))) & 0xFFFFu) : y[k];
+          const uint32_t want_y = bf16_out ? qdq::f32_to_bf16(val) : float_bits(val);
+          if (got_c != c || got_y != want_y) {
+            if (++bad < 5)
+              ADD_FAILURE() << "path " << path << " x bits 0x" << std::hex << float_bits(x[k]) << " sg 0x" << float_bits(sg)
+                            << " sc 0x" << sc << ": code " << got_c << " want " << unsigned(c) << ", value 0x" << got_y
+                            << " want 0x" << want_y;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(fast, 100000u);
+  EXPECT_GT(generic, 100u);  // the generic path is taken too (tiny s_global)
+}
+
+namespace {
+
+// The new kernels' computation on the host (quant_cuda.cu: amax_kernel, nvfp4_1x16_kernel,
+// nvfp4_16x16_kernel), qdq_math.h's functions in the kernels' order, input and output in the
+// dtype (bf16 as bits): the amax by the integer keys, one table row per scale code, per group the
+// fast path of its kind or the generic one.
+void emulate_kernels(const std::vector<uint8_t>& in, QdqDtype dt, size_t rows, size_t cols, bool tile, bool sr,
+                     uint64_t seed, bool rht, uint64_t rht_seed, std::vector<uint8_t>& y, std::vector<uint8_t>& codes,
+                     std::vector<uint8_t>& scales, float ws[2]) {
+  const bool bf16 = dt == QdqDtype::kBF16, pairs = bf16 && !rht && !sr;
+  const size_t n = rows * cols, groups = n / 16, gpr = cols / 16;
+  float s[16];
+  for (int j = 0; j < 16; ++j) s[j] = qdq::hadamard_sign(qdq::hash_key(rht_seed), j);
+  // per group: the raw words (bf16) and the f32 bits of the (transformed) values
+  std::vector<std::array<uint32_t, 16>> u(groups);
+  std::vector<std::array<uint32_t, 8>> w(groups);
+  for (size_t gi = 0; gi < groups; ++gi) {
+    float v[16];
+    for (int k = 0; k < 16; ++k) {
+      if (bf16) {
+        uint16_t h;
+        std::memcpy(&h, in.data() + 2 * (gi * 16 + k), 2);
+        v[k] = qdq::bf16_to_f32(h);
+      } else {
+        std::memcpy(&v[k], in.data() + 4 * (gi * 16 + k), 4);
+      }
+    }
+    for (int j = 0; j < 8; ++j) w[gi][j] = (float_bits(v[2 * j]) >> 16) | (float_bits(v[2 * j + 1]) & 0xFFFF0000u);
+    if (rht) qdq::hadamard16_group(v, s, false);
+    for (int k = 0; k < 16; ++k) u[gi][k] = float_bits(v[k]);
+  }
+  // amax_kernel
+  uint32_t m = 0;
+  if (pairs || (bf16 && !rht)) {
+    uint32_t lanes = 0;
+    for (size_t gi = 0; gi < groups; ++gi)
+      for (int j = 0; j < 8; ++j) lanes = qdq::max_s16x2(lanes, (w[gi][j] & 0x7FFF7FFFu) + 0x00800080u);
+    const int32_t l = std::max<int32_t>(static_cast<int16_t>(lanes & 0xFFFFu), static_cast<int16_t>(lanes >> 16));
+    m = l > 0x80 ? static_cast<uint32_t>(l - 0x80) << 16 : 0u;
+  } else {
+    int32_t key = 0;
+    for (size_t gi = 0; gi < groups; ++gi)
+      for (int k = 0; k < 16; ++k) key = std::max(key, static_cast<int32_t>((u[gi][k] & 0x7FFFFFFFu) + 0x00800000u));
+    m = key > 0x00800000 ? static_cast<uint32_t>(key - 0x00800000) : 0u;
+  }
+  ws[0] = bits_float(m);
+  const float sg = qdq::global_scale(ws[0]);
+  ws[1] = sg;
+  const auto table = table_of(sg, pairs, bf16, !sr);
+  const uint64_t key = qdq::hash_key(seed);
+  const size_t ow = bf16 ? 2 : 4;
+  y.assign(n * ow, 0);
+  codes.assign(n / 2, 0);
+  scales.assign((tile ? rows / 16 : rows) * gpr, 0);
+  // the block amax of each group: its own, or its 16x16 tile's
+  std::vector<uint32_t> amax(groups);
+  for (size_t gi = 0; gi < groups; ++gi) {
+    if (pairs) {
+      uint32_t a[8], sg2;
+      qdq::split_bf16x8(w[gi].data(), a, sg2);
+      qdq::split_bf16x8(w[gi].data() + 4, a + 4, sg2);
+      amax[gi] = qdq::amax_bits_pairs(a);
+    } else {
+      amax[gi] = qdq::amax_bits_f32(u[gi].data());
+    }
+  }
+  if (tile)
+    for (size_t br = 0; br < rows / 16; ++br)
+      for (size_t bc = 0; bc < gpr; ++bc) {
+        uint32_t t = 0;
+        for (size_t r = 0; r < 16; ++r) t = std::max(t, amax[(br * 16 + r) * gpr + bc]);
+        for (size_t r = 0; r < 16; ++r) amax[(br * 16 + r) * gpr + bc] = t;
+      }
+  for (size_t gi = 0; gi < groups; ++gi) {
+    const size_t row = gi / gpr, col = gi % gpr;
+    const uint32_t sc = qdq::block_code(amax[gi], sg);
+    scales[(tile ? row / 16 : row) * gpr + col] = static_cast<uint8_t>(sc);
+    uint32_t c[2], out[16];
+    if (sc > 0x7F || table[sc].flags == qdq::kFlagGeneric) {
+      float v[16], yf[16];
+      for (int k = 0; k < 16; ++k) v[k] = bits_float(u[gi][k]);
+      qdq::generic_group(v, amax[gi], sg, sr, key, gi * 16, c, yf);
+      for (int k = 0; k < 16; ++k) out[k] = bf16 ? qdq::f32_to_bf16(yf[k]) : float_bits(yf[k]);
+      if (bf16)
+        for (int j = 0; j < 8; ++j) out[j] = out[2 * j] | (out[2 * j + 1] << 16);
+    } else if (pairs) {
+      uint32_t a[8], sgn[2];
+      qdq::split_bf16x8(w[gi].data(), a, sgn[0]);
+      qdq::split_bf16x8(w[gi].data() + 4, a + 4, sgn[1]);
+      qdq::group_rne_pairs(w[gi].data(), a, sgn, table[sc], c, out);
+    } else if (sr) {
+      bf16 ? qdq::group_sr<true>(u[gi].data(), table[sc], key, gi * 16, c, out)
+           : qdq::group_sr<false>(u[gi].data(), table[sc], key, gi * 16, c, out);
+    } else {
+      bf16 ? qdq::group_rne_f32<true>(u[gi].data(), table[sc], c, out) : qdq::group_rne_f32<false>(u[gi].data(), table[sc], c, out);
+    }
+    std::memcpy(codes.data() + gi * 8, c, 8);
+    std::memcpy(y.data() + gi * 16 * ow, out, 16 * ow);
+  }
+}
+
+void expect_kernel_emulation_matches(const std::vector<float>& x, size_t rows, size_t cols) {
+  for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+    for (int variant = 0; variant < 8; ++variant) {
+      const bool tile = variant & 1, sr = variant & 2, rht = variant & 4;
+      const size_t w = dt == QdqDtype::kF32 ? 4 : 2;
+      std::vector<uint8_t> in(x.size() * w);
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (w == 4) {
+          std::memcpy(in.data() + 4 * i, &x[i], 4);
+        } else {
+          const uint16_t h = qdq::f32_to_bf16(x[i]);
+          std::memcpy(in.data() + 2 * i, &h, 2);
+        }
+      }
+      std::vector<uint8_t> y, c, s, yr(in.size()), cr(x.size() / 2), sr_((tile ? rows / 16 : rows) * (cols / 16));
+      float ws[2], wsr[2];
+      emulate_kernels(in, dt, rows, cols, tile, sr, 1234, rht, 99, y, c, s, ws);
+      nvfp4_qdq_cpu(in.data(), dt, yr.data(), cr.data(), sr_.data(), wsr, rows, cols, tile, sr, 1234, rht, 99);
+      SCOPED_TRACE(std::string(w == 4 ? "f32" : "bf16") + " tile=" + std::to_string(tile) + " sr=" + std::to_string(sr) +
+                   " rht=" + std::to_string(rht));
+      EXPECT_EQ(float_bits(ws[0]), float_bits(wsr[0]));
+      EXPECT_EQ(float_bits(ws[1]), float_bits(wsr[1]));
+      EXPECT_EQ(c, cr);
+      EXPECT_EQ(s, sr_);
+      size_t bad = 0;
+      for (size_t i = 0; i < y.size(); i += w) bad += std::memcmp(y.data() + i, yr.data() + i, w) != 0;
+      EXPECT_EQ(bad, 0u);
+    }
+}
+
+}  // namespace
+
+TEST(QuantQdqFast, KernelEmulationMatchesTheCpuImplementation) {
+  expect_kernel_emulation_matches(parallax::quant::testing::edge_matrix(64, 128, 1), 64, 128);
+  expect_kernel_emulation_matches(parallax::quant::testing::edge_matrix(32, 48, 2, false), 32, 48);
+  expect_kernel_emulation_matches(parallax::quant::testing::tiny_matrix(16, 32, 3), 16, 32);
+  expect_kernel_emulation_matches(std::vector<float>(16 * 16, 0.0f), 16, 16);
+  // tensors whose amax is small but normal: denominators on both sides of the fast path's 2^-120
+  for (int e : {-100, -110, -118}) {
+    std::vector<float> small = parallax::quant::testing::edge_matrix(32, 64, 5, false);
+    for (float& v : small) v = std::ldexp(v, e);
+    expect_kernel_emulation_matches(small, 32, 64);
+  }
 }
