@@ -195,8 +195,9 @@ class MaxTextRun:
                       **self.plan.details["settings"]}
 
     def profile_keys(self, args) -> dict:
+        # No compilation cache: a step found in it is not compiled, so XLA would dump no HLO of it.
         return {"profiler": "xplane", "skip_first_n_steps_for_profiler": args.warmup + args.steps,
-                "profiler_steps": args.steps, "profile_cleanly": True}
+                "profiler_steps": args.steps, "profile_cleanly": True, "jax_cache_dir": ""}
 
     def measure_and_profile(self, args, out: Path, name: str) -> tuple[float, list]:
         from parallax.engines.base import NullProgress
@@ -216,6 +217,7 @@ class MaxTextRun:
         yml = work / config.file_name(run)
         yml.write_text(config.render(sections, config.header(run, yml.name, tuning)))
         env = launch.child_env(int(self.plan.device.split(":")[1]))
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)  # JAX's own cache (jax_cache_dir above is MaxText's)
         hlo_dir = work / "hlo"
         env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), f"--xla_dump_to={hlo_dir}",
                                                   f"--xla_dump_hlo_module_re={self.HLO_MODULE}",

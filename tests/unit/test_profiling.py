@@ -343,8 +343,8 @@ def test_profile_step_maxtext_reads_maxtexts_xplane_and_hlo_dump(tmp_path, fake_
     # MaxText's config with its profiler keys, where the script keeps MaxText's files
     work = out / "maxtext_bf16"
     keys = yaml.safe_load((work / "maxtext-tiny-bf16.yml").read_text())
-    assert (keys["profiler"], keys["skip_first_n_steps_for_profiler"], keys["profiler_steps"], keys["steps"]) == (
-        "xplane", 5, 2, 8)
+    assert (keys["profiler"], keys["skip_first_n_steps_for_profiler"], keys["profiler_steps"], keys["steps"],
+            keys["jax_cache_dir"]) == ("xplane", 5, 2, 8, "")
     assert list((work / "output").rglob("*.xplane.pb")) and not (work / "hlo").exists()
     assert "completed step: 7" in (work / "train.log").read_text()
     import tarfile
