@@ -92,7 +92,6 @@ report() {
     pack
 }
 
-
 # ------------------------------------------------------------------------------ the pipeline
 settings() {  # settings BUDGET_S: the pipeline's knobs, from the environment
     BUDGET=${1:-1440}
@@ -143,7 +142,7 @@ maybe_start_te() {  # at a part boundary: no MaxText starts while pip replaces t
     local cores=() n; n=$(nproc)
     ((n > 4)) && command -v taskset >/dev/null && cores=(taskset -c "4-$((n - 1))")
     log "TE: installing .carry/gpu in the background (${cores[*]:-all cores}, nice 10)"
-    setsid "${cores[@]}" nice -n 10 bash -c "source '$E/carry/gpu/install.sh'; rc=\$?; touch '$E/te.ready'" \
+    setsid "${cores[@]}" nice -n 10 bash -c "source '$E/carry/gpu/install.sh'; touch '$E/te.ready'" \
         > "$E/logs/carry-gpu.txt" 2>&1 < /dev/null &
     echo $! > "$E/te.pid"
     local t0=$SECONDS  # the wheels and TE's core first (seconds); the extensions build on
@@ -182,9 +181,9 @@ run_capture() {
     LOG=$c/direct/train.log part capture-direct 300 env DECOUPLE_GCLOUD=TRUE python3 -m \
         maxtext.trainers.pre_train.train "$c/direct/maxtext-llama-100m-bf16.yml" run_name=direct \
         "base_output_directory=$c/direct/output" "metrics_file=$c/direct/metrics.jsonl"
-    local read='import sys; from parallax.engines.maxtext import metrics as m; s = m.read_metrics(sys.argv[1]); '
-    read+='print(f"direct run: {len(s)} steps, loss {s[0].loss:.3f} -> {s[-1].loss:.3f}")'
-    part capture-direct-read 60 python3 -c "$read" "$c/direct/metrics.jsonl"
+    local check='import sys; from parallax.engines.maxtext import metrics as m; s = m.read_metrics(sys.argv[1]); '
+    check+='print(f"direct run: {len(s)} steps, loss {s[0].loss:.3f} -> {s[-1].loss:.3f}")'
+    part capture-direct-read 60 python3 -c "$check" "$c/direct/metrics.jsonl"
 }
 
 run_matrix() {
