@@ -8,9 +8,10 @@
 #
 # One call carries at most 64 MiB, and MaxText's bundle (.carry/mt, 43 MB) and TE + torchao
 # (.carry/gpu, 45 MB) cannot travel together. So every call first copies each bundle it carries
-# to /tmp/mt-session/carry/ (a later call's re-sync deletes what that call does not carry), and the
-# pipeline installs each with the bundle's own install.sh into /tmp/carry-site once it is there:
-# MaxText at the start, TE (its torch and JAX extensions build, ~5 min) in the background at the
+# to /tmp/mt-session/carry/ (a later call's re-sync deletes what that call does not carry; the
+# pipeline also looks into the live checkout at each part boundary, for a call that ran another
+# command), and the pipeline installs each with the bundle's own install.sh into /tmp/carry-site
+# once it is there: MaxText at the start, TE (its torch and JAX extensions build, ~5 min) in the background at the
 # first part boundary after call 2 brought it, on cores 4.. at low priority. `start` returns once
 # parallax and MaxText are installed (~1 min), so that call 2 brings .carry/gpu early; `wait`
 # waits for the pipeline at most WAIT_S (560) seconds. Every call packs what exists so far into
@@ -51,13 +52,28 @@ SITE=${CARRY_SITE:-/tmp/carry-site}  # where both bundles' install.sh install (C
 BUNDLES="mt gpu tinystories"
 mkdir -p "$E/carry" "$E/logs" "$OUT"
 
-adopt() {  # copy each bundle this call carries into $E/carry, once
-    local b
-    for b in $BUNDLES; do
-        [[ -d .carry/$b && ! -d $E/carry/$b ]] || continue
+adopt() {  # adopt [ROOT] [B...]: copy each bundle ROOT/.carry holds into $E/carry, once
+    local root=${1:-.} b; shift || true
+    for b in ${@:-$BUNDLES}; do
+        [[ -d $root/.carry/$b && ! -d $E/carry/$b ]] || continue
         rm -rf "$E/carry/$b.tmp"
-        cp -a ".carry/$b" "$E/carry/$b.tmp" && mv "$E/carry/$b.tmp" "$E/carry/$b" \
+        cp -a "$root/.carry/$b" "$E/carry/$b.tmp" && mv "$E/carry/$b.tmp" "$E/carry/$b" \
             && echo "[session] copied .carry/$b to $E/carry/$b"
+    done
+}
+
+poll_live() {  # the pipeline's own look at the live checkout, for a call that carried a bundle but
+    # ran no `wait`: a bundle is taken once its files stood unchanged between two looks (the
+    # working tree may be syncing)
+    local b now
+    for b in $BUNDLES; do
+        [[ -d $LIVE/.carry/$b && ! -d $E/carry/$b ]] || continue
+        now=$(cd "$LIVE/.carry/$b" && find . -type f -printf '%p %s %T@\n' | sort | md5sum)
+        if [[ $now == "$(cat "$E/carry/$b.seen" 2>/dev/null)" ]]; then
+            log "$(adopt "$LIVE" "$b")"
+        else
+            echo "$now" > "$E/carry/$b.seen"
+        fi
     done
 }
 
@@ -107,6 +123,7 @@ settings() {  # settings BUDGET_S: the pipeline's knobs, from the environment
     export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
     SIZE=(--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024)
     DONE_PARTS=" "
+    LIVE=$PWD
 }
 
 left() { echo $((BUDGET - (SECONDS - START))); }
@@ -116,6 +133,7 @@ part() {  # part NAME LIMIT_S COMMAND...: bounded by LIMIT_S and the deadline; o
     local name=$1 limit=$2; shift 2
     local out=${LOG:-$E/logs/$name.txt} room; room=$(left)
     if ((DRY)); then printf 'DRY part %s %s' "$name" "$limit"; printf ' %q' "$@"; printf '\n'; return 0; fi
+    poll_live
     maybe_start_te
     ((room < limit)) && limit=$room
     if ((limit < 20)); then log "$name: skipped, ${room}s left"; return 1; fi
@@ -152,6 +170,7 @@ maybe_start_te() {  # at a part boundary: no MaxText starts while pip replaces t
 wait_te() {
     local t0=$SECONDS
     while [[ $(te_state) == building || $(te_state) == waiting ]] && (($(left) > 60)); do
+        poll_live
         maybe_start_te  # no part runs now: the bundle may start installing
         if [[ $(te_state) == building ]] && ((SECONDS - t0 > TE_WAIT)); then
             kill -- -"$(cat "$E/te.pid")" 2>/dev/null
@@ -226,6 +245,7 @@ run() { "run_$1"; DONE_PARTS+="$1 "; }
 # ------------------------------------------------------------------------------ setup, then the parts
 pipeline() {
     log "start, budget ${BUDGET}s, parts:$PARTS"
+    LIVE=$PWD  # the checkout each call re-syncs
     if ((DRY)); then
         log "dry run: commands only, from $PWD"
     else

@@ -281,3 +281,14 @@ def test_a_te_build_past_te_wait_is_stopped(tmp_path):
                   build_s=60, TE_WAIT_S="1")
     assert proc.stdout.splitlines()[-3:] == ["none", "TE build stopped after waiting 1s", "stopped"]
     assert not (tmp_path / "session" / "te.ready").exists()
+
+
+def test_the_pipeline_takes_a_bundle_from_the_live_checkout_once_it_stands_still(tmp_path):
+    live = tmp_path / "live"
+    (live / ".carry" / "gpu").mkdir(parents=True)
+    (live / ".carry" / "gpu" / "install.sh").write_text("gpu\n")
+    proc = te_run(tmp_path, f"LIVE={shlex.quote(str(live))}; poll_live; te_state; poll_live; te_state")
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "waiting"  # first look: not taken yet (it may still be syncing)
+    assert "[session] copied .carry/gpu" in lines[1]
+    assert (tmp_path / "session" / "carry" / "gpu" / "install.sh").read_text() == "gpu\n"
