@@ -9,11 +9,25 @@ the recipe's XLA_FLAGS once, when JAX starts.
     python3 scripts/device/profile_step.py --framework torch --recipe te-fp8-delayed --out DIR
     python3 scripts/device/profile_step.py --framework jax --recipe flax-fp8-delayed --out DIR \\
         [--model llama-100m --batch 32 --seq 1024 --warmup 15 --steps 5] [--keep-trace]
+    python3 scripts/device/profile_step.py --framework maxtext --recipe bf16 --out DIR
+    python3 scripts/device/profile_step.py --compare DIR/profile_jax_bf16.json DIR/profile_maxtext_bf16.json --out DIR
 
 Writes DIR/profile_<framework>_<recipe>.md (header and tables) and .json (the summary); with
---keep-trace also the trace (torch: trace_torch_<recipe>.json.gz, a Chrome trace; jax:
-trace_jax_<recipe>.tar.gz, the xplane folder). On the CPU (``--model tiny --batch 2 --seq 64``)
-it runs too: there are no GPU kernels, and the table says so.
+--keep-trace also the trace (torch: trace_torch_<recipe>.json.gz, a Chrome trace; jax and
+maxtext: trace_<framework>_<recipe>.tar.gz, the xplane folder). On the CPU (``--model tiny
+--batch 2 --seq 64``) torch and jax run too: there are no GPU kernels, and the table says so.
+
+``--framework maxtext`` runs MaxText itself (the ``maxtext`` engine's config of the recipe,
+synthetic data) in a subprocess with MaxText's own profiler: ``profiler: xplane``,
+``skip_first_n_steps_for_profiler`` = warmup + steps, ``profiler_steps`` = steps. MaxText calls
+``jax.profiler.start_trace`` into its TensorBoard folder, so the trace is the same ``*.xplane.pb``
+our JAX engine's profile is, read by the same code; XLA dumps the optimized HLO of
+``jit_train_step`` beside it (``--xla_dump_to``), which describes each kernel's op as for our
+JAX step. Without the profiler: the mean of MaxText's ``perf/step_time_seconds`` over the
+``--steps`` steps before the profiled ones. Its files (config, log, metrics, trace) stay in
+DIR/maxtext_<recipe>/. ``--compare`` puts the categories of two or more profiles' .json side by
+side (DIR/profile_compare_<a>_vs_<b>.md): the gap between MaxText and our Flax engine, category
+by category.
 """
 
 from __future__ import annotations
@@ -43,8 +57,10 @@ from parallax.weights import init_weights  # noqa: E402
 
 def parse(argv) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--framework", choices=("torch", "jax"), required=True)
-    parser.add_argument("--recipe", required=True, help="a recipe of the registry, e.g. te-fp8-delayed")
+    parser.add_argument("--framework", choices=("torch", "jax", "maxtext"))
+    parser.add_argument("--recipe", help="a recipe of the registry, e.g. te-fp8-delayed")
+    parser.add_argument("--compare", nargs="+", type=Path, metavar="JSON",
+                        help="instead of profiling: the categories of these profile_*.json side by side")
     parser.add_argument("--model", default="llama-100m")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=1024)
@@ -55,12 +71,19 @@ def parse(argv) -> argparse.Namespace:
                         help="torch TE recipes: replay the blocks as CUDA graphs, as the benchmark does (auto)")
     parser.add_argument("--keep-trace", action="store_true", help="also write the compressed trace")
     parser.add_argument("--out", type=Path, required=True)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.compare:
+        if len(args.compare) < 2:
+            parser.error("--compare needs two or more profile_*.json files")
+    elif not (args.framework and args.recipe):
+        parser.error("--framework and --recipe are required (or --compare A.json B.json)")
+    return args
 
 
 def run_config(args) -> RunConfig:
     recipe = registry.get(args.framework, args.recipe)
-    total = args.warmup + 2 * args.steps
+    # warmup, timed, profiled; MaxText one step more, so that its profiler stops before its last step
+    total = args.warmup + 2 * args.steps + (args.framework == "maxtext")
     return RunConfig(framework=args.framework, precision=recipe.format, recipe=recipe.name, model=args.model,
                      batch_size=args.batch, seq_len=args.seq, steps=total, warmup=args.warmup,
                      compile=not args.no_compile, cuda_graphs=args.cuda_graphs)
@@ -156,6 +179,70 @@ class JaxStep:
         return profiling.describe_hlo_ops(events, self.compiled.as_text())
 
 
+class MaxTextRun:
+    """MaxText itself on the ``maxtext`` engine's config of ``run``, profiled by MaxText."""
+
+    HLO_MODULE = "jit_train_step"
+
+    def __init__(self, run: RunConfig):
+        from parallax.engines.maxtext.engine import MaxTextEngine
+
+        self.run = run
+        self.plan = MaxTextEngine().check(run)  # the engine's refusals, before MaxText starts
+        device = self.plan.handles["device"]
+        self.device_name = device.get("name") or "GPU"
+        self.flags = {"maxtext": self.plan.handles["version"], "tuning": self.plan.details["tuning"],
+                      **self.plan.details["settings"]}
+
+    def profile_keys(self, args) -> dict:
+        # No compilation cache: a step found in it is not compiled, so XLA would dump no HLO of it.
+        return {"profiler": "xplane", "skip_first_n_steps_for_profiler": args.warmup + args.steps,
+                "profiler_steps": args.steps, "profile_cleanly": True, "jax_cache_dir": ""}
+
+    def measure_and_profile(self, args, out: Path, name: str) -> tuple[float, list]:
+        from parallax.engines.base import NullProgress
+        from parallax.engines.maxtext import config, launch, metrics
+
+        run = self.run
+        work = out / f"maxtext_{run.recipe}"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        output = {"run_name": "profile", "base_output_directory": str((work / "output").resolve()),
+                  "metrics_file": str((work / "metrics.jsonl").resolve())}
+        tuning = self.plan.details["tuning"]
+        sections = config.sections(run, tuning, output=output)
+        sections.append(config.Section("profiling (scripts/device/profile_step.py)", self.profile_keys(args)))
+        keys = config.flat(sections)
+        config.check_keys(keys, Path(self.plan.handles["base_yml"]), self.plan.handles["version"])
+        yml = work / config.file_name(run)
+        yml.write_text(config.render(sections, config.header(run, yml.name, tuning)))
+        env = launch.child_env(int(self.plan.device.split(":")[1]))
+        env.pop("JAX_COMPILATION_CACHE_DIR", None)  # JAX's own cache (jax_cache_dir above is MaxText's)
+        hlo_dir = work / "hlo"
+        env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), f"--xla_dump_to={hlo_dir}",
+                                                  f"--xla_dump_hlo_module_re={self.HLO_MODULE}",
+                                                  "--xla_dump_hlo_as_text"]))
+        launch.stream([sys.executable, "-m", config.TRAIN_MODULE, str(yml)], env, work / "train.log",
+                      NullProgress())
+        steps = {s.step: s.step_s for s in metrics.read_metrics(work / "metrics.jsonl")}
+        timed = [steps[k] for k in range(args.warmup, args.warmup + args.steps) if k in steps]
+        if len(timed) != args.steps:
+            raise SystemExit(f"profile_step: MaxText's metrics file {work / 'metrics.jsonl'} lacks steps "
+                             f"{args.warmup}..{args.warmup + args.steps - 1}; see {work / 'train.log'}")
+        trace = work / "output"
+        events = profiling.jax_kernel_events(trace)
+        hlo = profiling.find_hlo_text(hlo_dir, self.HLO_MODULE)
+        if hlo is not None:
+            events = profiling.describe_hlo_ops(events, hlo)
+        self.flags["hlo_described"] = hlo is not None
+        shutil.rmtree(hlo_dir, ignore_errors=True)  # tens of MB of text; the trace is what stays
+        if args.keep_trace:
+            with tarfile.open(out / f"trace_{name}.tar.gz", "w:gz") as tar:
+                for path in sorted(trace.rglob("*.xplane.pb")):
+                    tar.add(path, arcname=str(path.relative_to(trace)))
+        return sum(timed) * 1e3 / len(timed), events
+
+
 def measure(step, args) -> float:
     """ms/step of ``args.steps`` steps without the profiler, after ``args.warmup`` steps."""
     step.steps(args.warmup)
@@ -192,14 +279,30 @@ def one_line(record: dict, md_path: Path) -> str:
             f"{record['tokens_per_s']:,.0f} tokens/s; {', '.join(parts) or 'no GPU kernels'} -> {md_path}")
 
 
+def compare(args) -> None:
+    records = [json.loads(Path(p).read_text()) for p in args.compare]
+    args.out.mkdir(parents=True, exist_ok=True)
+    names = "_vs_".join(f"{r['framework']}_{r['recipe']}" for r in records)
+    path = args.out / f"profile_compare_{names}.md"
+    path.write_text(profiling.format_comparison(records))
+    labels = [f"{r['framework']} {r['recipe']}" for r in records]
+    print(f"profile_step compare: {' vs '.join(labels)} -> {path}", flush=True)
+
+
 def main(argv=None) -> None:
     args = parse(argv)
+    if args.compare:
+        return compare(args)
     run = run_config(args)
     args.out.mkdir(parents=True, exist_ok=True)
     name = f"{args.framework}_{run.recipe}"
-    step = TorchStep(run) if args.framework == "torch" else JaxStep(run)
-    ms = measure(step, args)
-    events = step.profile(args.steps, args.out, name, args.keep_trace)
+    if args.framework == "maxtext":
+        step = MaxTextRun(run)
+        ms, events = step.measure_and_profile(args, args.out, name)
+    else:
+        step = TorchStep(run) if args.framework == "torch" else JaxStep(run)
+        ms = measure(step, args)
+        events = step.profile(args.steps, args.out, name, args.keep_trace)
     record = report(args, run, step, ms, profiling.summarize(events, args.steps))
     md_path = args.out / f"profile_{name}.md"
     md_path.write_text(markdown(record))

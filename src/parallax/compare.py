@@ -652,7 +652,9 @@ def _format_of(framework: str, recipe: str) -> str:
 
 def _baselines(framework: str, recipe: str, fmt: str) -> list[str]:
     """What a cell's speed and loss are compared with: its framework's bf16 recipe, and the
-    bf16 recipe of its own backend where that is another one (te-fp8-* over te-bf16)."""
+    bf16 recipe of its own backend where that is another one (te-fp8-* over te-bf16). A recipe
+    that differs only in its performance settings (``params["tuning"]``: MaxText's base.yml
+    defaults) is not a backend's bf16: MaxText's fp8 cells are not compared with it."""
     plain = registry.default_name(framework, BASELINE_PRECISION)
     out = [] if recipe == plain else [plain]
     try:
@@ -660,7 +662,8 @@ def _baselines(framework: str, recipe: str, fmt: str) -> list[str]:
     except ParallaxError:
         return out
     same = [r.name for r in registry.of_framework(framework)
-            if r.backend == own.backend and r.format == BASELINE_PRECISION and r.name not in (recipe, plain)]
+            if r.backend == own.backend and r.format == BASELINE_PRECISION and r.name not in (recipe, plain)
+            and r.params.get("tuning") == own.params.get("tuning")]
     return out + same[:1] if fmt != BASELINE_PRECISION else out
 
 

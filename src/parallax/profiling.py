@@ -209,6 +209,57 @@ def _stat(event, key: str) -> str | None:
     return None
 
 
+def find_hlo_text(dump_dir, module: str = "jit_train_step") -> str | None:
+    """The optimized HLO of ``module`` from an XLA dump (``--xla_dump_to=DIR
+    --xla_dump_hlo_as_text``: ``module_NNNN.<module>.<...>after_optimizations.txt``), the largest
+    such file where XLA wrote several (the train step, not a small helper of the same name);
+    None when there is none. This is how a MaxText subprocess's step is described: its
+    ``compiled.as_text()`` is out of reach."""
+    from pathlib import Path
+
+    found = [p for p in Path(dump_dir).rglob("*after_optimizations.txt")
+             if f".{module}." in p.name] if Path(dump_dir).is_dir() else []
+    if not found:
+        return None
+    return max(found, key=lambda p: (p.stat().st_size, p.name)).read_text(errors="replace")
+
+
+def format_comparison(records: list[dict]) -> str:
+    """Markdown: the categories of several profiles side by side (ms/step and share of each,
+    then each one's difference from the first), with each one's step time without the
+    profiler, its summed kernel time and the difference of the two (time no kernel covers:
+    launch gaps, host work; kernels on several streams overlap, so it can be negative)."""
+    if len(records) < 2:
+        raise ValueError("a comparison needs two or more profiles")
+    names = [f"{r['framework']} {r['recipe']}" for r in records]
+    first = records[0]["summary"]
+    head = "| | " + " | ".join(names) + " | " + " | ".join(f"{n} − {names[0]}" for n in names[1:]) + " |"
+    rule = "|---|" + "---:|" * (2 * len(records) - 1)
+
+    def row(label: str, values: list[float], digits: int = 3, shares: list[float] | None = None) -> str:
+        cells = [f"{v:.{digits}f}" + (f" ({s:.1%})" if shares else "") for v, s in zip(values, shares or values)]
+        deltas = [f"{v - values[0]:+.{digits}f}" for v in values[1:]]
+        return f"| {label} | " + " | ".join(cells + deltas) + " |"
+
+    step = [r["ms_per_step"] for r in records]
+    kernels = [r["summary"]["kernel_ms_per_step"] for r in records]
+    lines = [f"# Where the step goes: {' vs '.join(names)}", "",
+             "ms per step (share of the summed kernel time); each profile's own shape and device:", ""]
+    lines += [f"- {n}: {r['model']}, batch {r['batch_size']} x seq {r['seq_len']}, on {r['device']}, "
+              f"{r['summary']['steps']} profiled step(s), {r['tokens_per_s']:,.0f} tokens/s without the profiler"
+              for n, r in zip(names, records)]
+    lines += ["", head, rule,
+              row("step, without the profiler", step),
+              row("GPU kernels, summed", kernels),
+              row("not covered by kernels (step − kernels)", [a - b for a, b in zip(step, kernels)])]
+    for category in first["categories"]:
+        rows = [r["summary"]["categories"].get(category, {"ms_per_step": 0.0, "share": 0.0}) for r in records]
+        lines.append(row(category, [c["ms_per_step"] for c in rows], shares=[c["share"] for c in rows]))
+    calls = [r["summary"]["events"] / r["summary"]["steps"] for r in records]
+    lines.append(row("kernel launches per step", calls, digits=0))
+    return "\n".join(lines) + "\n"
+
+
 _HLO_INSTRUCTION = re.compile(
     r"^\s*(?:ROOT\s+)?%?(?P<name>[\w.\-]+) = (?P<type>.+?) (?P<opcode>[a-z][\w\-]*)\((?P<operands>.*)$")
 

@@ -160,11 +160,33 @@ def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext
     assert ("RESOURCE_EXHAUSTED" in tail) if mode == "fail" else ("number parameters" in tail)
 
 
+def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(tmp_path, capsys, maxtext_here):
+    assert train(tmp_path, "--recipe", "bf16-defaults") == 0
+    run_dir = tmp_path / "run"
+    result = json.loads((run_dir / "run.json").read_text())
+    assert result["status"] == "ok" and result["precision"]["recipe"] == "bf16-defaults"
+    assert result["precision"]["details"]["params"]["tuning"] == "defaults"
+    assert (result["framework"]["tuning"], result["framework"]["settings"], result["framework"]["attention"]) == (
+        "defaults", {"scan_layers": True, "remat_policy": "full", "attention": "autoselected"}, "autoselected")
+    config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16-defaults.yml").read_text())
+    assert (config["scan_layers"], config["remat_policy"], config["attention"], config["quantization"]) == (
+        True, "full", "autoselected", "")
+
+
 def test_the_benchmark_accepts_maxtext_cells():
     matrix = Matrix(("torch", "maxtext"), ("bf16", "fp8", "te_fp8_delayedscaling")).validate()
     assert [(c.framework, c.recipe) for c in matrix.cells()] == [
         ("torch", "bf16"), ("torch", "te-fp8-delayed"),
         ("maxtext", "bf16"), ("maxtext", "fp8_gpu"), ("maxtext", "te_fp8_delayedscaling")]
+
+
+def test_the_benchmark_takes_the_defaults_tuning_as_a_second_maxtext_cell():
+    matrix = Matrix(("torch", "jax", "maxtext"), ("bf16", "fp8", "maxtext:bf16-defaults"), repeats=2).validate()
+    cells = [(c.framework, c.recipe, c.precision) for c in matrix.cells() if c.repeat == 0]
+    assert cells == [("torch", "bf16", "bf16"), ("torch", "te-fp8-delayed", "fp8"), ("jax", "bf16", "bf16"),
+                     ("jax", "flax-fp8-delayed", "fp8"), ("maxtext", "bf16", "bf16"),
+                     ("maxtext", "bf16-defaults", "bf16"), ("maxtext", "fp8_gpu", "fp8")]
+    assert "maxtext-bf16-defaults-seed0-rep1" in [c.id for c in matrix.cells()]
 
 
 # ----------------------------------------------------------------------------- export-configs
@@ -177,14 +199,34 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
     captured = capsys.readouterr()
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(f"maxtext-llama-100m-{r}.yml" for r in (
-        "bf16", "fp8", "fp8_gpu", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_nvfp4", "te_nvfp4_no_rht"))
+        "bf16", "bf16-defaults", "fp8", "fp8_gpu", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_nvfp4",
+        "te_nvfp4_no_rht"))
     assert captured.out.split() == [str(out / n) for n in (
-        "maxtext-llama-100m-bf16.yml", "maxtext-llama-100m-fp8_gpu.yml", "maxtext-llama-100m-fp8.yml",
-        "maxtext-llama-100m-te_fp8_delayedscaling.yml", "maxtext-llama-100m-te_fp8_currentscaling.yml",
-        "maxtext-llama-100m-te_nvfp4.yml", "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
-    assert captured.err == f"parallax: wrote 7 MaxText config(s) for llama-100m; keys checked against {base}\n"
+        "maxtext-llama-100m-bf16.yml", "maxtext-llama-100m-bf16-defaults.yml", "maxtext-llama-100m-fp8_gpu.yml",
+        "maxtext-llama-100m-fp8.yml", "maxtext-llama-100m-te_fp8_delayedscaling.yml",
+        "maxtext-llama-100m-te_fp8_currentscaling.yml", "maxtext-llama-100m-te_nvfp4.yml",
+        "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
+    assert captured.err == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}\n"
     fp8 = yaml.safe_load((out / "maxtext-llama-100m-fp8_gpu.yml").read_text())
     assert (fp8["quantization"], fp8["use_qwix_quantization"], fp8["base_emb_dim"]) == ("fp8_gpu", True, 768)
+    # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings
+    bf16, defaults = (yaml.safe_load((out / f"maxtext-llama-100m-{r}.yml").read_text())
+                      for r in ("bf16", "bf16-defaults"))
+    settings = ("scan_layers", "remat_policy", "attention")
+    assert [bf16[k] for k in settings] == [False, "minimal", "cudnn_flash_jax"]
+    assert [defaults[k] for k in settings] == [True, "full", "autoselected"]
+    assert {k: v for k, v in defaults.items() if k not in settings} == {
+        k: v for k, v in bf16.items() if k not in settings}
+    assert "tuning 'defaults'" in (out / "maxtext-llama-100m-bf16-defaults.yml").read_text()
+
+
+def test_export_configs_tuning_given_applies_to_every_file(tmp_path, capsys):
+    out = tmp_path / "c"
+    assert main(["export-configs", "--output-dir", str(out), "--recipes", "bf16,bf16-defaults",
+                 "--tuning", "tuned"]) == 0
+    for recipe in ("bf16", "bf16-defaults"):
+        keys = yaml.safe_load((out / f"maxtext-llama-100m-{recipe}.yml").read_text())
+        assert (keys["scan_layers"], keys["remat_policy"]) == (False, "minimal")
 
 
 def test_export_configs_any_preset_and_recipe_subset(tmp_path, capsys):

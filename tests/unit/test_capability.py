@@ -198,7 +198,7 @@ def test_missing_packages_name_the_extra():
 def test_maxtext_modes_on_an_h200_with_maxtext_and_qwix():
     with_mt = dict(GPU_PACKAGES, maxtext="0.2.5", qwix="0.1.8")
     statuses = {c.recipe: c.status for c in cap.capability_matrix(H200, with_mt, frameworks=("maxtext",))}
-    assert statuses == {"bf16": "native", "fp8": "native", "fp8_gpu": "native",
+    assert statuses == {"bf16": "native", "bf16-defaults": "native", "fp8": "native", "fp8_gpu": "native",
                         "te_fp8_delayedscaling": "unavailable", "te_fp8_currentscaling": "unavailable",
                         "te_nvfp4": "unavailable", "te_nvfp4_no_rht": "unavailable"}
     te = cell("maxtext", "te_fp8_delayedscaling", H200, with_mt)

@@ -16,10 +16,14 @@ from parallax.precision import registry  # noqa: E402
 
 # Key names (only) of maxtext 0.2.5's configs/base.yml, read from the PyPI wheel.
 BASE_KEYS = Path(__file__).parent.parent / "fixtures" / "maxtext_0_2_5_base_yml_keys.txt"
-MODES = {"bf16": ("", False), "fp8": ("fp8", False), "fp8_gpu": ("fp8_gpu", True),
+MODES = {"bf16": ("", False), "bf16-defaults": ("", False), "fp8": ("fp8", False), "fp8_gpu": ("fp8_gpu", True),
          "te_fp8_delayedscaling": ("te_fp8_delayedscaling", False),
          "te_fp8_currentscaling": ("te_fp8_currentscaling", False),
          "te_nvfp4": ("te_nvfp4", False), "te_nvfp4_no_rht": ("te_nvfp4_no_rht", False)}
+# The performance settings each recipe runs with: base.yml's own for bf16-defaults.
+TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax"}
+SETTINGS = {name: TUNED for name in MODES} | {
+    "bf16-defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected"}}
 
 
 def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:
@@ -28,14 +32,25 @@ def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:
     return base.replace(framework="maxtext", precision=spec.format, recipe=recipe).validate()
 
 
-def parsed(run: RunConfig, tuning: str = "tuned") -> dict:
+def parsed(run: RunConfig, tuning: str | None = None) -> dict:
+    tuning = tuning or mt.recipe_tuning(run.recipe_spec)
     sections = mt.sections(run, tuning)
     return yaml.safe_load(mt.render(sections, mt.header(run, mt.file_name(run), tuning)))
 
 
-def test_the_registry_has_exactly_maxtexts_seven_modes_all_runnable_by_the_engine():
+def test_the_registry_has_maxtexts_seven_modes_and_the_defaults_cell_all_runnable_by_the_engine():
     assert {r.name for r in registry.of_framework("maxtext")} == set(MODES)
     assert all(r.implemented for r in registry.of_framework("maxtext"))
+    assert {r.name: mt.recipe_tuning(r) for r in registry.of_framework("maxtext")} == {
+        name: "defaults" if name == "bf16-defaults" else "tuned" for name in MODES}
+
+
+def test_a_recipe_naming_an_unknown_tuning_is_a_programming_error():
+    from dataclasses import replace
+
+    odd = replace(registry.get("maxtext", "bf16"), params={"quantization": "", "tuning": "fast"})
+    with pytest.raises(RuntimeError, match="unknown MaxText tuning 'fast'"):
+        mt.recipe_tuning(odd)
 
 
 @pytest.mark.parametrize("recipe", sorted(MODES))
@@ -55,7 +70,7 @@ def test_llama_100m_yaml_is_reference_section_5_key_by_key(recipe):
         "opt_type": "adamw", "adam_b1": 0.9, "adam_b2": 0.95, "adam_eps": 1e-8, "adam_eps_root": 0.0,
         "adam_weight_decay": 0.1, "adamw_mask": ["norm"], "gradient_clipping_threshold": 1.0,
         "quantization": MODES[recipe][0], "use_qwix_quantization": MODES[recipe][1],
-        "scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax",
+        **SETTINGS[recipe],
         "dataset_type": "synthetic",
     }
     for key in ("adam_eps", "normalization_layer_epsilon", "learning_rate"):

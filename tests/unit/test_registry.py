@@ -50,6 +50,15 @@ def test_every_reader_sees_a_recipe_added_to_the_registry_alone(planted, tmp_pat
     assert hardware.lookup("NVIDIA H200", "9.0").spec.peak(planted.mfu_format) == 1979  # hardware
 
 
+def test_a_backends_bf16_baseline_has_the_same_tuning():
+    from parallax.compare import _baselines
+
+    assert _baselines("torch", "te-fp8-delayed", "fp8") == ["bf16", "te-bf16"]
+    # MaxText's fp8 modes share bf16's backend; bf16 with base.yml's defaults is not their baseline
+    assert _baselines("maxtext", "fp8", "fp8") == ["bf16"]
+    assert _baselines("maxtext", "bf16-defaults", "bf16") == ["bf16"]
+
+
 def test_recipe_names_live_only_under_precision():
     """No module outside ``parallax/precision`` spells a recipe name (a default or a planned
     mode alike): they ask the registry."""

@@ -34,18 +34,20 @@ def build_runs(model: str, recipes: str, batch_size, seq_len, steps, seed) -> li
     return runs
 
 
-def export(runs: list[RunConfig], output_dir: Path, tuning: str, base_yml: Path | None) -> list[Path]:
-    """Write one file per run; every key checked against ``base_yml`` first (when given)."""
+def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml: Path | None) -> list[Path]:
+    """Write one file per run; every key checked against ``base_yml`` first (when given).
+    ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
     from parallax.train import writable_output_dir
 
     rendered = []
     for run in runs:
-        sections = mt.sections(run, tuning)
+        chosen = tuning or mt.recipe_tuning(run.recipe_spec)
+        sections = mt.sections(run, chosen)
         if base_yml is not None:
             mt.check_keys(mt.flat(sections), base_yml, mt.installed_version())
         name = mt.file_name(run)
-        rendered.append((name, mt.render(sections, mt.header(run, name, tuning))))
+        rendered.append((name, mt.render(sections, mt.header(run, name, chosen))))
     out = writable_output_dir(output_dir)
     paths = []
     for name, text in rendered:
@@ -64,9 +66,10 @@ def export(runs: list[RunConfig], output_dir: Path, tuning: str, base_yml: Path 
 @click.option("--seq-len", type=int, help="Tokens per sequence.  [default: the preset's]")
 @click.option("--steps", type=int, help=f"Optimizer steps.  [default: {DEFAULTS.steps}]")
 @click.option("--seed", type=int, help=f"init_weights_seed and data_shuffle_seed.  [default: {DEFAULTS.seed}]")
-@click.option("--tuning", type=click.Choice(["tuned", "defaults"]), default="tuned", show_default=True,
-              help="tuned: scan_layers false, remat_policy minimal, attention cudnn_flash_jax; "
-                   "defaults: MaxText's base.yml values.")
+@click.option("--tuning", type=click.Choice(["tuned", "defaults"]), default=None,
+              help="The performance settings of every file: tuned (scan_layers false, remat_policy minimal, "
+                   "attention cudnn_flash_jax) or defaults (MaxText's base.yml values).  [default: each "
+                   "recipe's own: bf16-defaults defaults, every other recipe tuned]")
 @click.option("--base-yml", metavar="FILE",
               help="Check the keys against this base.yml.  [default: the installed MaxText's, if any]")
 def command(output_dir, model, recipes, batch_size, seq_len, steps, seed, tuning, base_yml) -> int:

@@ -39,6 +39,14 @@ TUNINGS = {
 DEFAULT_TUNING = "tuned"
 
 
+def recipe_tuning(recipe) -> str:
+    """The performance settings a ``maxtext`` recipe runs with (its ``params["tuning"]``)."""
+    tuning = recipe.params.get("tuning", DEFAULT_TUNING)
+    if tuning not in TUNINGS:
+        raise RuntimeError(f"recipe {recipe.key} names an unknown MaxText tuning '{tuning}'")
+    return tuning
+
+
 @dataclass(frozen=True)
 class Section:
     title: str
@@ -126,10 +134,13 @@ def synthetic_keys() -> dict:
     return {"dataset_type": "synthetic"}
 
 
-def sections(run: RunConfig, tuning: str = DEFAULT_TUNING, data: dict | None = None,
+def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None,
              output: dict | None = None) -> list[Section]:
-    """The keys of ``run`` in the order a reader wants them; ``data`` (default synthetic) and
-    ``output`` (run_name, directories, metrics_file) as the engine fills them in."""
+    """The keys of ``run`` in the order a reader wants them; ``tuning`` (default: the recipe's
+    own), ``data`` (default synthetic) and ``output`` (run_name, directories, metrics_file) as
+    the engine fills them in."""
+    if tuning is None:
+        tuning = recipe_tuning(run.recipe_spec)
     if tuning not in TUNINGS:
         raise ParallaxError(f"unknown MaxText tuning '{tuning}'; choose one of: {', '.join(TUNINGS)}")
     found = [

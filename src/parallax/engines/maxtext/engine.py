@@ -75,7 +75,8 @@ class MaxTextEngine(Engine):
         base_yml = config.installed_base_yml()
         if base_yml is None:
             raise ParallaxError(f"maxtext {version} has no configs/base.yml; reinstall it: pip install '{EXTRA}'")
-        keys = config.flat(config.sections(run, config.DEFAULT_TUNING, data=planned_data_keys(run),
+        tuning_name = config.recipe_tuning(recipe)
+        keys = config.flat(config.sections(run, tuning_name, data=planned_data_keys(run),
                                            output=output_keys(run)))
         config.check_keys(keys, base_yml, version)
         if run.eval_every > 0:
@@ -94,9 +95,9 @@ class MaxTextEngine(Engine):
         precision = PrecisionInfo.of(recipe, cap.status == NATIVE,
                                      {"maxtext_keys": mode, "maxtext_version": version,
                                       "compute_dtype": "bfloat16", "param_dtype": "float32"})
-        tuning = config.TUNINGS[config.DEFAULT_TUNING]
+        tuning = config.TUNINGS[tuning_name]
         return Plan(recipe=recipe, precision=precision, device=f"cuda:{index}", attention=tuning["attention"],
-                    details={"tuning": config.DEFAULT_TUNING, "settings": dict(tuning)},
+                    details={"tuning": tuning_name, "settings": dict(tuning)},
                     handles={"device": device, "version": version, "base_yml": str(base_yml)})
 
     def train(self, run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:

@@ -1,0 +1,294 @@
+"""scripts/device/maxtext_session.sh on the CPU: its syntax, every part's command line as its dry
+run prints it (each parallax command parsed by the real CLI, each profile_step command by the
+script's own parser), the capture's export-configs and direct MaxText run executed against the
+fake MaxText, and the call protocol (start, wait) copying each call's bundles and packing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "device" / "maxtext_session.sh"
+PARTS_IN_ORDER = [
+    "install", "carry-mt", "versions",
+    "capture-bf16", "capture-fp8", "capture-export", "capture-export-direct", "capture-direct",
+    "capture-direct-read",
+    "checkenv-te", "matrix", "matrix-report",
+    "curves", "curves-report",
+    "profile-jax", "profile-maxtext-bf16", "profile-compare-bf16",
+]
+
+
+def dry_run(session: Path, **env) -> list[tuple[str, int, list[str]]]:
+    """(part, limit, argv) of every part the pipeline would run, in order."""
+    proc = subprocess.run(["bash", str(SCRIPT), "pipeline"], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "DRY_RUN": "1", "MT_SESSION_DIR": str(session), **env})
+    assert proc.returncode == 0, proc.stderr
+    parts = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("DRY part "):
+            _, _, name, limit, *argv = shlex.split(line)
+            parts.append((name, int(limit), argv))
+    assert (session / "setup.done").exists() and (session / "DONE").exists()
+    return parts
+
+
+def test_the_session_scripts_parse():
+    for script in (SCRIPT, ROOT / "scripts" / "device" / "fp8_session.sh"):
+        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_usage_without_a_subcommand(tmp_path):
+    proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True,
+                          env={**os.environ, "MT_SESSION_DIR": str(tmp_path)})
+    assert proc.returncode == 2 and proc.stdout.startswith("usage: ")
+
+
+def test_dry_run_lists_every_part_in_priority_order(tmp_path):
+    parts = dry_run(tmp_path)
+    assert [name for name, _, _ in parts] == PARTS_IN_ORDER
+    limits = dict((name, limit) for name, limit, _ in parts)
+    assert limits["matrix"] == 1440 - 2 * 200 - 60  # the budget less a reserve for curves and profile
+    assert all(argv[0] in ("python3", "bash", "env") for _, _, argv in parts)
+
+
+@pytest.mark.parametrize("chosen,expected", [
+    ("capture", ["capture-bf16", "capture-fp8", "capture-export", "capture-export-direct", "capture-direct",
+                 "capture-direct-read"]),
+    ("matrix", ["checkenv-te", "matrix", "matrix-report"]),
+    ("profile curves", ["curves", "curves-report", "profile-jax", "profile-maxtext-bf16", "profile-compare-bf16"]),
+])
+def test_parts_picks_the_parts(tmp_path, chosen, expected):
+    parts = [name for name, _, _ in dry_run(tmp_path, PARTS=chosen)]
+    assert parts == ["install", "carry-mt", "versions", *expected]
+
+
+def parallax_context(argv: list[str]):
+    """The click context of ``python3 -m parallax SUB ARGS``: options parsed and checked by the real CLI."""
+    from parallax.cli import cli
+
+    assert argv[:3] == ["python3", "-m", "parallax"], argv
+    command = cli.get_command(None, argv[3])
+    return command.make_context(argv[3], argv[4:])
+
+
+def test_every_parallax_command_parses_with_the_real_cli(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)  # --data must exist
+    parts = {name: argv for name, _, argv in dry_run(tmp_path)}
+    for name, argv in parts.items():
+        if argv[:3] == ["python3", "-m", "parallax"]:
+            parallax_context(argv)  # raises on an unknown option or a bad value
+    train = parallax_context(parts["capture-bf16"]).params
+    assert (train["framework"], train["precision"], train["synthetic"], train["steps"], train["model"]) == (
+        "maxtext", "bf16", True, 30, "llama-100m")
+    assert parallax_context(parts["capture-fp8"]).params["precision"] == "fp8"
+    assert parallax_context(parts["capture-export"]).params["recipes"] == "all"
+
+
+def benchmark_cells(argv: list[str]) -> tuple[dict, list[tuple[str, str]]]:
+    from parallax.cli.benchmark import split_list
+    from parallax.precision import registry
+
+    params = parallax_context(argv).params
+    frameworks = split_list(params["frameworks"], "--frameworks")
+    selectors = split_list(params["precisions"], "--precisions") + (
+        split_list(params["recipes"], "--recipes") if params["recipes"] else ())
+    return params, [(r.framework, r.name) for r in registry.select(frameworks, selectors)]
+
+
+def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_and_te_cells(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(tmp_path)}
+    params, cells = benchmark_cells(parts["matrix"])
+    assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"), ("jax", "flax-fp8-delayed"),
+                     ("maxtext", "bf16"), ("maxtext", "bf16-defaults"), ("maxtext", "fp8_gpu"),
+                     ("maxtext", "te_fp8_delayedscaling")]
+    assert (params["model"], params["batch_size"], params["seq_len"], params["steps"], params["warmup"],
+            params["repeats"], params["resume"], params["report"]) == ("llama-100m", 32, 1024, 60, 20, 3, True, True)
+    assert params["data"] == str(tmp_path / "carry" / "tinystories")
+    curves, cells = benchmark_cells(parts["curves"])
+    assert cells == [("jax", "bf16"), ("maxtext", "bf16")]
+    assert (curves["steps"], curves["data"], curves["repeats"], curves["report"]) == (
+        300, params["data"], 1, True)
+    assert parts["matrix-report"][3:] == ["compare", "--results-dir", str(tmp_path / "matrix" / "bench"),
+                                          "--output-report", str(tmp_path / "matrix" / "bench" / "report.md")]
+
+
+def test_repeats_and_curve_steps_come_from_the_environment(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, REPEATS="2", CURVE_STEPS="500")}
+    assert parallax_context(parts["matrix"]).params["repeats"] == 2
+    assert parallax_context(parts["curves"]).params["steps"] == 500
+
+
+def test_the_profile_commands_parse_with_profile_steps_parser(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("profile_step", ROOT / "scripts" / "device" / "profile_step.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, PROFILE_MAXTEXT="bf16 bf16-defaults")}
+    for name in ("profile-jax", "profile-maxtext-bf16", "profile-maxtext-bf16-defaults"):
+        assert parts[name][:2] == ["python3", "scripts/device/profile_step.py"]
+    jax = script.parse(parts["profile-jax"][2:])
+    mt = script.parse(parts["profile-maxtext-bf16-defaults"][2:])
+    assert (jax.framework, jax.recipe, mt.framework, mt.recipe, mt.keep_trace) == (
+        "jax", "bf16", "maxtext", "bf16-defaults", True)
+    compare = script.parse(parts["profile-compare-bf16-defaults"][2:])
+    assert compare.compare == [tmp_path / "profile" / "profile_jax_bf16.json",
+                               tmp_path / "profile" / "profile_maxtext_bf16-defaults.json"]
+
+
+def test_the_capture_exports_a_config_and_runs_it_as_it_is_on_the_fake_maxtext(tmp_path):
+    pytest.importorskip("yaml")
+    from fixtures import fake_maxtext
+
+    site = fake_maxtext.install(tmp_path / "site")
+    session = tmp_path / "session"
+    parts = {name: argv for name, _, argv in dry_run(session)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT / "src")])}
+    env.pop("DECOUPLE_GCLOUD", None)
+    done = {}
+    for name in ("capture-export", "capture-export-direct", "capture-direct", "capture-direct-read"):
+        argv = [sys.executable if a == "python3" else a for a in parts[name]]
+        done[name] = proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+        assert proc.returncode == 0, (name, proc.stdout, proc.stderr)
+    base = site / "maxtext" / "configs" / "base.yml"
+    assert done["capture-export"].stderr.endswith(f"keys checked against {base}\n")
+    configs = sorted(p.name for p in (session / "capture" / "configs").iterdir())
+    assert "maxtext-llama-100m-bf16-defaults.yml" in configs and len(configs) == 8
+    metrics = [json.loads(line) for line in (session / "capture" / "direct" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "learning/loss" in m] == [float(k) for k in range(30)]
+    assert {m["run_name"] for m in metrics} == {"direct"}
+    assert proc.stdout.startswith("direct run: 30 steps, loss 9.200 -> ")
+
+
+def fake_checkout(tmp_path: Path) -> Path:
+    """A checkout holding the script, and .carry/ as call 1 carries it."""
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "device").mkdir(parents=True)
+    shutil.copy(SCRIPT, repo / "scripts" / "device" / SCRIPT.name)
+    for bundle, files in (("mt", ("install.sh", "maxtext_site.tar.xz")), ("tinystories", ("train.bin",))):
+        (repo / ".carry" / bundle).mkdir(parents=True)
+        for f in files:
+            (repo / ".carry" / bundle / f).write_text(f"{bundle} {f}\n")
+    return repo
+
+
+def call(repo: Path, session: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir()
+    env = {**os.environ, "DRY_RUN": "1", "MT_SESSION_DIR": str(session), "OUT": str(out), "WAIT_S": "30",
+           "START_WAIT_S": "30"}
+    proc = subprocess.run(["bash", str(repo / "scripts" / "device" / SCRIPT.name), *args], capture_output=True,
+                          text=True, timeout=90, env=env, cwd=repo.parent)  # the script finds its checkout
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_each_call_copies_the_bundles_it_carries_and_packs_what_exists(tmp_path):
+    repo, session, out = fake_checkout(tmp_path), tmp_path / "session", tmp_path / "out"
+    first = call(repo, session, out, "start")
+    assert "[session] copied .carry/mt" in first.stdout and "[session] copied .carry/tinystories" in first.stdout
+    assert (session / "carry" / "mt" / "install.sh").read_text() == "mt install.sh\n"
+    # call 2: the re-sync dropped .carry/mt and brought .carry/gpu
+    shutil.rmtree(repo / ".carry" / "mt")
+    (repo / ".carry" / "gpu").mkdir()
+    (repo / ".carry" / "gpu" / "install.sh").write_text("gpu\n")
+    second = call(repo, session, out, "wait")
+    assert "[session] copied .carry/gpu" in second.stdout and "copied .carry/mt" not in second.stdout
+    assert "[session] pipeline done" in second.stdout
+    assert (session / "carry" / "mt").is_dir() and (session / "carry" / "gpu" / "install.sh").is_file()
+    with tarfile.open(out / "maxtext_session.tar.gz") as tar:
+        names = tar.getnames()
+    assert "session/pipeline.log" in names and "session/DONE" in names
+    assert not [n for n in names if n.startswith(("session/carry", "session/out", "session/src"))]
+
+
+def test_the_pack_leaves_out_raw_traces_and_large_ones(tmp_path):
+    repo, session, out = fake_checkout(tmp_path), tmp_path / "session", tmp_path / "out"
+    call(repo, session, out, "start")
+    profile = session / "profile"
+    (profile / "maxtext_bf16" / "output").mkdir(parents=True)
+    (profile / "maxtext_bf16" / "output" / "host.xplane.pb").write_bytes(b"x" * 1000)
+    (profile / "trace_jax_bf16.tar.gz").write_bytes(b"small")
+    (profile / "trace_maxtext_bf16.tar.gz").write_bytes(os.urandom(9 * 1024 * 1024))
+    call(repo, session, out, "wait")
+    with tarfile.open(out / "maxtext_session.tar.gz") as tar:
+        names = tar.getnames()
+    assert "session/profile/trace_jax_bf16.tar.gz" in names
+    assert not [n for n in names if n.endswith((".xplane.pb", "trace_maxtext_bf16.tar.gz"))]
+
+
+# --- TE's bundle: installed in the background, waited for, or given up on -------------------------
+
+def te_run(tmp_path: Path, script: str, build_s: float | None = None, **env) -> subprocess.CompletedProcess:
+    """The script's functions sourced (MT_SESSION_LIB=1), the parts stubbed, then ``script``;
+    with ``build_s`` a fake .carry/gpu whose install.sh marks TE's core installed, then builds
+    for ``build_s`` seconds."""
+    session, site = tmp_path / "session", tmp_path / "site"
+    if build_s is not None:
+        gpu = session / "carry" / "gpu"
+        gpu.mkdir(parents=True)
+        (gpu / "install.sh").write_text(
+            f'mkdir -p "{site}"; echo te_core_sm90.tar.xz >> "{site}/.installed"; sleep {build_s}; '
+            f'echo "install.sh: carried packages installed in {build_s} s" >&2\n')
+    prelude = (f"source {shlex.quote(str(SCRIPT))}; settings 1000; DRY=0; "
+               "part() { echo \"part $1\"; }; ")
+    return subprocess.run(["bash", "-c", prelude + script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MT_SESSION_LIB": "1", "MT_SESSION_DIR": str(session),
+                               "CARRY_SITE": str(site), **env})
+
+
+def test_te_installs_in_the_background_and_the_matrix_waits_for_it(tmp_path):
+    proc = te_run(tmp_path, "te_state; maybe_start_te; te_state; wait_te; te_state", build_s=3)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "waiting" and "TE: installing .carry/gpu in the background" in lines[1]
+    assert lines[2] == "building" and lines[-1] == "ready"
+    assert any("TE: install.sh: carried packages installed in 3 s" in line for line in lines)
+    assert "part checkenv-te" in lines
+
+
+def test_without_te_by_gpu_by_the_te_cells_are_skipped(tmp_path):
+    proc = te_run(tmp_path, "wait_te; te_state; cat \"$E/te.none\"", GPU_BY_S="0")
+    assert proc.stdout.splitlines()[-2:] == ["none", "no .carry/gpu by 0s"]
+    assert "the TE cells will be skipped" in proc.stdout and "part checkenv-te" not in proc.stdout
+
+
+def test_a_bundle_that_comes_while_waiting_is_installed_then(tmp_path):
+    session = tmp_path / "session"
+    late = (f"(sleep 2; mkdir -p '{session}/carry/gpu.tmp'; "
+            f"echo 'echo te_core_sm90.tar.xz >> \"$CARRY_SITE/.installed\"' > '{session}/carry/gpu.tmp/install.sh'; "
+            f"mv '{session}/carry/gpu.tmp' '{session}/carry/gpu') & ")
+    proc = te_run(tmp_path, late + "wait_te; te_state")
+    assert proc.stdout.splitlines()[-1] == "ready", proc.stdout + proc.stderr
+    assert "TE: installing .carry/gpu in the background" in proc.stdout
+
+
+def test_a_te_build_past_te_wait_is_stopped(tmp_path):
+    proc = te_run(tmp_path, "maybe_start_te; wait_te; te_state; cat \"$E/te.none\"; "
+                            "sleep 1; kill -0 $(cat \"$E/te.pid\") 2>/dev/null && echo still-running || echo stopped",
+                  build_s=60, TE_WAIT_S="1")
+    assert proc.stdout.splitlines()[-3:] == ["none", "TE build stopped after waiting 1s", "stopped"]
+    assert not (tmp_path / "session" / "te.ready").exists()
+
+
+def test_the_pipeline_takes_a_bundle_from_the_live_checkout_once_it_stands_still(tmp_path):
+    live = tmp_path / "live"
+    (live / ".carry" / "gpu").mkdir(parents=True)
+    (live / ".carry" / "gpu" / "install.sh").write_text("gpu\n")
+    proc = te_run(tmp_path, f"LIVE={shlex.quote(str(live))}; poll_live; te_state; poll_live; te_state")
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "waiting"  # first look: not taken yet (it may still be syncing)
+    assert "[session] copied .carry/gpu" in lines[1]
+    assert (tmp_path / "session" / "carry" / "gpu" / "install.sh").read_text() == "gpu\n"
