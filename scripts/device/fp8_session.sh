@@ -12,8 +12,8 @@
 #
 #   tests      TE's torch extension builds in the background (.carry/gpu, ~2 min) after `pip install
 #              -e .`; meanwhile the JAX fp8, CUDA quantization and emulated-NVFP4 GPU tests and the
-#              NVFP4 kernel benchmark (scripts/device/quant_bench.py); then check-env and the torch
-#              fp8 GPU tests (CUDA graphs included) once TE is there.
+#              NVFP4 kernel benchmark (scripts/device/quant_bench.py); then check-env, the torch
+#              fp8 GPU tests (CUDA graphs included) and the TE-JAX tests once TE is there.
 #   matrix     the throughput matrix alone on the GPU: every bf16/fp8/emulated-NVFP4 recipe of both
 #              engines (TE with --cuda-graphs auto: its blocks in CUDA graphs), REPEATS (3) repeats.
 #   crossover  the larger presets (llama-330m, then llama-860m), one repeat, bf16 and every fp8
@@ -108,6 +108,8 @@ if want tests; then
     wait_te
     part checkenv 120 bash -c "python3 -m parallax check-env && python3 -m parallax check-env --json > $E/checkenv/check_env.json"
     part gputests-torch 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py
+    # TE's JAX extension builds with the torch one when .carry/gpu holds it (fetch.sh ... te-jax)
+    part gputests-tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
 fi
 wait_te
 
