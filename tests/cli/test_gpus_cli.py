@@ -54,6 +54,7 @@ def test_bad_gpu_flags_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, t
 @pytest.mark.parametrize("args, message", [
     (["--gpus", "all"], "--gpus all: no NVIDIA GPU is visible; use --device cpu --gpus N for N CPU ranks"),
     (["--gpus", "2", "--device", "cuda"], "--gpus 2: only 0 GPUs visible; use --device cpu --gpus 2 for 2 CPU ranks"),
+    (["--gpus", "3"], "--gpus 3: only 0 GPUs visible; use --device cpu --gpus 3 for 3 CPU ranks"),
     (["--gpus", "2", "--framework", "maxtext", "--device", "cpu"], "the maxtext engine runs on one GPU here"),
     (["--gpus", "2", "--device", "cpu", "--recipe", "te-fp8-delayed"],
      "recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability 8.9+; this run is on the CPU"),
@@ -62,6 +63,17 @@ def test_gpu_counts_on_a_machine_without_gpus(tmp_path, capsys, no_gpu, args, me
     code = main(["train", *TINY, "--output-dir", str(tmp_path / "run"), *args])
     assert code == 2
     assert message in one_error_line(capsys)
+
+
+def test_gpu_count_with_the_model_chosen_by_the_machine_is_still_a_gpu_count(tmp_path, capsys, no_gpu):
+    # --model auto resolves the device to the CPU here; --gpus 3 must not become 3 CPU ranks silently
+    code = main(["benchmark", "--frameworks", "torch", "--precisions", "bf16", "--gpus", "1,3", "--steps", "3",
+                 "--warmup", "1", "--output-dir", str(tmp_path / "b")])
+    assert code == 2
+    assert "--gpus 3: only 0 GPUs visible; use --device cpu --gpus 3 for 3 CPU ranks" in one_error_line(capsys)
+    code = main(["train", "--gpus", "3", "--steps", "3", "--warmup", "1", "--output-dir", str(tmp_path / "t")])
+    assert code == 2
+    assert "--gpus 3: only 0 GPUs visible" in one_error_line(capsys)
 
 
 def test_resolve_gpus(monkeypatch):

@@ -120,7 +120,7 @@ def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, se
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
-                    max_loss_gap, concurrent, split_gpus(gpus, base.device)).validate()
+                    max_loss_gap, concurrent, split_gpus(gpus, device or "auto")).validate()
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     with LiveDisplay(console, steps, note) as display:

@@ -62,8 +62,8 @@ def build_run(options: dict) -> tuple[RunConfig, str | None]:
     if "recipe" in given and "precision" not in given:
         given["precision"] = None  # the recipe's own format
     run, note = defaults.run_config({**given, **data})
-    if gpus is not None:
-        run = run.replace(gpus=resolve_gpus(gpus, run.device))
+    if gpus is not None:  # checked against the device asked for: 'auto' on a machine without a GPU is no CPU-rank lab
+        run = run.replace(gpus=resolve_gpus(gpus, given.get("device", "auto")))
     return run, note
 
 
