@@ -26,8 +26,7 @@ from parallax.envinfo import module_version, older, package_version
 from parallax.errors import ParallaxError
 from parallax.precision.jax.base import JaxHooks
 
-FP8_TOKENS_MULTIPLE = 8  # TE fp8 GEMMs: the product of the leading dims (batch·seq) ...
-FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
+from parallax.precision.te_shapes import FP8_DIM_MULTIPLE, FP8_TOKENS_MULTIPLE, check_shapes  # noqa: F401
 
 
 def import_te():
@@ -101,15 +100,7 @@ class TeJaxHooks(JaxHooks):
                             "for data parallel is not wired); use --gpus 1 or a Flax recipe (bf16, flax-fp8-*)")
 
     def check_shapes(self, run) -> None:
-        model, tokens = run.model_config, run.batch_size * run.seq_len
-        if tokens % FP8_TOKENS_MULTIPLE:
-            raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs batch·seq divisible by "
-                                f"{FP8_TOKENS_MULTIPLE}; {run.batch_size}·{run.seq_len} = {tokens} is not")
-        for name in ("d_model", "d_ff"):
-            size = getattr(model, name)
-            if size % FP8_DIM_MULTIPLE:
-                raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs {name} divisible by "
-                                    f"{FP8_DIM_MULTIPLE}; model '{model.name}' has {name} {size}")
+        check_shapes(self.recipe.name, run)
 
     def details(self) -> dict:
         te = import_te()

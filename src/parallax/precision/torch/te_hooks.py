@@ -30,8 +30,7 @@ from parallax.envinfo import module_version, older
 from parallax.errors import ParallaxError
 from parallax.precision.torch.base import TorchHooks, linear_weights
 
-FP8_TOKENS_MULTIPLE = 8  # TE fp8 GEMMs: the product of the leading dims (batch·seq) ...
-FP8_DIM_MULTIPLE = 16  # ... and the last dim of every GEMM operand
+from parallax.precision.te_shapes import FP8_DIM_MULTIPLE, FP8_TOKENS_MULTIPLE, check_shapes  # noqa: F401
 # Forward+backward runs of every block before its capture (TE's default): they let lazy
 # initialisation (cuBLAS workspaces, torch.compile of the split, TE's fp8 metadata) happen
 # outside the graph. TE restores the fp8 scaling state afterwards, so they leave no trace.
@@ -203,16 +202,8 @@ class TransformerEngineHooks(TorchHooks):
                                 f"{reason} (use --recipe emulated-nvfp4)")
 
     def check_shapes(self, run) -> None:
-        model, tokens = run.model_config, run.batch_size * run.seq_len
         multiple = FP8_DIM_MULTIPLE if self.nvfp4 else FP8_TOKENS_MULTIPLE  # NVFP4: 16 everywhere
-        if tokens % multiple:
-            raise ParallaxError(f"recipe '{self.recipe.name}': TE needs batch·seq divisible by "
-                                f"{multiple}; {run.batch_size}·{run.seq_len} = {tokens} is not")
-        for name in ("d_model", "d_ff"):
-            size = getattr(model, name)
-            if size % FP8_DIM_MULTIPLE:
-                raise ParallaxError(f"recipe '{self.recipe.name}': TE fp8 needs {name} divisible by "
-                                    f"{FP8_DIM_MULTIPLE}; model '{model.name}' has {name} {size}")
+        check_shapes(self.recipe.name, run, multiple, "TE")
 
     def details(self, torch) -> dict:
         info = {**super().details(torch), "te_version": te_version(), "te_recipe": None,
