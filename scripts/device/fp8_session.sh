@@ -20,6 +20,10 @@
 #              recipe but torchao rowwise, then `parallax crossover`.
 #   convergence  CONV_STEPS (1000) steps of every fp8 and emulated-NVFP4 recipe and bf16, eval every
 #              100 steps, 5 cells at once on the GPU (loss only: --concurrent stamps them).
+#   nvfp4conv  the same for bf16 and emulated NVFP4 alone (both engines, 4 cells at once), started in
+#              the background right after the CUDA quantization tests passed, so that it runs while
+#              the other correctness tests and TE's build do; nothing timed (the kernel benchmark,
+#              the matrix) starts before it is done.
 #
 # Each part is bounded by the time left to the deadline (BUDGET_S from the start, default 1560 s).
 #
@@ -101,16 +105,29 @@ export PYTHONPATH=/tmp/carry-site${PYTHONPATH:+:$PYTHONPATH}
 python3 -c "import parallax.quant as q; print(q.available_bindings())" > "$E/bindings.txt" 2>&1
 
 if want tests; then
+    part gputests-quant 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py
+fi
+CONV_PID=""
+if want nvfp4conv; then  # losses only: sharing the GPU with the tests below changes no number it reports
+    part nvfp4conv 900 "${BENCH[@]}" --frameworks torch,jax --recipes emulated-nvfp4 \
+        --steps "${CONV_STEPS:-1000}" --warmup 20 --eval-every 100 --eval-batches 5 --data "$DATA" \
+        --epochs 40 --concurrent 4 --timeout-per-run 800 --output-dir "$E/nvfp4conv/bench" --resume --report &
+    CONV_PID=$!
+fi
+if want tests; then
+    part gputests-nvfp4 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_nvfp4_emulated_gpu.py
     part gputests-jax 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_jax_fp8_gpu.py
-    part gputests-quant 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
-        tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py
-    part quantbench 120 env OUT="$E/quantbench" python3 scripts/device/quant_bench.py
     wait_te
     part checkenv 120 bash -c "python3 -m parallax check-env && python3 -m parallax check-env --json > $E/checkenv/check_env.json"
     part gputests-torch 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_torch_fp8_gpu.py
     # TE's JAX extension builds with the torch one when .carry/gpu holds it (fetch.sh ... te-jax)
     part gputests-tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
 fi
+if [[ -n $CONV_PID ]]; then
+    log "waiting for nvfp4conv before anything timed"
+    wait "$CONV_PID"
+fi
+want tests && part quantbench 120 env OUT="$E/quantbench" python3 scripts/device/quant_bench.py
 wait_te
 
 if want matrix; then
