@@ -1,6 +1,9 @@
 """The JAX engine's TransformerEngine recipes on a real GPU with TE's JAX extension (fp8: compute
 capability 8.9+; run on the device, skipped elsewhere and where ``transformer_engine_jax`` is not
 installed: ``../shared/tools/gpu-carry`` bundle ``te-jax``, ~190 s to build on a fresh machine).
+Installed means what the recipe registry reads, the distribution's metadata: the extension module
+itself is not importable by name (TE loads it from inside its package), and a ``find_spec`` test
+skipped these on the H200 on 2026-12-01 with the extension built.
 
 - te-bf16 (TE modules, no fp8) against our Flax bf16 model from the same weights: logits, loss
   and gradients (converted back to canonical names) agree to bf16 rounding;
@@ -15,16 +18,15 @@ engine's ``hooks.prepare``), and TE's autocast is process-global state.
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 import pytest
 
 from gpu.test_jax_fp8_gpu import BATCH, TINY, in_fresh_process  # noqa: F401  (BATCH, TINY: used by the children)
 from parallax.config import OptimConfig, RunConfig
+from parallax.envinfo import package_version
 
 pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(importlib.util.find_spec("transformer_engine_jax") is None,
+              pytest.mark.skipif(package_version("transformer_engine_jax") is None,
                                  reason="TransformerEngine's JAX extension is not installed (gpu-carry bundle te-jax)")]
 
 
