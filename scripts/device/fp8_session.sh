@@ -38,7 +38,7 @@ OUT=${OUT:-$E/out}
 mkdir -p "$E" "$OUT"
 pack() {
     find "$E" -name 'trace_*' -size +12M -delete 2>/dev/null
-    tar -czf "$OUT/fp8_session.tar.gz" -C /tmp --exclude=fp8/out fp8 2>/dev/null
+    tar -czf "$OUT/fp8_session.tar.gz" -C /tmp --exclude=fp8/out --exclude=fp8/src --exclude=fp8/carry-gpu fp8 2>/dev/null
     ls -la "$OUT"
 }
 

@@ -173,9 +173,15 @@ def test_the_benchmark_script_imports_and_renders():
     assert set(impls) == {"native", "torch_eager", "torch_compile"}
     x = edge_tensor().to(torch.bfloat16)
     assert same(impls["torch_eager"](x), impls["native"](x))
-    rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "gb_s": 2013.3, "pct_h200": 41.9,
-             "identical_to_native": 1.0, "speedup_vs_compile": 3.1}]
-    assert "native" in bench.render(rows, (32768, 768)) and "41.9%" in bench.render(rows, (32768, 768))
+    rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "call_ms": 0.134, "gb_s": 2013.3, "pct_h200": 41.9,
+             "identical_to_native": 1.0, "speedup_vs_compile": 3.1},
+            {"variant": "1x16", "impl": "torch_compile", "ms": None, "call_ms": 0.122, "gb_s": 825.8,
+             "pct_h200": 17.2, "identical_to_native": 1.0, "speedup_vs_compile": 1.0,
+             "graph_error": "RuntimeError: capture failed"}]
+    table = bench.render(rows, (32768, 768)).splitlines()
+    assert table[3].split() == ["1x16", "native", "0.0500", "2013.3", "41.9%", "3.10x", "0.1340", "100.0000%"]
+    assert table[4].split()[2] == "n/a" and "no graph (RuntimeError: capture failed)" in table[5]
+    assert [x for _, x in zip(range(5), bench.rotating([1, 2]))] == [1, 2, 1, 2, 1]
 
 
 # ---- JAX --------------------------------------------------------------------------------------
