@@ -74,6 +74,26 @@ def test_available_bindings_names_every_binding():
     assert b["cuda"] == _native.quant_bindings()["cuda"] == hasattr(_native, "quant_nvfp4_cuda")
 
 
+def test_the_cuda_ops_look_their_kernels_up_once(monkeypatch):
+    """available_bindings() searches the import path (~0.1 ms): looked up per call, it was the
+    largest host cost of an op the emulated recipe calls ~300 times a step."""
+    from parallax.quant import torch_ops
+
+    calls = []
+    monkeypatch.setattr(torch_ops, "available_bindings", lambda: calls.append(1) or {"cuda": True})
+    monkeypatch.setattr(torch_ops, "native", lambda: _native)
+    torch_ops._cuda_kernels.cache_clear()
+    try:
+        assert [torch_ops._cuda_native() for _ in range(3)] == [_native] * 3
+        assert len(calls) == 1
+        torch_ops._cuda_kernels.cache_clear()
+        monkeypatch.setattr(torch_ops, "available_bindings", lambda: {"cuda": False})
+        with pytest.raises(RuntimeError, match="this build has no CUDA kernels"):
+            torch_ops._cuda_native()
+    finally:
+        torch_ops._cuda_kernels.cache_clear()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize("mode,sr,rht", VARIANTS)
 def test_torch_op_on_cpu_is_the_native_function(mode, sr, rht, dtype):

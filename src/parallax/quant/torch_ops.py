@@ -25,6 +25,8 @@ No autograd formula is registered (the emulated recipe decides its straight-thro
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Optional
 
 import numpy as np
@@ -42,9 +44,18 @@ def _check_input(x: torch.Tensor, what: str) -> None:
         raise ValueError(f"{what}: x must be on the CPU or a CUDA device, got {x.device}")
 
 
-def _cuda_native():
+@functools.lru_cache(maxsize=None)
+def _cuda_kernels():
+    """The native module where it has the CUDA kernels, else None; looked up once, since
+    ``available_bindings()`` searches the import path (~0.1 ms) and this runs on every call of an
+    op: the emulated recipe makes ~300 calls a training step."""
     n = native()
-    if n is None or not available_bindings()["cuda"]:
+    return n if n is not None and available_bindings()["cuda"] else None
+
+
+def _cuda_native():
+    n = _cuda_kernels()
+    if n is None:
         raise RuntimeError("parallax quant: this build has no CUDA kernels (built without a CUDA compiler); "
                            "rebuild on a machine with nvcc (pip install --no-build-isolation -e .)")
     return n
@@ -58,6 +69,14 @@ def _aligned(x: torch.Tensor) -> torch.Tensor:
 
 def _stream(x: torch.Tensor) -> int:
     return torch.cuda.current_stream(x.device).cuda_stream
+
+
+def _on(x: torch.Tensor):
+    """x's device made current for the call (a no-op context when it already is, the common
+    case: entering torch.cuda.device sets the device twice)."""
+    if x.device.index is None or x.device.index == torch.cuda.current_device():
+        return contextlib.nullcontext()
+    return torch.cuda.device(x.device)
 
 
 def _cpu_f32(x: torch.Tensor, rows: int, cols: int) -> np.ndarray:
@@ -86,12 +105,14 @@ def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=Fa
         ws = torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
         return y, torch.from_numpy(codes), torch.from_numpy(scales), ws
     n = _cuda_native()
-    with torch.cuda.device(x.device):
+    with _on(x):
         xc = _aligned(x)
         y = torch.empty_like(xc)
-        codes = torch.empty((rows, cols // 2) if want_codes else (0,), dtype=torch.uint8, device=x.device)
-        scales = torch.empty((srows, cols // 16) if want_codes else (0,), dtype=torch.uint8, device=x.device)
         ws = torch.empty(2, dtype=torch.float32, device=x.device)
+        codes = scales = None
+        if want_codes:
+            codes = torch.empty((rows, cols // 2), dtype=torch.uint8, device=x.device)
+            scales = torch.empty((srows, cols // 16), dtype=torch.uint8, device=x.device)
         n.quant_nvfp4_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), codes.data_ptr() if want_codes else 0,
                            scales.data_ptr() if want_codes else 0, ws.data_ptr(), rows, cols, tile, stochastic, seed,
                            rht, rht_seed, _stream(x))
@@ -134,7 +155,7 @@ def nvfp4_qdq_counter(x: torch.Tensor, counter: torch.Tensor, mode: str = "1x16"
     rows, cols = check_shape(tuple(x.shape), mode)
     seed, rht_seed = check_seed(seed), check_seed(rht_seed, "rht_seed")
     n = _cuda_native()
-    with torch.cuda.device(x.device):
+    with _on(x):
         xc = _aligned(x)
         y = torch.empty_like(xc)
         ws = torch.empty(2, dtype=torch.float32, device=x.device)
@@ -177,7 +198,7 @@ def hadamard16(x: torch.Tensor, seed: int = 0, inverse: bool = False) -> torch.T
         y = native().hadamard16(_cpu_f32(x, rows, cols), seed, inverse)
         return torch.from_numpy(y).to(x.dtype).reshape(x.shape)
     n = _cuda_native()
-    with torch.cuda.device(x.device):
+    with _on(x):
         xc = _aligned(x)
         y = torch.empty_like(xc)
         n.hadamard16_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), rows, cols, seed, inverse, _stream(x))
@@ -200,7 +221,7 @@ def fp8_qdq(x: torch.Tensor, fmt: str = "e4m3", scale: float = 1.0, saturate: Op
         a = x.detach().to(torch.float32).contiguous().numpy()
         return torch.from_numpy(native().quant_fp8(a, fmt, scale, sat)).to(x.dtype)
     n = _cuda_native()
-    with torch.cuda.device(x.device):
+    with _on(x):
         xc = _aligned(x)
         y = torch.empty_like(xc)
         n.quant_fp8_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), 0, xc.numel(), fmt, float(scale), sat,
