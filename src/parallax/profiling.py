@@ -26,7 +26,8 @@ first rule of ``RULES`` whose regex matches; ``other`` when none does. The order
 5. ``optimizer``: ``multi_tensor_apply`` (fused AdamW, foreach norms and clipping), ``adam``, ``foreach``.
 6. ``quantize``: fp8 casts and their scales: TransformerEngine's ``cast_transpose``, ``amax``,
    ``delayed_scaling``/``scale`` updates (``delayed_scaling_recipe::kernel_bulk``), ``quantize``;
-   torchao's ``_to_fp8``/``to_float8``;
+   torchao's ``_to_fp8``/``to_float8``; Parallax's own NVFP4 kernels (csrc/quant: ``nvfp4_1x16_kernel``,
+   ``nvfp4_16x16_kernel``, ``amax_kernel``, ``hadamard_kernel``), the emulation cost of emulated-nvfp4;
    Inductor kernels fusing ``abs``..``max`` (an amax), ``clamp`` or ``reciprocal`` (torchao's
    scaled cast: ``triton_red_fused__to_copy_abs_max_view_0``); an XLA op whose result is f8
    (``hlo_op`` from ``describe_hlo_ops`` reads "... -> f8e4m3fn[...]"). XLA's amax is a plain
@@ -56,8 +57,9 @@ _PATTERNS = (
     ("attention", r"flash|fmha|sdpa|fused_attn|attention|_attn_"),
     ("gemm-fp8", rf"{_NOT_INDUCTOR_VECTOR}(?=.*(?:{_GEMM}))(?=.*(?:{_FP8}))"),
     ("gemm-bf16", rf"{_NOT_INDUCTOR_VECTOR}.*(?:{_GEMM})"),
-    ("optimizer", r"multi_tensor_apply|adam|foreach"),
+    ("optimizer", r"multi_tensor_apply|(?<!h)adam|foreach"),  # not h-adam-ard
     ("quantize", r"cast_transpose|amax|quantize|scale|scaling|_to_fp8|to_float8|fp8|float8|-> (?:\(.*)?f8e\dm\d"
+                 r"|nvfp4_\w*kernel|hadamard_kernel"
                  r"|^triton_(?:poi|red|per)_fused\w*(?:abs_\w*max|clamp|reciprocal)"),
     ("elementwise", r"^(?!nccl)(?:triton_(?:poi|red|per)_|wrapped_|.*(?:fusion|elementwise|reduce|norm|rope"
                     r"|rotary|softmax|silu|swiglu|CatArray|index_|_copy|cross_entropy|nll_loss))"),

@@ -58,6 +58,15 @@ KERNELS = [
     ("triton_red_fused__to_copy_abs_max_view_0", "quantize"),
     ("triton_per_fused__to_copy_abs_clamp_max_mul_reciprocal_view_1", "quantize"),
     ("triton_red_fused_abs_max_2", "quantize"),
+    # Parallax's NVFP4 kernels (csrc/quant/quant_cuda.cu), as CUPTI demangles them
+    ("void (anonymous namespace)::nvfp4_1x16_kernel<unsigned short, false, true>((anonymous namespace)::Nvfp4Args)",
+     "quantize"),
+    ("void (anonymous namespace)::nvfp4_16x16_kernel<unsigned short, false, false>((anonymous namespace)::Nvfp4Args)",
+     "quantize"),
+    ("void (anonymous namespace)::amax_kernel<unsigned short, true>(const void *, unsigned long, "
+     "(anonymous namespace)::Signs, float *)", "quantize"),
+    ("void (anonymous namespace)::hadamard_kernel<float>(const void *, void *, unsigned long, unsigned int, bool)",
+     "quantize"),
     ("triton_poi_fused__scaled_mm__to_copy_clamp_mul_reciprocal_t_view_4", "quantize"),
     # optimizer
     ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
