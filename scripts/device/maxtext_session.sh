@@ -34,6 +34,14 @@
 #   profile  scripts/device/profile_step.py: our jax engine's bf16 step and MaxText's (MaxText's own
 #            profiler=xplane), then --compare: the two kernel-category breakdowns side by side.
 #
+# Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
+#
+#   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py), once TE is installed, before the
+#            matrix.
+#   nvfp4    after the matrix, on a quiet GPU: scripts/device/quant_bench.py (the kernels' device
+#            time from CUDA-graph replays), profile_step.py of torch's and jax's emulated-nvfp4
+#            steps, and bf16 + emulated-nvfp4 of both engines, REPEATS repeats (the emulation cost).
+#
 # Parts that need no TE (curves, then profile) run while TE builds; the matrix waits for TE,
 # and then the rest of curves/profile run. Each part is bounded by its own limit and by the time
 # left to the deadline (BUDGET_S from the start, default 1440 s); the matrix leaves RESERVE_S
@@ -207,10 +215,11 @@ run_capture() {
 
 run_matrix() {
     local todo=0 p limit
-    for p in curves profile; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
+    for p in curves profile nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
-        --recipes maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling "${SIZE[@]}" --steps 60 --warmup 20 \
+        --recipes jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling "${SIZE[@]}" \
+        --steps 60 --warmup 20 \
         --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run 240 \
         --output-dir "$E/matrix/bench" --resume --report
     report_of "$E/matrix/bench"
@@ -238,6 +247,24 @@ run_profile() {
         part "profile-compare-$r" 30 python3 scripts/device/profile_step.py --compare "$p/profile_jax_bf16.json" \
             "$p/profile_maxtext_$r.json" --out "$p"
     done
+}
+
+run_tejax() {
+    part tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
+}
+
+run_nvfp4() {
+    local n=$E/nvfp4
+    mkdir -p "$n/quantbench"
+    part nvfp4-quantbench 120 env OUT="$n/quantbench" python3 scripts/device/quant_bench.py
+    part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
+        --out "$n/profile"
+    part nvfp4-profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe emulated-nvfp4 \
+        --out "$n/profile"
+    part nvfp4-bench 420 python3 -m parallax benchmark --frameworks torch,jax --precisions bf16 \
+        --recipes emulated-nvfp4 "${SIZE[@]}" --steps 60 --warmup 20 --repeats "${REPEATS:-3}" --data "$DATA" \
+        --epochs 20 --timeout-per-run 200 --output-dir "$n/bench" --resume --report
+    report_of "$n/bench"
 }
 
 run() { "run_$1"; DONE_PARTS+="$1 "; }
@@ -274,10 +301,12 @@ pipeline() {
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
     done
-    if want matrix; then
+    if want matrix || want tejax; then
         wait_te
-        run matrix
+        want tejax && run tejax
+        want matrix && run matrix
     fi
+    want nvfp4 && run nvfp4
     for p in curves profile; do
         want $p && [[ $DONE_PARTS != *" $p "* ]] && run $p
     done

@@ -73,6 +73,26 @@ def test_parts_picks_the_parts(tmp_path, chosen, expected):
     assert parts == ["install", "carry-mt", "versions", *expected]
 
 
+def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = dry_run(tmp_path, PARTS="matrix tejax nvfp4")
+    assert [name for name, _, _ in parts] == [
+        "install", "carry-mt", "versions", "checkenv-te", "tejax", "matrix", "matrix-report",
+        "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
+    limits = {name: limit for name, limit, _ in parts}
+    assert limits["matrix"] == 1440 - 200 - 60  # a reserve for nvfp4, the one part after it
+    argv = {name: a for name, _, a in parts}
+    assert argv["tejax"][-1] == "tests/gpu/test_jax_te_gpu.py"
+    assert argv["nvfp4-quantbench"] == ["env", f"OUT={tmp_path}/nvfp4/quantbench", "python3",
+                                        "scripts/device/quant_bench.py"]
+    assert (ROOT / argv["nvfp4-quantbench"][-1]).is_file()
+    for name, framework in (("nvfp4-profile-torch", "torch"), ("nvfp4-profile-jax", "jax")):
+        assert argv[name][2:6] == ["--framework", framework, "--recipe", "emulated-nvfp4"]
+    params, cells = benchmark_cells(argv["nvfp4-bench"])
+    assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
+    assert (params["repeats"], params["steps"], params["warmup"], params["batch_size"]) == (3, 60, 20, 32)
+
+
 def parallax_context(argv: list[str]):
     """The click context of ``python3 -m parallax SUB ARGS``: options parsed and checked by the real CLI."""
     from parallax.cli import cli
@@ -111,7 +131,7 @@ def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_an
     parts = {name: argv for name, _, argv in dry_run(tmp_path)}
     params, cells = benchmark_cells(parts["matrix"])
     assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"), ("jax", "flax-fp8-delayed"),
-                     ("maxtext", "bf16"), ("maxtext", "bf16-defaults"), ("maxtext", "fp8_gpu"),
+                     ("jax", "flax-fp8-direct"), ("maxtext", "bf16"), ("maxtext", "bf16-defaults"), ("maxtext", "fp8_gpu"),
                      ("maxtext", "te_fp8_delayedscaling")]
     assert (params["model"], params["batch_size"], params["seq_len"], params["steps"], params["warmup"],
             params["repeats"], params["resume"], params["report"]) == ("llama-100m", 32, 1024, 60, 20, 3, True, True)
