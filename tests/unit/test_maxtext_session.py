@@ -144,10 +144,13 @@ def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_an
                                           "--output-report", str(tmp_path / "matrix" / "bench" / "report.md")]
 
 
-def test_repeats_and_curve_steps_come_from_the_environment(tmp_path):
+def test_repeats_curve_steps_and_extra_cells_come_from_the_environment(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = {name: argv for name, _, argv in dry_run(tmp_path, REPEATS="2", CURVE_STEPS="500")}
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, REPEATS="2", CURVE_STEPS="500",
+                                                     MATRIX_EXTRA="jax:te-bf16,jax:te-fp8-delayed")}
     assert parallax_context(parts["matrix"]).params["repeats"] == 2
+    _, cells = benchmark_cells(parts["matrix"])
+    assert ("jax", "te-bf16") in cells and ("jax", "te-fp8-delayed") in cells and len(cells) == 11
     assert parallax_context(parts["curves"]).params["steps"] == 500
 
 
