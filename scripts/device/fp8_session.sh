@@ -17,7 +17,8 @@
 #   matrix     the throughput matrix alone on the GPU: every bf16/fp8/emulated-NVFP4 recipe of both
 #              engines (TE with --cuda-graphs auto: its blocks in CUDA graphs), REPEATS (3) repeats.
 #   crossover  the larger presets (llama-330m, then llama-860m), one repeat, bf16 and every fp8
-#              recipe but torchao rowwise, then `parallax crossover`.
+#              recipe but torchao rowwise, then `parallax crossover` (XO_RECIPES, XO_MODELS,
+#              XO_RESUME, XO_TIMEOUT, XO_PART_S: see the part).
 #   convergence  CONV_STEPS (1000) steps of every fp8 and emulated-NVFP4 recipe and bf16, eval every
 #              100 steps, 5 cells at once on the GPU (loss only: --concurrent stamps them).
 #   nvfp4conv  the same for bf16 and emulated NVFP4 alone (both engines, 4 cells at once), started in
@@ -137,14 +138,22 @@ if want matrix; then
 fi
 
 if want crossover; then
-    # torchao rowwise, the slowest fp8 recipe at 100m, is left out to fit both sizes in
-    XO=torch:te-bf16,torch:te-fp8-delayed,torch:te-fp8-current,torchao-fp8-tensorwise,flax-fp8-delayed,flax-fp8-direct
-    for model in llama-330m llama-860m; do
-        part "crossover-$model" 400 "${BENCH[@]}" --frameworks torch,jax --model "$model" \
-            --recipes "$XO" --steps 30 --warmup 10 --synthetic --timeout-per-run 150 \
+    # torchao rowwise, the slowest fp8 recipe at 100m, is left out to fit both sizes in (XO_RECIPES
+    # sets the list). XO_RESUME: a folder of earlier crossover benchmarks (one per preset, e.g.
+    # docs/results/2026-12-01-h200-c/crossover) copied in first, so that --resume runs only the
+    # cells they lack; XO_TIMEOUT: the per-cell limit (torchao compiles ~150 s at llama-330m).
+    XO=${XO_RECIPES:-torch:te-bf16,torch:te-fp8-delayed,torch:te-fp8-current,torchao-fp8-tensorwise,flax-fp8-delayed,flax-fp8-direct}
+    for model in ${XO_MODELS:-llama-330m llama-860m}; do
+        if [[ -n ${XO_RESUME:-} && -d $XO_RESUME/$model && ! -d $E/crossover/$model ]]; then
+            mkdir -p "$E/crossover" && cp -r "$XO_RESUME/$model" "$E/crossover/$model"
+            log "crossover-$model: resuming the runs of $XO_RESUME/$model"
+        fi
+        part "crossover-$model" "${XO_PART_S:-400}" "${BENCH[@]}" --frameworks torch,jax --model "$model" \
+            --recipes "$XO" --steps 30 --warmup 10 --synthetic --timeout-per-run "${XO_TIMEOUT:-150}" \
             --output-dir "$E/crossover/$model" --resume --report
     done
-    part crossover-report 60 python3 -m parallax crossover "$E/matrix/bench" "$E/crossover/llama-330m" \
+    # XO_BASE: the llama-100m benchmark to line up with (this pipeline's matrix by default)
+    part crossover-report 60 python3 -m parallax crossover "${XO_BASE:-$E/matrix/bench}" "$E/crossover/llama-330m" \
         "$E/crossover/llama-860m" --output-dir "$E/crossover/report"
 fi
 
