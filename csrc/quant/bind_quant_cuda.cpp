@@ -44,30 +44,30 @@ void bind_quant_cuda(nb::module_& m) {
   m.def(
       "quant_nvfp4_cuda",
       [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t codes, uintptr_t scales, uintptr_t scale_ws,
-         size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed,
+         size_t rows, size_t cols, int mode, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed,
          uintptr_t stream) {
         check(px_nvfp4_qdq_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<uint8_t>(codes),
-                                ptr<uint8_t>(scales), ptr<float>(scale_ws), rows, cols, tile16x16, stochastic, seed,
+                                ptr<uint8_t>(scales), ptr<float>(scale_ws), rows, cols, mode, stochastic, seed,
                                 rht, rht_seed, stream_of(stream)),
               "quant_nvfp4_cuda");
       },
-      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "scale_ws"_a, "rows"_a, "cols"_a, "tile16x16"_a,
+      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "scale_ws"_a, "rows"_a, "cols"_a, "mode"_a,
       "stochastic"_a, "seed"_a, "rht"_a, "rht_seed"_a, "stream"_a,
       "Queue NVFP4 quantize-dequantize on a CUDA stream (device pointers as integers; 0 = no "
-      "output; scale_ws: float[2] {amax, s_global}). See csrc/quant/quant_cuda.h.");
+      "output; scale_ws: float[2] {amax, s_global}; mode 0 1x16, 1 16x16, 2 16x1). See csrc/quant/quant_cuda.h.");
 
   m.def(
       "quant_nvfp4_counter_cuda",
       [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t codes, uintptr_t scales, uintptr_t scale_ws,
-         size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, uintptr_t seed_counter, bool rht,
+         size_t rows, size_t cols, int mode, bool stochastic, uint64_t seed, uintptr_t seed_counter, bool rht,
          uint64_t rht_seed, uintptr_t stream) {
         check(px_nvfp4_qdq_counter_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<uint8_t>(codes),
-                                        ptr<uint8_t>(scales), ptr<float>(scale_ws), rows, cols, tile16x16,
+                                        ptr<uint8_t>(scales), ptr<float>(scale_ws), rows, cols, mode,
                                         stochastic, seed, ptr<const uint32_t>(seed_counter), rht, rht_seed,
                                         stream_of(stream)),
               "quant_nvfp4_counter_cuda");
       },
-      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "scale_ws"_a, "rows"_a, "cols"_a, "tile16x16"_a,
+      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "scale_ws"_a, "rows"_a, "cols"_a, "mode"_a,
       "stochastic"_a, "seed"_a, "seed_counter"_a, "rht"_a, "rht_seed"_a, "stream"_a,
       "quant_nvfp4_cuda with the SR seed step_seed(seed, *seed_counter), the counter a device uint32 read by "
       "the kernel (see csrc/quant/quant_cuda.h).");

@@ -67,7 +67,7 @@ uint8_t* optional_u8(B& b) {
 }
 
 ffi::Error nvfp4_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::Buffer<ffi::U8>> codes,
-                     ffi::Result<ffi::Buffer<ffi::U8>> scales, ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile,
+                     ffi::Result<ffi::Buffer<ffi::U8>> scales, ffi::Result<ffi::Buffer<ffi::F32>> ws, int32_t mode,
                      bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
   auto dt = dtype_of(x);
   if (dt.has_error()) return dt.error();
@@ -75,7 +75,7 @@ ffi::Error nvfp4_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Resul
   try {
     IeeeDenormals ieee;
     parallax::quant::nvfp4_qdq_cpu(x.untyped_data(), dt.value(), y->untyped_data(), optional_u8(codes),
-                                   optional_u8(scales), ws->typed_data(), s.rows, s.cols, tile, stochastic, seed, rht,
+                                   optional_u8(scales), ws->typed_data(), s.rows, s.cols, mode, stochastic, seed, rht,
                                    rht_seed);
   } catch (const QuantError& e) {
     return ffi::Error::InvalidArgument(e.what());
@@ -87,12 +87,12 @@ ffi::Error nvfp4_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Resul
 // traced value: a training step advances it without recompiling).
 ffi::Error nvfp4_counter_cpu(ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter, ffi::Result<ffi::AnyBuffer> y,
                              ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales,
-                             ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile, bool stochastic, uint64_t seed, bool rht,
+                             ffi::Result<ffi::Buffer<ffi::F32>> ws, int32_t mode, bool stochastic, uint64_t seed, bool rht,
                              uint64_t rht_seed) {
   if (counter.element_count() != 1)
     return ffi::Error::InvalidArgument("parallax quant: the seed counter must be one uint32");
   const uint64_t s = parallax::quant::qdq::step_seed(seed, counter.typed_data()[0]);
-  return nvfp4_cpu(x, y, codes, scales, ws, tile, stochastic, s, rht, rht_seed);
+  return nvfp4_cpu(x, y, codes, scales, ws, mode, stochastic, s, rht, rht_seed);
 }
 
 ffi::Error hadamard_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, uint64_t seed, bool inverse) {
@@ -131,20 +131,20 @@ ffi::Error cuda_error(int status) {
 
 ffi::Error nvfp4_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                       ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales,
-                      ffi::Result<ffi::Buffer<ffi::F32>> ws, bool tile, bool stochastic, uint64_t seed, bool rht,
+                      ffi::Result<ffi::Buffer<ffi::F32>> ws, int32_t mode, bool stochastic, uint64_t seed, bool rht,
                       uint64_t rht_seed) {
   auto dt = dtype_of(x);
   if (dt.has_error()) return dt.error();
   const Shape2 s = shape_of(x);
   return cuda_error(px_nvfp4_qdq_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
-                                      optional_u8(codes), optional_u8(scales), ws->typed_data(), s.rows, s.cols, tile,
+                                      optional_u8(codes), optional_u8(scales), ws->typed_data(), s.rows, s.cols, mode,
                                       stochastic, seed, rht, rht_seed, stream));
 }
 
 ffi::Error nvfp4_counter_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter,
                               ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::Buffer<ffi::U8>> codes,
                               ffi::Result<ffi::Buffer<ffi::U8>> scales, ffi::Result<ffi::Buffer<ffi::F32>> ws,
-                              bool tile, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
+                              int32_t mode, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
   auto dt = dtype_of(x);
   if (dt.has_error()) return dt.error();
   if (counter.element_count() != 1)
@@ -152,7 +152,7 @@ ffi::Error nvfp4_counter_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Buffer
   const Shape2 s = shape_of(x);
   return cuda_error(px_nvfp4_qdq_counter_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
                                               optional_u8(codes), optional_u8(scales), ws->typed_data(), s.rows,
-                                              s.cols, tile, stochastic, seed, counter.typed_data(), rht, rht_seed,
+                                              s.cols, mode, stochastic, seed, counter.typed_data(), rht, rht_seed,
                                               stream));
 }
 
@@ -183,7 +183,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu,
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<bool>("tile16x16")
+                                  .Attr<int32_t>("mode")
                                   .Attr<bool>("stochastic")
                                   .Attr<uint64_t>("seed")
                                   .Attr<bool>("rht")
@@ -196,7 +196,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCpu, nvfp4_counter_cpu,
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<bool>("tile16x16")
+                                  .Attr<int32_t>("mode")
                                   .Attr<bool>("stochastic")
                                   .Attr<uint64_t>("seed")
                                   .Attr<bool>("rht")
@@ -224,7 +224,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda,
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<bool>("tile16x16")
+                                  .Attr<int32_t>("mode")
                                   .Attr<bool>("stochastic")
                                   .Attr<uint64_t>("seed")
                                   .Attr<bool>("rht")
@@ -238,7 +238,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCuda, nvfp4_counter_cuda,
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::U8>>()
                                   .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<bool>("tile16x16")
+                                  .Attr<int32_t>("mode")
                                   .Attr<bool>("stochastic")
                                   .Attr<uint64_t>("seed")
                                   .Attr<bool>("rht")

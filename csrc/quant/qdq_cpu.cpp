@@ -39,15 +39,47 @@ void check_dtype(QdqDtype dtype) {
     throw QuantError("dtype must be float32 or bfloat16, got code " + std::to_string(static_cast<int>(dtype)));
 }
 
+std::vector<float> transposed(const std::vector<float>& f, size_t rows, size_t cols) {
+  std::vector<float> t(f.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = f[r * cols + c];
+  return t;
+}
+
+// 16x1: the reference on xᵀ, transposed back (exact: float32 values move, nothing rounds).
+void nvfp4_16x1_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
+                    size_t rows, size_t cols, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
+  if (codes || scales) throw QuantError("nvfp4 16x1: gives the dequantized values only (codes and scales must be null)");
+  if (rows % 16 != 0)
+    throw QuantError("nvfp4 16x1: rows (" + std::to_string(rows) + ") must be a multiple of 16 (blocks run down the columns)");
+  if (cols % 2 != 0) throw QuantError("nvfp4 16x1: cols (" + std::to_string(cols) + ") must be even");
+  std::vector<float> t = transposed(widen(x, dtype, rows * cols), rows, cols);
+  if (rht) hadamard16(t.data(), t.data(), cols, rows, rht_seed, false);
+  const Nvfp4Tensor q = nvfp4_quantize(t.data(), cols, rows, Nvfp4Options{Nvfp4Mode::k1x16, stochastic, seed});
+  if (scale_ws) {
+    float amax = 0.0f;
+    for (float v : t)
+      if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
+    scale_ws[0] = amax;
+    scale_ws[1] = q.global_scale;
+  }
+  if (y) {
+    nvfp4_dequantize(q, t.data());
+    narrow(transposed(t, cols, rows), dtype, y);
+  }
+}
+
 }  // namespace
 
 void nvfp4_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                   size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, bool rht,
-                   uint64_t rht_seed) {
+                   size_t rows, size_t cols, int mode, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed) {
   check_dtype(dtype);
+  if (mode == 2) return nvfp4_16x1_cpu(x, dtype, y, codes, scales, scale_ws, rows, cols, stochastic, seed, rht, rht_seed);
+  if (mode != 0 && mode != 1) throw QuantError("nvfp4: mode must be 0 (1x16), 1 (16x16) or 2 (16x1), got " +
+                                               std::to_string(mode));
   std::vector<float> f = widen(x, dtype, rows * cols);
   if (rht) hadamard16(f.data(), f.data(), rows, cols, rht_seed, false);
-  const Nvfp4Options o{tile16x16 ? Nvfp4Mode::k16x16 : Nvfp4Mode::k1x16, stochastic, seed};
+  const Nvfp4Options o{mode == 1 ? Nvfp4Mode::k16x16 : Nvfp4Mode::k1x16, stochastic, seed};
   const Nvfp4Tensor t = nvfp4_quantize(f.data(), rows, cols, o);
   if (scale_ws) {
     float amax = 0.0f;

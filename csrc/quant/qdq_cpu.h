@@ -13,10 +13,10 @@ namespace parallax::quant {
 enum class QdqDtype { kF32 = 0, kBF16 = 1 };
 
 // y = dequant(quant(rht ? H(x) : x)) as px_nvfp4_qdq_cuda; scale_ws (float[2]) gets
-// {amax, s_global}; y, codes, scales may be null.
+// {amax, s_global}; y, codes, scales may be null. mode: kPxNvfp4Mode1x16 (0), 16x16 (1) or
+// 16x1 (2: the 1x16 blocks of xᵀ, in x's layout; y only, codes and scales must be null).
 void nvfp4_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                   size_t rows, size_t cols, bool tile16x16, bool stochastic, uint64_t seed, bool rht,
-                   uint64_t rht_seed);
+                   size_t rows, size_t cols, int mode, bool stochastic, uint64_t seed, bool rht, uint64_t rht_seed);
 
 void hadamard16_cpu(const void* x, QdqDtype dtype, void* y, size_t rows, size_t cols, uint64_t seed, bool inverse);
 

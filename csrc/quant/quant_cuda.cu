@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "quant/qdq_columns.h"
 #include "quant/qdq_math.h"
 
 namespace {
@@ -505,6 +506,51 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
   }
 }
 
+// ---- NVFP4 16x1: the 1x16 blocks of xᵀ in x's layout (qdq_columns.h) --------------------------
+//
+// A thread takes one unit (a band of 16 rows x a pair of neighbouring columns) per iteration;
+// consecutive threads take consecutive pairs of a band, so a warp reads and writes 128 (bf16)
+// or 256 (float32) contiguous bytes of each of the band's 16 rows. Units in plain order (the
+// tensor amax pass before it is the plain amax kernel without the transform, this one's twin
+// below with it).
+
+template <typename T, bool kRht>
+__global__ void __launch_bounds__(kThreads) amax_16x1_kernel(const void* __restrict__ x, size_t rows, size_t cols,
+                                                            const Signs sgn, float* __restrict__ ws) {
+  pdl_launch_dependents();
+  const size_t pairs = cols / 2, units = rows / 16 * pairs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  int32_t key = 0;
+  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride)
+    key = q::unit_amax_key<sizeof(T) == 2, kRht>(x, cols, u / pairs * 16, u % pairs * 2, sgn.s, key);
+  uint32_t m = __reduce_max_sync(kFull, q::amax_of_key(key));
+  __shared__ uint32_t part[kWarps];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t b = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
+    if (b) atomicMax(reinterpret_cast<unsigned int*>(ws), b);
+  }
+}
+
+template <typename T, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a) {
+  __shared__ q::FastScale table[128];
+  pdl_wait();
+  const float sg = q::global_scale(a.ws[0]);
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
+  if (threadIdx.x < 128) table[threadIdx.x] = q::fast_scale(threadIdx.x, sg, false, sizeof(T) == 2, !kSr);
+  __syncthreads();
+  const uint64_t key = kSr ? sr_key(a) : 0;
+  const size_t pairs = a.cols / 2, units = a.rows / 16 * pairs;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride)
+    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.cols, u / pairs * 16, u % pairs * 2, a.sgn.s, table,
+                                            sg, key);
+}
+
 // ---- Hadamard transform alone ----------------------------------------------------------------
 
 template <typename T>
@@ -675,6 +721,44 @@ void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
   }
 }
 
+template <typename T, bool kRht>
+void launch_amax_16x1(const void* x, size_t rows, size_t cols, const Signs& s, float* ws, cudaStream_t st) {
+  constexpr auto k = amax_16x1_kernel<T, kRht>;
+  k<<<persistent_grid<k>(rows / 16 * (cols / 2)), kThreads, 0, st>>>(x, rows, cols, s, ws);
+}
+
+template <typename T, bool kRht, bool kSr>
+void launch_16x1_as(const Nvfp4Args& a, cudaStream_t st) {
+  constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr>;
+  launch_dependent(k, persistent_grid<k>(a.rows / 16 * (a.cols / 2)), a, st);
+}
+
+template <typename T>
+void launch_16x1(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
+  if (rht) {
+    launch_amax_16x1<T, true>(a.x, a.rows, a.cols, a.sgn, a.ws, s);
+    sr ? launch_16x1_as<T, true, true>(a, s) : launch_16x1_as<T, true, false>(a, s);
+  } else {  // the tensor amax does not depend on the layout: the plain amax kernel
+    launch_amax<T, false>(a.x, a.rows * a.cols / 16, a.sgn, a.ws, s);
+    sr ? launch_16x1_as<T, false, true>(a, s) : launch_16x1_as<T, false, false>(a, s);
+  }
+}
+
+// 16x1 (mode 2): y only, rows % 16 == 0, cols even.
+int nvfp4_16x1(const Nvfp4Args& a, int dtype, bool rht, bool sr, cudaStream_t s) {
+  if (a.codes || a.scales) return fail(kPxQuantErrArg, "nvfp4 16x1: gives the dequantized values only (codes and scales must be NULL)");
+  if (!a.y && a.rows * a.cols > 0) return fail(kPxQuantErrArg, "nvfp4 16x1: y is NULL");
+  if (a.rows % 16 != 0)
+    return fail(kPxQuantErrShape, "nvfp4 16x1: rows (" + std::to_string(a.rows) + ") must be a multiple of 16");
+  if (a.cols % 2 != 0) return fail(kPxQuantErrShape, "nvfp4 16x1: cols (" + std::to_string(a.cols) + ") must be even");
+  if (int st = cuda_status(cudaMemsetAsync(a.ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
+  if (dtype == kPxQuantBF16)
+    launch_16x1<uint16_t>(a, rht, sr, s);
+  else
+    launch_16x1<float>(a, rht, sr, s);
+  return cuda_status(cudaGetLastError(), "nvfp4 16x1 kernel launch");
+}
+
 template <typename T>
 void launch_nvfp4(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t s) {
   const int v = (tile ? 4 : 0) | (rht ? 2 : 0) | (sr ? 1 : 0);
@@ -695,24 +779,31 @@ void launch_nvfp4(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t
 extern "C" {
 
 int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                      size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed, int rht,
+                      size_t rows, size_t cols, int mode, int stochastic, uint64_t seed, int rht,
                       uint64_t rht_seed, CUstream_st* stream) {
-  return px_nvfp4_qdq_counter_cuda(x, dtype, y, codes, scales, scale_ws, rows, cols, mode_16x16, stochastic, seed,
+  return px_nvfp4_qdq_counter_cuda(x, dtype, y, codes, scales, scale_ws, rows, cols, mode, stochastic, seed,
                                    nullptr, rht, rht_seed, stream);
 }
 
 int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                              size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed,
+                              size_t rows, size_t cols, int mode, int stochastic, uint64_t seed,
                               const uint32_t* seed_counter, int rht, uint64_t rht_seed, CUstream_st* stream) {
   g_error.clear();
   if (int st = check_common(x, dtype, y, codes, rows * cols)) return st;
   if (!scale_ws) return fail(kPxQuantErrArg, "scale_ws (device float[2]) is required");
+  if (mode < 0 || mode > 2) return fail(kPxQuantErrArg, "nvfp4: mode must be 0 (1x16), 1 (16x16) or 2 (16x1), got " +
+                                                        std::to_string(mode));
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const Signs sg = rht ? signs_of(rht_seed) : Signs{};
+  if (mode == 2) {
+    const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
+    return nvfp4_16x1(a, dtype, rht != 0, stochastic != 0, s);
+  }
+  const bool mode_16x16 = mode == 1;
   if (cols % 16 != 0) return fail(kPxQuantErrShape, "nvfp4: cols (" + std::to_string(cols) + ") must be a multiple of 16");
   if (mode_16x16 && rows % 16 != 0)
     return fail(kPxQuantErrShape, "nvfp4: rows (" + std::to_string(rows) + ") must be a multiple of 16 for 16x16 blocks");
-  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const size_t groups = rows * (cols / 16);
-  const Signs sg = rht ? signs_of(rht_seed) : Signs{};
   if (int st = cuda_status(cudaMemsetAsync(scale_ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
   if (dtype == kPxQuantBF16)
     rht ? launch_amax<uint16_t, true>(x, groups, sg, scale_ws, s) : launch_amax<uint16_t, false>(x, groups, sg, scale_ws, s);
@@ -721,9 +812,9 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
   if (int st = cuda_status(cudaGetLastError(), "amax kernel launch")) return st;
   const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
   if (dtype == kPxQuantBF16)
-    launch_nvfp4<uint16_t>(a, mode_16x16 != 0, rht != 0, stochastic != 0, s);
+    launch_nvfp4<uint16_t>(a, mode_16x16, rht != 0, stochastic != 0, s);
   else
-    launch_nvfp4<float>(a, mode_16x16 != 0, rht != 0, stochastic != 0, s);
+    launch_nvfp4<float>(a, mode_16x16, rht != 0, stochastic != 0, s);
   return cuda_status(cudaGetLastError(), "nvfp4 kernel launch");
 }
 

@@ -35,13 +35,16 @@ enum PxQuantStatus {
 // NVFP4 quantize-dequantize (nvfp4.h), optionally after the 16x16 random Hadamard transform of
 // each row's groups of 16 with the signs of `rht_seed` (the transform is applied in float32 on
 // the way in, its output never rounded: y = dequant(quant(H(x)))).
-//   mode_16x16  0: 1x16 blocks, scales [rows, cols/16]; 1: 16x16 tiles, scales [rows/16, cols/16]
+//   mode        0: 1x16 blocks, scales [rows, cols/16]; 1: 16x16 tiles, scales [rows/16, cols/16];
+//               2: 16x1, the 1x16 blocks of xᵀ in x's layout (qdq_columns.h: y = transpose of the
+//               1x16 result on xᵀ, SR index of (r, c) = c·rows + r; rows % 16 == 0, cols even,
+//               y only: codes and scales NULL)
 //   stochastic  0: round to nearest even; 1: stochastic rounding with counter `seed`
 //   scale_ws    required, device float[2]: on completion {amax, s_global} (the finite amax of
 //               the (transformed) tensor, computed by a reduction kernel: deterministic)
 //   codes       optional, rows*cols/2 bytes (low nibble = even element); scales optional
 int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                      size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed, int rht,
+                      size_t rows, size_t cols, int mode, int stochastic, uint64_t seed, int rht,
                       uint64_t rht_seed, CUstream_st* stream);
 
 // The same with the stochastic-rounding seed taken at run time: `seed_counter` (device uint32,
@@ -49,7 +52,7 @@ int px_nvfp4_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t
 // step_seed(seed, *seed_counter) (qdq_math.h). For compiled graphs (torch.compile, XLA) whose
 // training step advances the counter without recompiling.
 int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, float* scale_ws,
-                              size_t rows, size_t cols, int mode_16x16, int stochastic, uint64_t seed,
+                              size_t rows, size_t cols, int mode, int stochastic, uint64_t seed,
                               const uint32_t* seed_counter, int rht, uint64_t rht_seed, CUstream_st* stream);
 
 // The 16x16 random Hadamard transform alone (nvfp4.h hadamard16): y = H(s ⊙ x) per group of

@@ -4,7 +4,8 @@ target) against the same math written in PyTorch (parallax.quant.torch_reference
 torch.compile'd, measured side by side in one run.
 
 Variants: 1x16 (the target: >= 60% of the H200's 4.8 TB/s, >= 3x the compiled PyTorch), 16x16
-2D blocks, 1x16 after the 16x16 RHT. Every variant is RNE on a bf16 tensor (default 32768 x 768)
+2D blocks, 1x16 after the 16x16 RHT, and 16x1 after the RHT (the weight-gradient operands:
+blocks down the columns, written in place of a transpose; PyTorch's side transposes). Every variant is RNE on a bf16 tensor (default 32768 x 768)
 with bf16 output. Bytes counted: the input read once and the output written once (2 + 2 bytes
 per element), the least any implementation must move; the native kernel reads the input twice
 (amax pass, then quantize), so its DRAM traffic is ~1.5x what the GB/s column counts.
@@ -38,6 +39,7 @@ VARIANTS = {
     "1x16": {"mode": "1x16", "rht": False},
     "16x16": {"mode": "16x16", "rht": False},
     "1x16+rht": {"mode": "1x16", "rht": True},
+    "16x1+rht": {"mode": "16x1", "rht": True},  # the wgrad operands: blocks down the columns
 }
 
 

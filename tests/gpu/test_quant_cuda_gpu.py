@@ -53,6 +53,21 @@ def test_cuda_op_is_the_cpu_op(qb, mode, sr, rht, dtype):
         assert qb.same(a, b.cpu())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("sr,rht", [(sr, rht) for sr in (False, True) for rht in (False, True)])
+def test_cuda_16x1_is_the_cpu_op(qb, sr, rht, dtype):
+    """The 16x1 kernels (csrc/quant/qdq_columns.h) against the CPU, plain and counter-seeded, on
+    a tensor whose planted blocks run down the columns and on llama-100m's wgrad shape."""
+    for x in (qb.column_edge_tensor(256, 768).to(dtype), torch.randn(32768, 768).to(dtype)):
+        cpu = torch.ops.parallax.nvfp4_qdq(x, "16x1", sr, 1234, rht, 99)
+        gpu = torch.ops.parallax.nvfp4_qdq(x.cuda(), "16x1", sr, 1234, rht, 99)
+        counter = torch.tensor([7], dtype=torch.int32)
+        cpu_c = torch.ops.parallax.nvfp4_qdq_counter(x, counter, "16x1", sr, 1234, rht, 99)
+        gpu_c = torch.ops.parallax.nvfp4_qdq_counter(x.cuda(), counter.cuda(), "16x1", sr, 1234, rht, 99)
+        torch.cuda.synchronize()
+        assert qb.same(cpu, gpu.cpu()) and qb.same(cpu_c, gpu_c.cpu())
+
+
 def test_cuda_hadamard_and_fp8_are_the_cpu_ops(qb):
     x = qb.edge_tensor(128, 256)
     for dtype in (torch.float32, torch.bfloat16):
@@ -106,6 +121,10 @@ def test_jax_ffi_on_the_gpu_is_the_torch_op(qb):
             want = torch.ops.parallax.nvfp4_quantize(xd, mode, sr, 1234, rht, 99)
             for a, b in zip(got, want):
                 assert qb.same(qb.from_jax(a), b), (dtype, mode, sr, rht)
+        for sr, rht in qb.COLUMN_VARIANTS:
+            xd = qb.column_edge_tensor(256, 768).to(dtype)
+            got = jax.jit(lambda a: jax_ffi.nvfp4_qdq(a, "16x1", sr, 1234, rht, 99))(qb.to_jax(xd))
+            assert qb.same(qb.from_jax(got), torch.ops.parallax.nvfp4_qdq(xd, "16x1", sr, 1234, rht, 99)), (dtype, sr, rht)
 
 
 def test_benchmark_script_runs_small():

@@ -113,24 +113,24 @@ def both():
     y = tl.Nvfp4LinearFunction.apply(xt, wt, counter, torch_seeds(), scheme.rht_seed(RUN_SEED))
     y.backward(dy)
     jx, jdy = jax_bf16(x), jax_bf16(dy)
-    j = {"xq": [], "wq": [], "dy": [], "xt": [], "dyt": [], "y": [], "dx": [], "dk": []}
+    j = {"xq": [], "wq": [], "dy": [], "xw": [], "dyw": [], "y": [], "dx": [], "dk": []}
     for i, part in enumerate(PARTS):
         kernel = jnp.asarray(w[i * WIDTH:(i + 1) * WIDTH].numpy().T).astype(jnp.bfloat16)  # Flax [K, N]
         xq, wq = jl.forward_operands(jx, kernel)
         q = jl.backward_operands(jx, jdy[:, i * WIDTH:(i + 1) * WIDTH], jnp.float32(5), jax_seeds(part))
         yj, vjp = jax.vjp(lambda a, b: jl.nvfp4_linear(a, b, jnp.float32(5), jax_seeds(part)), jx, kernel)
         dx, dk = vjp(jdy[:, i * WIDTH:(i + 1) * WIDTH])
-        for key, value in (("xq", xq), ("wq", wq.T), ("dy", q["dy"]), ("xt", q["xt"]), ("dyt", q["dyt"]),
+        for key, value in (("xq", xq), ("wq", wq.T), ("dy", q["dy"]), ("xw", q["xw"]), ("dyw", q["dyw"]),
                            ("y", yj), ("dx", dx), ("dk", dk.T)):
             j[key].append(value)
     jax_side = {"xq": j["xq"][0], "wq": jnp.concatenate(j["wq"], 0), "dy": jnp.concatenate(j["dy"], 1),
-                "xt": j["xt"][0], "dyt": jnp.concatenate(j["dyt"], 0), "y": jnp.concatenate(j["y"], 1),
+                "xw": j["xw"][0], "dyw": jnp.concatenate(j["dyw"], 1), "y": jnp.concatenate(j["y"], 1),
                 "dx": sum(a.astype(jnp.float32) for a in j["dx"]), "dw": jnp.concatenate(j["dk"], 0)}
     torch_side = {"xq": t_xq, "wq": t_wq, **t_q, "y": y.detach(), "dx": xt.grad, "dw": wt.grad}
     return torch_side, jax_side
 
 
-@pytest.mark.parametrize("operand", ["xq", "wq", "dy", "xt", "dyt"])
+@pytest.mark.parametrize("operand", ["xq", "wq", "dy", "xw", "dyw"])
 def test_torch_and_jax_quantize_every_gemm_operand_to_the_same_bits(both, operand):
     t, j = both
     assert t[operand].dtype == torch.bfloat16 and j[operand].dtype == jnp.bfloat16
@@ -157,10 +157,25 @@ def test_forward_dgrad_and_wgrad_agree_within_the_bf16_gemm_tolerance(both):
                  for i in range(len(PARTS)))
     np.testing.assert_allclose(f(t["dx"]), ref_dx, rtol=2.0**-7, atol=2.0**-7 * np.abs(ref_dx).max())
     np.testing.assert_allclose(np.asarray(j["dx"]), ref_dx, rtol=2.0**-6, atol=2.0**-6 * np.abs(ref_dx).max())
-    gemm_close(t["dw"].numpy(), j["dw"].astype(jnp.float32), f(t["dyt"]) @ f(t["xt"]).T)
+    gemm_close(t["dw"].numpy(), j["dw"].astype(jnp.float32), f(t["dyw"]).T @ f(t["xw"]))
     # The RHT cancels in the wgrad product: dW is close to the unquantized dYᵀX.
     exact = f(inputs()[2]).T @ f(inputs()[0])
     assert np.linalg.norm(t["dw"].numpy() - exact) < 0.25 * np.linalg.norm(exact)
+
+
+def test_the_wgrad_operands_are_the_1x16_quantization_of_the_transposes():
+    """16x1 in place of transpose, 1x16, transpose: the same bits (the scheme's Q(H(Xᵀ)) and
+    Q(H(dYᵀ)) per part), without the copies."""
+    x, _, dy = inputs()
+    counter = torch.tensor([2], dtype=torch.int32)
+    q = tl.backward_operands(x, dy, counter, torch_seeds(), scheme.rht_seed(RUN_SEED))
+    rht = scheme.rht_seed(RUN_SEED)
+    xt = torch.ops.parallax.nvfp4_qdq(x.t().contiguous(), "1x16", False, 0, True, rht)
+    np.testing.assert_array_equal(bits(q["xw"]), bits(xt.t()))
+    for i, s in enumerate(torch_seeds()):
+        part = dy[:, i * WIDTH:(i + 1) * WIDTH].t().contiguous()
+        want = torch.ops.parallax.nvfp4_qdq_counter(part, counter, "1x16", True, s[scheme.WGRAD_DY], True, rht)
+        np.testing.assert_array_equal(bits(q["dyw"][:, i * WIDTH:(i + 1) * WIDTH]), bits(want.t()))
 
 
 def test_the_step_counter_changes_the_stochastic_rounding_and_nothing_else():
@@ -169,7 +184,7 @@ def test_the_step_counter_changes_the_stochastic_rounding_and_nothing_else():
     at = {c: tl.backward_operands(*args[:2], torch.tensor([c], dtype=torch.int32), *args[3:]) for c in (0, 0, 1)}
     a, b = tl.backward_operands(x, dy, torch.tensor([0], dtype=torch.int32), *args[3:]), at[1]
     assert (bits(a["dy"]) != bits(b["dy"])).mean() > 0.05  # SR redrawn
-    np.testing.assert_array_equal(bits(a["xt"]), bits(b["xt"]))  # RNE: the same every step
+    np.testing.assert_array_equal(bits(a["xw"]), bits(b["xw"]))  # RNE: the same every step
     np.testing.assert_array_equal(bits(a["dy"]), bits(at[0]["dy"]))  # deterministic per (seed, step)
 
 

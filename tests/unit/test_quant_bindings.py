@@ -105,6 +105,39 @@ def test_torch_op_on_cpu_is_the_native_function(mode, sr, rht, dtype):
     assert same(torch.ops.parallax.nvfp4_qdq(x, mode, sr, 1234, rht, 99), ry)
 
 
+COLUMN_VARIANTS = [(sr, rht) for sr in (False, True) for rht in (False, True)]
+
+
+def column_edge_tensor(rows=256, cols=64, seed=0) -> torch.Tensor:
+    """edge_tensor transposed: its planted blocks run down the columns."""
+    return edge_tensor(cols, rows, seed).t().contiguous()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("sr,rht", COLUMN_VARIANTS)
+def test_16x1_is_1x16_of_the_transpose_transposed_back(sr, rht, dtype):
+    x = column_edge_tensor().to(dtype)
+    want = torch.ops.parallax.nvfp4_qdq(x.t().contiguous(), "1x16", sr, 1234, rht, 99).t()
+    assert same(torch.ops.parallax.nvfp4_qdq(x, "16x1", sr, 1234, rht, 99), want)
+    counter = torch.tensor([3], dtype=torch.int32)
+    assert same(torch.ops.parallax.nvfp4_qdq_counter(x, counter, "16x1", sr, 1234, rht, 99),
+                torch.ops.parallax.nvfp4_qdq_counter(x.t().contiguous(), counter, "1x16", sr, 1234, rht, 99).t())
+    if not sr:
+        from parallax.quant.torch_reference import hadamard_signs, nvfp4_qdq_reference
+
+        assert same(nvfp4_qdq_reference(x, "16x1", hadamard_signs(99) if rht else None), want)
+
+
+def test_16x1_refuses_codes_and_shapes_it_cannot_tile():
+    with pytest.raises(ValueError, match="16x1 gives the dequantized values only"):
+        torch.ops.parallax.nvfp4_quantize(torch.zeros(32, 16), "16x1")
+    with pytest.raises(ValueError, match=r"16x1 blocks need the leading dimensions' product \(24\)"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(24, 16), "16x1")
+    with pytest.raises(ValueError, match=r"and the last dimension \(7\) even"):
+        torch.ops.parallax.nvfp4_qdq(torch.zeros(32, 7), "16x1")
+    assert torch.ops.parallax.nvfp4_qdq(torch.ones(16, 6), "16x1").shape == (16, 6)  # any even width
+
+
 def test_leading_dimensions_are_rows():
     x = edge_tensor(64, 128)
     assert same(torch.ops.parallax.nvfp4_qdq(x.reshape(4, 16, 128), "16x16"),
@@ -187,12 +220,14 @@ def test_the_benchmark_script_imports_and_renders():
     spec = importlib.util.spec_from_file_location("quant_bench", ROOT / "scripts/device/quant_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert set(bench.VARIANTS) == {"1x16", "16x16", "1x16+rht"}
+    assert set(bench.VARIANTS) == {"1x16", "16x16", "1x16+rht", "16x1+rht"}
     assert bench.bytes_moved(torch.zeros(32768, 768, dtype=torch.bfloat16)) == 2 * 2 * 32768 * 768
     impls = bench.implementations(torch, "1x16", True, device="cpu")
     assert set(impls) == {"native", "torch_eager", "torch_compile"}
     x = edge_tensor().to(torch.bfloat16)
     assert same(impls["torch_eager"](x), impls["native"](x))
+    columns = bench.implementations(torch, "16x1", True, device="cpu")
+    assert same(columns["torch_eager"](x), columns["native"](x))
     rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "call_ms": 0.134, "gb_s": 2013.3, "pct_h200": 41.9,
              "identical_to_native": 1.0, "speedup_vs_compile": 3.1},
             {"variant": "1x16", "impl": "torch_compile", "ms": None, "call_ms": 0.122, "gb_s": 825.8,
@@ -243,6 +278,22 @@ def test_jax_ffi_on_cpu_is_the_torch_op(jffi, mode, sr, rht, dtype):
     assert same(from_jax(ws), tws)
     jitted = jax.jit(lambda a: jffi.nvfp4_qdq(a, mode, sr, 1234, rht, 99))
     assert same(from_jax(jitted(to_jax(x))), ty)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("sr,rht", COLUMN_VARIANTS)
+def test_jax_ffi_16x1_on_cpu_is_the_torch_op(jffi, sr, rht, dtype):
+    import jax
+    import jax.numpy as jnp
+
+    x = column_edge_tensor().to(dtype)
+    want = torch.ops.parallax.nvfp4_qdq(x, "16x1", sr, 1234, rht, 99)
+    assert same(from_jax(jax.jit(lambda a: jffi.nvfp4_qdq(a, "16x1", sr, 1234, rht, 99))(to_jax(x))), want)
+    counter = torch.tensor([5], dtype=torch.int32)
+    got = jax.jit(lambda a, c: jffi.nvfp4_qdq_counter(a, c, "16x1", sr, 1234, rht, 99))(to_jax(x), jnp.float32(5))
+    assert same(from_jax(got), torch.ops.parallax.nvfp4_qdq_counter(x, counter, "16x1", sr, 1234, rht, 99))
+    with pytest.raises(ValueError, match="16x1 gives the dequantized values only"):
+        jffi.nvfp4_quantize(to_jax(x), "16x1")
 
 
 def test_jax_ffi_hadamard_fp8_and_shape_errors(jffi):

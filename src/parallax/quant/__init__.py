@@ -18,7 +18,11 @@ from __future__ import annotations
 
 import importlib.util
 
-MODES = ("1x16", "16x16")
+# 1x16: blocks along the last dimension; 16x16: 2D tiles; 16x1: the 1x16 blocks of xᵀ (blocks down
+# the columns of the [rows, cols] view), written in x's layout: y = transpose(Q1x16(transpose(x))),
+# without either transposed copy (csrc/quant/qdq_columns.h). 16x1 gives the dequantized values only.
+MODES = ("1x16", "16x16", "16x1")
+MODE_CODES = {"1x16": 0, "16x16": 1, "16x1": 2}  # the native functions' `mode`
 FP8_FORMATS = ("e4m3", "e5m2")
 MAX_SEED = 2**63 - 1  # seeds travel as torch's int (int64); the native side takes them as uint64
 
@@ -48,8 +52,9 @@ def available_bindings() -> dict[str, bool]:
 
 
 def check_shape(shape: tuple[int, ...], mode: str, what: str = "nvfp4") -> tuple[int, int]:
-    """(rows, cols) of a tensor quantized along its last dimension: rows = the product of the
-    leading dimensions. A clear ValueError when the blocks do not tile it (no padding)."""
+    """(rows, cols) of a tensor quantized along its last dimension (16x1: along the leading ones):
+    rows = the product of the leading dimensions. A clear ValueError when the blocks do not tile
+    it (no padding)."""
     if mode not in MODES:
         raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
     if len(shape) == 0:
@@ -58,6 +63,11 @@ def check_shape(shape: tuple[int, ...], mode: str, what: str = "nvfp4") -> tuple
     rows = 1
     for d in shape[:-1]:
         rows *= int(d)
+    if mode == "16x1":
+        if rows % 16 or cols % 2:
+            raise ValueError(f"{what}: 16x1 blocks need the leading dimensions' product ({rows}) to be a multiple "
+                             f"of 16 and the last dimension ({cols}) even, shape {tuple(shape)} (no padding)")
+        return rows, cols
     if cols % 16:
         raise ValueError(f"{what}: the last dimension ({cols}, shape {tuple(shape)}) must be a multiple of 16 "
                          "(NVFP4 blocks are 16 wide; there is no padding)")

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from parallax.quant import available_bindings, check_fp8, check_seed, check_shape, native
+from parallax.quant import MODE_CODES, available_bindings, check_fp8, check_seed, check_shape, native
 
 _PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
@@ -47,10 +47,14 @@ def _check_dtype(x, what: str) -> None:
 def nvfp4_quantize(x, mode: str = "1x16", stochastic: bool = False, seed: int = 0, rht: bool = False,
                    rht_seed: int = 0, with_codes: bool = True):
     """(y, codes uint8 [rows, cols/2], scales uint8, {amax, s_global} f32[2]); rows is the product
-    of the leading dimensions. with_codes=False: codes and scales are empty (not written)."""
+    of the leading dimensions. with_codes=False: codes and scales are empty (not written); mode
+    16x1 (the 1x16 blocks of the transpose, in x's layout) gives no codes."""
     register()
     x = jnp.asarray(x)
     _check_dtype(x, "nvfp4")
+    if with_codes and mode == "16x1":
+        raise ValueError("nvfp4_quantize: mode 16x1 gives the dequantized values only; use nvfp4_qdq, or "
+                         "quantize the transpose in 1x16 for codes and scales")
     rows, cols = check_shape(tuple(x.shape), mode)
     srows = rows // 16 if mode == "16x16" else rows
     out = (jax.ShapeDtypeStruct(x.shape, x.dtype),
@@ -58,7 +62,7 @@ def nvfp4_quantize(x, mode: str = "1x16", stochastic: bool = False, seed: int = 
            jax.ShapeDtypeStruct((srows, cols // 16) if with_codes else (0,), jnp.uint8),
            jax.ShapeDtypeStruct((2,), jnp.float32))
     call = jax.ffi.ffi_call("parallax_nvfp4_qdq", out, vmap_method="sequential")
-    return call(x, tile16x16=np.bool_(mode == "16x16"), stochastic=np.bool_(stochastic),
+    return call(x, mode=np.int32(MODE_CODES[mode]), stochastic=np.bool_(stochastic),
                 seed=np.uint64(check_seed(seed)), rht=np.bool_(rht), rht_seed=np.uint64(check_seed(rht_seed, "rht_seed")))
 
 
@@ -80,7 +84,7 @@ def nvfp4_qdq_counter(x, counter, mode: str = "1x16", stochastic: bool = False, 
     out = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((0,), jnp.uint8),
            jax.ShapeDtypeStruct((0,), jnp.uint8), jax.ShapeDtypeStruct((2,), jnp.float32))
     call = jax.ffi.ffi_call("parallax_nvfp4_qdq_counter", out, vmap_method="sequential")
-    return call(x, counter, tile16x16=np.bool_(mode == "16x16"), stochastic=np.bool_(stochastic),
+    return call(x, counter, mode=np.int32(MODE_CODES[mode]), stochastic=np.bool_(stochastic),
                 seed=np.uint64(check_seed(seed)), rht=np.bool_(rht),
                 rht_seed=np.uint64(check_seed(rht_seed, "rht_seed")))[0]
 

@@ -37,12 +37,13 @@ def forward_operands(x2, kernel):
 
 def backward_operands(x2, dy2, counter, seeds):
     """The backward GEMMs' operands, bf16, as torch_nvfp4_linear.backward_operands: 'dy' =
-    Q(dY, 1x16, SR) [M, N], 'xt' = Q(H(Xᵀ), 1x16) [K, M], 'dyt' = Q(H(dYᵀ), 1x16, SR) [N, M]."""
+    Q(dY, 1x16, SR) [M, N]; for wgrad 'xw' = Q(H(Xᵀ), 1x16)ᵀ [M, K] and 'dyw' = Q(H(dYᵀ), 1x16,
+    SR)ᵀ [M, N], quantized in 16x1 blocks in their own layout (no transposes for XLA to copy)."""
     dgrad_seed, wgrad_seed, rht_seed = seeds
     dy2 = dy2.astype(jnp.bfloat16)
     return {"dy": jax_ffi.nvfp4_qdq_counter(dy2, counter, "1x16", True, dgrad_seed),
-            "xt": jax_ffi.nvfp4_qdq(x2.astype(jnp.bfloat16).T, "1x16", False, 0, True, rht_seed),
-            "dyt": jax_ffi.nvfp4_qdq_counter(dy2.T, counter, "1x16", True, wgrad_seed, True, rht_seed)}
+            "xw": jax_ffi.nvfp4_qdq(x2.astype(jnp.bfloat16), "16x1", False, 0, True, rht_seed),
+            "dyw": jax_ffi.nvfp4_qdq_counter(dy2, counter, "16x1", True, wgrad_seed, True, rht_seed)}
 
 
 def _forward(x, kernel, counter, seeds):
@@ -58,7 +59,7 @@ def _backward(seeds, res, dy):
     x2, wq, counter, (x_dtype, k_dtype) = res
     q = backward_operands(x2, dy.reshape(-1, wq.shape[1]), counter, seeds)
     dx = jnp.dot(q["dy"], wq.T)
-    dk = jnp.dot(q["xt"], q["dyt"].T)
+    dk = jax.lax.dot_general(q["xw"], q["dyw"], (((0,), (0,)), ((), ())))  # xwᵀ·dyw [K, N]
     return dx.reshape(*dy.shape[:-1], wq.shape[0]).astype(x_dtype.dtype), dk.astype(k_dtype.dtype), counter + 1
 
 

@@ -33,21 +33,23 @@ def forward_operands(x2: torch.Tensor, weight: torch.Tensor, n_parts: int) -> tu
 
 
 def backward_operands(x2, dy2, counter, seeds, rht_seed) -> dict[str, torch.Tensor]:
-    """The backward GEMMs' operands, bf16: 'dy' = Q(dY, 1x16, SR) [M, N] (dgrad), 'xt' =
-    Q(H(Xᵀ), 1x16) [K, M] and 'dyt' = Q(H(dYᵀ), 1x16, SR) [N, M] (wgrad), per canonical part."""
+    """The backward GEMMs' operands, bf16: 'dy' = Q(dY, 1x16, SR) [M, N] (dgrad); for wgrad,
+    'xw' = Q(H(Xᵀ), 1x16)ᵀ [M, K] and 'dyw' = Q(H(dYᵀ), 1x16, SR)ᵀ [M, N], per canonical part:
+    quantized along the tokens in 16x1 blocks, in their own layout (no transposed copies; the
+    GEMM dW = dywᵀ·xw reads them transposed)."""
     dys = _parts(dy2.to(torch.bfloat16), len(seeds), 1)
     dyq = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "1x16", True, s[scheme.DGRAD_DY])
                      for p, s in zip(dys, seeds)], dim=1)
-    xt = _ops.nvfp4_qdq(x2.to(torch.bfloat16).t().contiguous(), "1x16", False, 0, True, rht_seed)
-    dyt = torch.cat([_ops.nvfp4_qdq_counter(p.t().contiguous(), counter, "1x16", True, s[scheme.WGRAD_DY], True,
-                                            rht_seed) for p, s in zip(dys, seeds)], dim=0)
-    return {"dy": dyq, "xt": xt, "dyt": dyt}
+    xw = _ops.nvfp4_qdq(x2.to(torch.bfloat16), "16x1", False, 0, True, rht_seed)
+    dyw = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "16x1", True, s[scheme.WGRAD_DY], True, rht_seed)
+                     for p, s in zip(dys, seeds)], dim=1)
+    return {"dy": dyq, "xw": xw, "dyw": dyw}
 
 
 class Nvfp4LinearFunction(torch.autograd.Function):
     """y = x·Wᵀ on NVFP4-quantized operands (scheme module docstring): the weight in 16×16
     blocks, x in 1×16 blocks; dgrad on SR-quantized dY; wgrad on the RHT'd, SR-quantized dYᵀ and
-    the RHT'd Xᵀ. ``seeds`` holds one (dgrad, wgrad) seed pair per canonical part of W (its rows
+    the RHT'd Xᵀ (16x1 blocks of dY and X, the same values in their own layout). ``seeds`` holds one (dgrad, wgrad) seed pair per canonical part of W (its rows
     in equal parts: wqkv = wq; wk; wv), each part quantized alone."""
 
     @staticmethod
@@ -64,7 +66,7 @@ class Nvfp4LinearFunction(torch.autograd.Function):
         x2, wq, counter = ctx.saved_tensors
         q = backward_operands(x2, dy.reshape(-1, wq.shape[0]), counter, ctx.seeds, ctx.rht_seed)
         dx = torch.matmul(q["dy"], wq)
-        dw = torch.matmul(q["dyt"], q["xt"].t())
+        dw = torch.matmul(q["dyw"].t(), q["xw"])
         return dx.reshape(ctx.x_shape).to(ctx.x_dtype), dw.to(ctx.w_dtype), None, None, None
 
 

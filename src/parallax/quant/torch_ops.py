@@ -14,9 +14,9 @@ the result is computed in float32 and, for bfloat16, rounded to nearest even at 
   need nothing DLPack would check that is not checked here, and no stream hand-shake is
   involved.
 
-Ops (seeds are ints in [0, 2**63 - 1]):
+Ops (seeds are ints in [0, 2**63 - 1]; mode "1x16", "16x16" or "16x1", parallax.quant.MODES):
   nvfp4_qdq(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0) -> y
-  nvfp4_quantize(x, ...same...) -> (y, codes uint8 [rows, cols/2], scales uint8, scale_ws f32[2])
+  nvfp4_quantize(x, ...same...) -> (y, codes uint8 [rows, cols/2], scales uint8, scale_ws f32[2]) (not 16x1)
   nvfp4_qdq_counter(x, counter, ...same...) -> y   (SR seed step_seed(seed, counter), counter a tensor)
   hadamard16(x, seed=0, inverse=False) -> y
   fp8_qdq(x, fmt="e4m3", scale=1.0, saturate=None) -> y
@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from parallax.quant import available_bindings, check_fp8, check_seed, check_shape, native
+from parallax.quant import MODE_CODES, available_bindings, check_fp8, check_seed, check_shape, native
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -88,13 +88,32 @@ def _finite_amax(a: np.ndarray) -> float:
     return float(f.max()) if f.size else 0.0
 
 
+def _check_codes(mode: str, want_codes: bool) -> None:
+    if want_codes and mode == "16x1":
+        raise ValueError("nvfp4_quantize: mode 16x1 gives the dequantized values only; use nvfp4_qdq, or "
+                         "quantize the transpose in 1x16 for codes and scales")
+
+
+def _cpu_16x1(x, rows, cols, stochastic, seed, rht, rht_seed):
+    """16x1 on the CPU: the 1x16 CPU function on the transpose, transposed back."""
+    n = native()
+    a = np.ascontiguousarray(_cpu_f32(x, rows, cols).T)
+    if rht:
+        a = n.hadamard16(a, rht_seed, False)
+    y, _, _, sg = n.quant_nvfp4_codes(a, "1x16", stochastic, seed)
+    y = torch.from_numpy(np.ascontiguousarray(y.T)).to(x.dtype).reshape(x.shape)
+    return y, None, None, torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
+
+
 def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=False):
     """``derived_seed``: ``seed`` is a step seed the native side derived (any uint64), not a user's."""
     _check_input(x, "nvfp4")
+    _check_codes(mode, want_codes)
     rows, cols = check_shape(tuple(x.shape), mode)
     seed, rht_seed = (seed if derived_seed else check_seed(seed)), check_seed(rht_seed, "rht_seed")
-    tile = mode == "16x16"
-    srows = rows // 16 if tile else rows
+    srows = rows // 16 if mode == "16x16" else rows
+    if x.device.type == "cpu" and mode == "16x1":
+        return _cpu_16x1(x, rows, cols, stochastic, seed, rht, rht_seed)
     if x.device.type == "cpu":
         n = native()
         a = _cpu_f32(x, rows, cols)
@@ -114,8 +133,8 @@ def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=Fa
             codes = torch.empty((rows, cols // 2), dtype=torch.uint8, device=x.device)
             scales = torch.empty((srows, cols // 16), dtype=torch.uint8, device=x.device)
         n.quant_nvfp4_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), codes.data_ptr() if want_codes else 0,
-                           scales.data_ptr() if want_codes else 0, ws.data_ptr(), rows, cols, tile, stochastic, seed,
-                           rht, rht_seed, _stream(x))
+                           scales.data_ptr() if want_codes else 0, ws.data_ptr(), rows, cols, MODE_CODES[mode],
+                           stochastic, seed, rht, rht_seed, _stream(x))
     return y.reshape(x.shape), codes, scales, ws
 
 
@@ -161,7 +180,7 @@ def nvfp4_qdq_counter(x: torch.Tensor, counter: torch.Tensor, mode: str = "1x16"
         ws = torch.empty(2, dtype=torch.float32, device=x.device)
         c = counter.contiguous()
         n.quant_nvfp4_counter_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), 0, 0, ws.data_ptr(), rows, cols,
-                                   mode == "16x16", stochastic, seed, c.data_ptr(), rht, rht_seed, _stream(x))
+                                   MODE_CODES[mode], stochastic, seed, c.data_ptr(), rht, rht_seed, _stream(x))
     return y.reshape(x.shape)
 
 
@@ -182,6 +201,7 @@ def nvfp4_quantize(x: torch.Tensor, mode: str = "1x16", stochastic: bool = False
 @nvfp4_quantize.register_fake
 def _(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
     _check_input(x, "nvfp4")
+    _check_codes(mode, True)
     rows, cols = check_shape(tuple(x.shape), mode)
     srows = rows // 16 if mode == "16x16" else rows
     return (torch.empty_like(x), x.new_empty((rows, cols // 2), dtype=torch.uint8),

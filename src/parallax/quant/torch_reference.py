@@ -53,7 +53,12 @@ def e2m1_rne(v: torch.Tensor) -> torch.Tensor:
 
 def nvfp4_qdq_reference(x: torch.Tensor, mode: str = "1x16", rht_signs: torch.Tensor | None = None) -> torch.Tensor:
     """NVFP4 quantize-dequantize (RNE) along the last dimension, after the RHT with these
-    signs (hadamard_signs(seed)) when given; returns x's dtype."""
+    signs (hadamard_signs(seed)) when given; returns x's dtype. 16x1: the 1x16 result on the
+    transpose of the [rows, cols] view, transposed back."""
+    if mode == "16x1":
+        cols = x.shape[-1]
+        xt = x.reshape(-1, cols).t().contiguous()
+        return nvfp4_qdq_reference(xt, "1x16", rht_signs).t().reshape(x.shape)
     cols = x.shape[-1]
     rows = x.numel() // cols
     xf = x.to(torch.float32).reshape(rows, cols)
