@@ -39,6 +39,16 @@ void check_dtype(QdqDtype dtype) {
     throw QuantError("dtype must be float32 or bfloat16, got code " + std::to_string(static_cast<int>(dtype)));
 }
 
+// {the finite amax of the (transformed) values, s_global} into scale_ws, where given.
+void write_scale_ws(const std::vector<float>& values, float global_scale, float* scale_ws) {
+  if (!scale_ws) return;
+  float amax = 0.0f;
+  for (float v : values)
+    if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
+  scale_ws[0] = amax;
+  scale_ws[1] = global_scale;
+}
+
 std::vector<float> transposed(const std::vector<float>& f, size_t rows, size_t cols) {
   std::vector<float> t(f.size());
   for (size_t r = 0; r < rows; ++r)
@@ -56,13 +66,7 @@ void nvfp4_16x1_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint
   std::vector<float> t = transposed(widen(x, dtype, rows * cols), rows, cols);
   if (rht) hadamard16(t.data(), t.data(), cols, rows, rht_seed, false);
   const Nvfp4Tensor q = nvfp4_quantize(t.data(), cols, rows, Nvfp4Options{Nvfp4Mode::k1x16, stochastic, seed});
-  if (scale_ws) {
-    float amax = 0.0f;
-    for (float v : t)
-      if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
-    scale_ws[0] = amax;
-    scale_ws[1] = q.global_scale;
-  }
+  write_scale_ws(t, q.global_scale, scale_ws);
   if (y) {
     nvfp4_dequantize(q, t.data());
     narrow(transposed(t, cols, rows), dtype, y);
@@ -81,13 +85,7 @@ void nvfp4_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8
   if (rht) hadamard16(f.data(), f.data(), rows, cols, rht_seed, false);
   const Nvfp4Options o{mode == 1 ? Nvfp4Mode::k16x16 : Nvfp4Mode::k1x16, stochastic, seed};
   const Nvfp4Tensor t = nvfp4_quantize(f.data(), rows, cols, o);
-  if (scale_ws) {
-    float amax = 0.0f;
-    for (float v : f)
-      if (std::isfinite(v)) amax = std::fmax(amax, std::fabs(v));
-    scale_ws[0] = amax;
-    scale_ws[1] = t.global_scale;
-  }
+  write_scale_ws(f, t.global_scale, scale_ws);
   if (codes && !t.codes.empty()) std::memcpy(codes, t.codes.data(), t.codes.size());
   if (scales && !t.scales.empty()) std::memcpy(scales, t.scales.data(), t.scales.size());
   if (y) {

@@ -236,6 +236,20 @@ struct Signs {
 
 // ---- per-tensor amax -----------------------------------------------------------------------
 
+// The thread block's largest of its warps' maxima m (float bits of a magnitude) into ws[0] by an
+// atomic max on the bits (every thread of the block calls it once).
+__device__ __forceinline__ void block_max_into(uint32_t m, float* ws) {
+  __shared__ uint32_t part[kWarps];
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    uint32_t b = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
+    if (b) atomicMax(reinterpret_cast<unsigned int*>(ws), b);
+  }
+}
+
 // amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
 // caller) with an atomic max on the bits: non-negative floats order like their bit patterns
 // and max is exact, so the result does not depend on the order of the blocks. Magnitudes are
@@ -271,16 +285,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__
   } else {
     m = key > 0x00800000 ? static_cast<uint32_t>(key - 0x00800000) : 0u;
   }
-  m = __reduce_max_sync(kFull, m);
-  __shared__ uint32_t part[kWarps];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t b = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
-    if (b) atomicMax(reinterpret_cast<unsigned int*>(ws), b);
-  }
+  block_max_into(__reduce_max_sync(kFull, m), ws);
 }
 
 // ---- NVFP4 quantize-dequantize ---------------------------------------------------------------
@@ -523,16 +528,7 @@ __global__ void __launch_bounds__(kThreads) amax_16x1_kernel(const void* __restr
   int32_t key = 0;
   for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride)
     key = q::unit_amax_key<sizeof(T) == 2, kRht>(x, cols, u / pairs * 16, u % pairs * 2, sgn.s, key);
-  uint32_t m = __reduce_max_sync(kFull, q::amax_of_key(key));
-  __shared__ uint32_t part[kWarps];
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    uint32_t b = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) b = max(b, part[w]);
-    if (b) atomicMax(reinterpret_cast<unsigned int*>(ws), b);
-  }
+  block_max_into(__reduce_max_sync(kFull, q::amax_of_key(key)), ws);
 }
 
 template <typename T, bool kRht, bool kSr>
