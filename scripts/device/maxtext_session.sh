@@ -39,7 +39,8 @@
 #   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py), once TE is installed, before the
 #            matrix. MATRIX_EXTRA (a --recipes list, e.g. jax:te-bf16,jax:te-fp8-delayed) adds
 #            cells to the matrix.
-#   nvfp4    after the matrix, on a quiet GPU: scripts/device/quant_bench.py (the kernels' device
+#   nvfp4    after the matrix, on a quiet GPU: the CUDA quantization GPU tests, then
+#            scripts/device/quant_bench.py (the kernels' device
 #            time from CUDA-graph replays), profile_step.py of torch's and jax's emulated-nvfp4
 #            steps, and bf16 + emulated-nvfp4 of both engines, REPEATS repeats (the emulation cost).
 #
@@ -258,6 +259,8 @@ run_tejax() {
 run_nvfp4() {
     local n=$E/nvfp4
     mkdir -p "$n/quantbench"
+    # first: the kernels against the CPU (the 16x1 kernels of 2026-12-01 had not run on a GPU)
+    part nvfp4-tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py
     part nvfp4-quantbench 120 env OUT="$n/quantbench" python3 scripts/device/quant_bench.py
     part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
         --out "$n/profile"

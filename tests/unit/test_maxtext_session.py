@@ -78,7 +78,7 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
     parts = dry_run(tmp_path, PARTS="matrix tejax nvfp4")
     assert [name for name, _, _ in parts] == [
         "install", "carry-mt", "versions", "checkenv-te", "tejax", "matrix", "matrix-report",
-        "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
+        "nvfp4-tests", "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
     limits = {name: limit for name, limit, _ in parts}
     assert limits["matrix"] == 1440 - 200 - 60  # a reserve for nvfp4, the one part after it
     argv = {name: a for name, _, a in parts}
