@@ -135,12 +135,26 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(6))
     assert [s["grad_norm"] for s in steps] == [1.5 + k for k in range(6)]  # before clipping: raw_grad_norm
-    assert steps[4]["lr"] == pytest.approx(6e-4 * 4 / 2) and [s["measured"] for s in steps[:3]] == [False, False, True]
+    # 6 steps inside the 20 warm-up steps: MaxText's ramp lr * step / 20 (one step behind ours)
+    assert steps[4]["lr"] == pytest.approx(6e-4 * 4 / 20) and [s["measured"] for s in steps[:3]] == [False, False, True]
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
     assert (config["base_emb_dim"], config["per_device_batch_size"], config["steps"], config["dataset_type"]) == (
         64, 8, 6, "synthetic")
     assert config["metrics_file"] == str((run_dir / "maxtext" / "metrics.jsonl").resolve())
     assert "completed step: 5" in (run_dir / "maxtext" / "train.log").read_text()
+
+
+def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_path, capsys, maxtext_here):
+    """10 steps, 20 warm-up steps: MaxText rejects a warmup_steps_fraction above 1, so the
+    schedule is 22 steps long (20 of warm-up) and the run stops at step 10, as ours does."""
+    assert train(tmp_path, "--steps", "10") == 0
+    run_dir = tmp_path / "run"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "ok"
+    config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
+    assert (config["steps"], config["learning_rate_schedule_steps"]) == (10, 22)
+    assert int(22 * config["warmup_steps_fraction"]) == 20
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [s["lr"] for s in steps] == pytest.approx([6e-4 * k / 20 for k in range(10)])
 
 
 @pytest.mark.parametrize("mode,code,status,error", [
