@@ -255,6 +255,17 @@ def test_export_configs_any_preset_and_recipe_subset(tmp_path, capsys):
         "maxtext-llama-860m-fp8_gpu.yml", 2048, 16, 128, 500, 8, "full")
 
 
+@pytest.mark.parametrize("steps,schedule", [(1, 22), (10, 22), (20, 22), (21, 22), (22, 22)])
+def test_export_configs_takes_steps_below_the_measurement_warmup(tmp_path, capsys, steps, schedule):
+    """Parallax's --warmup (20, left out of its statistics) is no MaxText key: any --steps works,
+    and the file's schedule is ours (MaxText's warm-up fraction at most 1)."""
+    out = tmp_path / "c"
+    assert main(["export-configs", "--output-dir", str(out), "--recipes", "bf16", "--steps", str(steps)]) == 0
+    keys = yaml.safe_load((out / "maxtext-llama-100m-bf16.yml").read_text())
+    assert (keys["steps"], keys["learning_rate_schedule_steps"]) == (steps, schedule)
+    assert keys["warmup_steps_fraction"] <= 1.0 and int(schedule * keys["warmup_steps_fraction"]) == 20
+
+
 def test_export_configs_key_drift_is_one_line_and_writes_nothing(tmp_path, capsys):
     base = fake_maxtext.install(tmp_path / "site", left_out=("adamw_mask",)) / "maxtext" / "configs" / "base.yml"
     out = tmp_path / "configs"
