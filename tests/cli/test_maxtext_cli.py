@@ -45,6 +45,19 @@ def maxtext_here(tmp_path, monkeypatch):
     return root
 
 
+def summary_text(result: dict) -> str:
+    """The summary table `parallax train` prints, as text."""
+    import io
+
+    from rich.console import Console
+
+    from parallax.progress import summary_table
+
+    console = Console(file=io.StringIO(), width=300)
+    console.print(summary_table(result))
+    return console.file.getvalue()
+
+
 def train(tmp_path, *args) -> int:
     return main(["train", "--framework", "maxtext", "--model", "tiny", "--steps", "6", "--warmup", "2",
                  "--output-dir", str(tmp_path / "run"), *args])
@@ -117,6 +130,10 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     assert result["status"] == "ok"
     assert (result["framework"]["name"], result["framework"]["version"], result["framework"]["tuning"]) == (
         "maxtext", "0.2.5", "tuned")
+    # the key progress.py and the Markdown report read, as the torch and jax engines write it
+    assert (result["framework"]["attention_backend"], result["framework"]["attention"]) == (
+        "cudnn_flash_jax", "cudnn_flash_jax")
+    assert "attention cudnn_flash_jax; compiled" in summary_text(result)
     assert result["precision"]["recipe"] == "bf16" and result["precision"]["details"]["maxtext_keys"] == {
         "quantization": "", "use_qwix_quantization": False}
     step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}

@@ -198,7 +198,10 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
         framework={
             "name": "maxtext", "version": plan.handles["version"], "device": plan.device, "platform": "gpu",
             "device_name": device.get("name"), "compute_capability": device.get("compute_capability"),
-            "device_uuid": device.get("uuid"), "attention": plan.attention, "compiled": True,
+            "device_uuid": device.get("uuid"),
+            # attention_backend: the key every engine writes (progress, report); attention: as before
+            "attention_backend": plan.attention, "attention": plan.attention,
+            "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
             "config_file": str(where.root / config.file_name(run)), "command": command,
             "base_yml": plan.handles["base_yml"],
