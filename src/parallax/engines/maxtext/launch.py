@@ -207,7 +207,7 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             "base_yml": plan.handles["base_yml"],
         },
         timing_method=TIMING_METHOD,
-        compile_s=steps[0].step_s,
+        compile_s=facts.compile_s,
         extra={
             "data": data_facts,
             "maxtext": {
@@ -222,8 +222,17 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
                 "bytes_in_use_after_first_step_gb": facts.bytes_in_use_gb,
                 "bytes_limit_gb": facts.bytes_limit_gb,
                 "estimated_memory_gb": facts.estimated_memory_gb,
+                "compile": compile_record(facts),
                 "log_file": str(where.log),
                 "metrics_file": str(where.metrics),
             },
         },
     )
+
+
+def compile_record(facts: metrics.LogFacts) -> dict:
+    """How ``timing.compile_s`` was measured, or why it is null."""
+    if facts.compile_s is None:
+        return {"seconds": None, "reason": "MaxText logged no '[train] Total estimated memory size' line after a "
+                                           "timestamped one (no ahead-of-time compile of its train step)"}
+    return {"seconds": facts.compile_s, "method": metrics.COMPILE_METHOD, "compile_from": facts.compile_from}
