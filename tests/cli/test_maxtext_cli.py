@@ -151,6 +151,10 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     mt = result["engine_extra"]["maxtext"]
     assert (mt["parameters_logged_billion"], mt["parameters_agree"], mt["bytes_in_use_after_first_step_gb"]) == (
         0.001, True, 3.21)
+    # the exact count, from MaxText's abstract model (count_params.py), not its three decimals
+    assert (mt["parameters"], mt["parameters_exact_agree"], mt["parameters_reason"]) == (1_362_240, True, None)
+    assert mt["parameters_method"].startswith("count_params.py: MaxText's model built abstractly")
+    assert (run_dir / "maxtext" / "count_params.log").read_text().strip() == "parallax-maxtext-parameters: 1362240"
     assert mt["tokens_per_s_median"] == pytest.approx(statistics.median([1024 / step_s[k] for k in range(2, 6)]))
     assert mt["wallclock_tokens_per_s"] > 0
     assert result["data"]["maxtext_input"].startswith("dataset_type=synthetic: MaxText's own generated batch")
@@ -183,7 +187,7 @@ def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_
     ("fail", 3, "oom", "out of memory: MaxTextFailed: MaxText exited with status 1: jax.errors.JaxRuntimeError: "
                        "RESOURCE_EXHAUSTED: fake allocation of 99 GiB"),
     ("short", 1, "failed", "MaxTextFailed: MaxText's metrics file"),
-    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 0.011 billion parameters; tiny has 1,362,240"),
+    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 11,362,240 parameters; tiny has 1,362,240"),
 ])
 def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext_here, monkeypatch, mode, code,
                                                        status, error):
@@ -194,6 +198,18 @@ def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext
     assert result["error"].startswith(error), result["error"]
     tail = result["log_tail"]
     assert ("RESOURCE_EXHAUSTED" in tail) if mode == "fail" else ("number parameters" in tail)
+
+
+def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, maxtext_here, monkeypatch):
+    """count_params.py failing does not fail the run: null and its last line, never a number made up;
+    the logged three-decimal figure is still checked."""
+    monkeypatch.setenv("FAKE_MAXTEXT_MODE", "count-fails")
+    assert train(tmp_path) == 0
+    mt = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
+    assert (mt["parameters"], mt["parameters_exact_agree"], mt["parameters_method"]) == (None, None, None)
+    assert mt["parameters_reason"] == ("count_params.py exited with status 1: RuntimeError: fake: no abstract "
+                                       "model today")
+    assert (mt["parameters_logged_billion"], mt["parameters_agree"]) == (0.001, True)
 
 
 def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(tmp_path, capsys, maxtext_here):

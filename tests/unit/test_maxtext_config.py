@@ -144,6 +144,12 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
     mt.check_keys(keys, base_yml_without(tmp_path))
 
 
+def test_the_parameter_counts_overrides_are_keys_of_maxtext_0_2_5(tmp_path):
+    from parallax.engines.maxtext import count_params
+
+    mt.check_keys(dict(o.split("=", 1) for o in count_params.OVERRIDES), base_yml_without(tmp_path))
+
+
 def test_a_key_base_yml_lacks_is_one_line_naming_it(tmp_path):
     base = base_yml_without(tmp_path, "adamw_mask")
     with pytest.raises(ParallaxError) as err:
