@@ -135,6 +135,8 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     assert (result["framework"]["attention_backend"], result["framework"]["attention"]) == (
         "cudnn_flash_jax", "cudnn_flash_jax")
     assert "attention cudnn_flash_jax; compiled" in summary_text(result)
+    unknown = {**result, "timing": {**result["timing"], "compile_s": None}}  # MaxText logged no AOT compile
+    assert "compile / first step │ n/a" in summary_text(unknown)
     assert result["precision"]["recipe"] == "bf16" and result["precision"]["details"]["maxtext_keys"] == {
         "quantization": "", "use_qwix_quantization": False}
     step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}
