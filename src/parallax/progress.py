@@ -118,7 +118,8 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     mem = result["memory"]
     table.add_row("peak memory", f"{gib(mem['peak_allocated_bytes'])} allocated, "
                                  f"{gib(mem['peak_reserved_bytes'])} reserved")
-    table.add_row("compile / first step", f"{timing['compile_s']:.1f} s")
+    compile_s = timing["compile_s"]
+    table.add_row("compile / first step", "n/a" if compile_s is None else f"{compile_s:.1f} s")
     loss = result["loss"]
     table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f} (last-10 mean {loss['final_smoothed']:.4f})")
     if result.get("eval"):

@@ -17,6 +17,7 @@ yaml = pytest.importorskip("yaml")
 from fixtures import fake_maxtext  # noqa: E402
 from fixtures.cli import one_error_line  # noqa: E402
 from parallax.cli import main  # noqa: E402
+from parallax.engines.maxtext import metrics  # noqa: E402
 from parallax.runner import Matrix  # noqa: E402
 
 GPU_PACKAGES = {"maxtext": "0.2.5", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
@@ -43,6 +44,19 @@ def maxtext_here(tmp_path, monkeypatch):
     monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
     fake_gpu(monkeypatch)
     return root
+
+
+def summary_text(result: dict) -> str:
+    """The summary table `parallax train` prints, as text."""
+    import io
+
+    from rich.console import Console
+
+    from parallax.progress import summary_table
+
+    console = Console(file=io.StringIO(), width=300)
+    console.print(summary_table(result))
+    return console.file.getvalue()
 
 
 def train(tmp_path, *args) -> int:
@@ -117,10 +131,20 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     assert result["status"] == "ok"
     assert (result["framework"]["name"], result["framework"]["version"], result["framework"]["tuning"]) == (
         "maxtext", "0.2.5", "tuned")
+    # the key progress.py and the Markdown report read, as the torch and jax engines write it
+    assert (result["framework"]["attention_backend"], result["framework"]["attention"]) == (
+        "cudnn_flash_jax", "cudnn_flash_jax")
+    assert "attention cudnn_flash_jax; compiled" in summary_text(result)
+    unknown = {**result, "timing": {**result["timing"], "compile_s": None}}  # MaxText logged no AOT compile
+    assert "compile / first step │ n/a" in summary_text(unknown)
     assert result["precision"]["recipe"] == "bf16" and result["precision"]["details"]["maxtext_keys"] == {
         "quantization": "", "use_qwix_quantization": False}
     step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}
-    assert result["timing"]["compile_s"] == 2.5
+    # from MaxText's log around its ahead-of-time compile, not step 0 (0.2 s here)
+    assert result["timing"]["compile_s"] == 2.5 and result["per_step"]["step_ms"][0] == pytest.approx(200.0)
+    assert result["engine_extra"]["maxtext"]["compile"] == {
+        "seconds": 2.5, "method": metrics.COMPILE_METHOD,
+        "compile_from": "No existing checkpoints found, not restoring checkpoint."}
     assert result["timing"]["measured_steps"] == 4
     assert result["timing"]["step_ms"]["median"] == pytest.approx(statistics.median(
         [step_s[k] * 1e3 for k in range(2, 6)]))
@@ -129,13 +153,18 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     mt = result["engine_extra"]["maxtext"]
     assert (mt["parameters_logged_billion"], mt["parameters_agree"], mt["bytes_in_use_after_first_step_gb"]) == (
         0.001, True, 3.21)
+    # the exact count, from MaxText's abstract model (count_params.py), not its three decimals
+    assert (mt["parameters"], mt["parameters_exact_agree"], mt["parameters_reason"]) == (1_362_240, True, None)
+    assert mt["parameters_method"].startswith("count_params.py: MaxText's model built abstractly")
+    assert (run_dir / "maxtext" / "count_params.log").read_text().strip() == "parallax-maxtext-parameters: 1362240"
     assert mt["tokens_per_s_median"] == pytest.approx(statistics.median([1024 / step_s[k] for k in range(2, 6)]))
     assert mt["wallclock_tokens_per_s"] > 0
     assert result["data"]["maxtext_input"].startswith("dataset_type=synthetic: MaxText's own generated batch")
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(6))
     assert [s["grad_norm"] for s in steps] == [1.5 + k for k in range(6)]  # before clipping: raw_grad_norm
-    assert steps[4]["lr"] == pytest.approx(6e-4 * 4 / 2) and [s["measured"] for s in steps[:3]] == [False, False, True]
+    # 6 steps inside the 20 warm-up steps: MaxText's ramp lr * step / 20 (one step behind ours)
+    assert steps[4]["lr"] == pytest.approx(6e-4 * 4 / 20) and [s["measured"] for s in steps[:3]] == [False, False, True]
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
     assert (config["base_emb_dim"], config["per_device_batch_size"], config["steps"], config["dataset_type"]) == (
         64, 8, 6, "synthetic")
@@ -143,11 +172,24 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     assert "completed step: 5" in (run_dir / "maxtext" / "train.log").read_text()
 
 
+def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_path, capsys, maxtext_here):
+    """10 steps, 20 warm-up steps: MaxText rejects a warmup_steps_fraction above 1, so the
+    schedule is 22 steps long (20 of warm-up) and the run stops at step 10, as ours does."""
+    assert train(tmp_path, "--steps", "10") == 0
+    run_dir = tmp_path / "run"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "ok"
+    config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
+    assert (config["steps"], config["learning_rate_schedule_steps"]) == (10, 22)
+    assert int(22 * config["warmup_steps_fraction"]) == 20
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    assert [s["lr"] for s in steps] == pytest.approx([6e-4 * k / 20 for k in range(10)])
+
+
 @pytest.mark.parametrize("mode,code,status,error", [
     ("fail", 3, "oom", "out of memory: MaxTextFailed: MaxText exited with status 1: jax.errors.JaxRuntimeError: "
                        "RESOURCE_EXHAUSTED: fake allocation of 99 GiB"),
     ("short", 1, "failed", "MaxTextFailed: MaxText's metrics file"),
-    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 0.011 billion parameters; tiny has 1,362,240"),
+    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 11,362,240 parameters; tiny has 1,362,240"),
 ])
 def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext_here, monkeypatch, mode, code,
                                                        status, error):
@@ -158,6 +200,18 @@ def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext
     assert result["error"].startswith(error), result["error"]
     tail = result["log_tail"]
     assert ("RESOURCE_EXHAUSTED" in tail) if mode == "fail" else ("number parameters" in tail)
+
+
+def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, maxtext_here, monkeypatch):
+    """count_params.py failing does not fail the run: null and its last line, never a number made up;
+    the logged three-decimal figure is still checked."""
+    monkeypatch.setenv("FAKE_MAXTEXT_MODE", "count-fails")
+    assert train(tmp_path) == 0
+    mt = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
+    assert (mt["parameters"], mt["parameters_exact_agree"], mt["parameters_method"]) == (None, None, None)
+    assert mt["parameters_reason"] == ("count_params.py exited with status 1: RuntimeError: fake: no abstract "
+                                       "model today")
+    assert (mt["parameters_logged_billion"], mt["parameters_agree"]) == (0.001, True)
 
 
 def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(tmp_path, capsys, maxtext_here):
@@ -239,6 +293,17 @@ def test_export_configs_any_preset_and_recipe_subset(tmp_path, capsys):
     assert (only.name, keys["base_emb_dim"], keys["base_num_decoder_layers"], keys["head_dim"], keys["steps"],
             keys["per_device_batch_size"], keys["remat_policy"]) == (
         "maxtext-llama-860m-fp8_gpu.yml", 2048, 16, 128, 500, 8, "full")
+
+
+@pytest.mark.parametrize("steps,schedule", [(1, 22), (10, 22), (20, 22), (21, 22), (22, 22)])
+def test_export_configs_takes_steps_below_the_measurement_warmup(tmp_path, capsys, steps, schedule):
+    """Parallax's --warmup (20, left out of its statistics) is no MaxText key: any --steps works,
+    and the file's schedule is ours (MaxText's warm-up fraction at most 1)."""
+    out = tmp_path / "c"
+    assert main(["export-configs", "--output-dir", str(out), "--recipes", "bf16", "--steps", str(steps)]) == 0
+    keys = yaml.safe_load((out / "maxtext-llama-100m-bf16.yml").read_text())
+    assert (keys["steps"], keys["learning_rate_schedule_steps"]) == (steps, schedule)
+    assert keys["warmup_steps_fraction"] <= 1.0 and int(schedule * keys["warmup_steps_fraction"]) == 20
 
 
 def test_export_configs_key_drift_is_one_line_and_writes_nothing(tmp_path, capsys):

@@ -109,6 +109,24 @@ def test_warmup_fraction_gives_maxtexts_int_steps_times_fraction_exactly():
             assert int(steps * mt.warmup_fraction(warm, steps)) == warm, (warm, steps)
 
 
+@pytest.mark.parametrize("steps,warm", [(10, 20), (20, 20), (21, 20), (22, 20), (200, 20), (1, 0), (2, 0), (7, 3)])
+def test_maxtexts_schedule_is_ours_one_step_behind_in_warmup_for_any_steps(steps, warm):
+    """MaxText's learning rate (its create_learning_rate_schedule, ported in the fake) from the
+    keys written: ours at step - 1 during warm-up (its ramp starts at 0), ours exactly after it,
+    also for runs that end inside the warm-up (steps <= W) or one step after it."""
+    from fixtures.fake_maxtext import maxtext_lr
+    from parallax.config import OptimConfig
+    from parallax.schedule import lr_at
+
+    optim = OptimConfig(lr_warmup_steps=warm)
+    keys = mt.schedule_keys(RunConfig(model="tiny", steps=steps, optim=optim))
+    assert 0.0 <= keys["warmup_steps_fraction"] <= 1.0  # MaxText's config rejects more
+    ours = [float(lr_at(step, optim, steps)) for step in range(steps)]
+    theirs = [maxtext_lr(keys, step) for step in range(steps)]
+    expected = [ours[step] if step >= warm else ours[step - 1] if step else 0.0 for step in range(steps)]
+    assert theirs == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
 def base_yml_without(tmp_path, *left_out) -> Path:
     """A base.yml with 0.2.5's key names (values do not matter to the check)."""
     names = [k for k in BASE_KEYS.read_text().split("\n") if k and not k.startswith("#")]
@@ -124,6 +142,12 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
                                output={"run_name": "r", "base_output_directory": "o", "metrics_file": "m"}))
     assert len(keys) == 16 + 7 + 5 + 8 + 2 + 3 + 8 + 3
     mt.check_keys(keys, base_yml_without(tmp_path))
+
+
+def test_the_parameter_counts_overrides_are_keys_of_maxtext_0_2_5(tmp_path):
+    from parallax.engines.maxtext import count_params
+
+    mt.check_keys(dict(o.split("=", 1) for o in count_params.OVERRIDES), base_yml_without(tmp_path))
 
 
 def test_a_key_base_yml_lacks_is_one_line_naming_it(tmp_path):

@@ -8,6 +8,7 @@ metrics files and logs captured on the H200 must replace them (a later session c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,40 @@ def test_wallclock_throughput_from_our_clock():
     arrivals = [(0, 0.0), (1, 40.0), (2, 40.05), (3, 40.1), (4, 40.15)]
     assert metrics.wallclock_tokens_per_s(arrivals, 2, 32768) == pytest.approx(2 * 32768 / 0.1)
     assert metrics.wallclock_tokens_per_s(arrivals[:3], 2, 32768) is None
+
+
+REAL_LOG = Path(__file__).parent.parent / "fixtures" / "maxtext_0_2_5_cpu_train_log.txt"
+
+
+def test_the_real_log_gives_compile_time_from_its_aot_compile_not_step_0():
+    """MaxText 0.2.5 on the CPU: 16:11:53.585438 'No existing checkpoints found' to 16:12:07.032341
+    '[train] Total estimated memory size' is its ahead-of-time compile (with the train state's
+    initialisation); step 0's 0.141 s excludes it. XLA's dump.cc line between them is not MaxText's."""
+    facts = metrics.LogFacts()
+    seen = [facts.read(text) for text in REAL_LOG.read_text().splitlines(keepends=True)]
+    assert facts.compile_s == pytest.approx(13.446903)
+    assert facts.compile_from == "No existing checkpoints found, not restoring checkpoint."
+    assert (facts.estimated_memory_gb, facts.parameters_billion, facts.bytes_in_use_gb) == (0.1, 0.001, None)
+    assert [s for s in seen if s is not None] == [(0, 9.658, 0.141), (1, 9.658, 0.824), (2, 9.652, 0.834)]
+
+
+def test_no_aot_compile_line_leaves_compile_time_unknown():
+    facts = metrics.LogFacts()
+    for text in REAL_LOG.read_text().splitlines():
+        if "Total estimated memory size" not in text:
+            facts.read(text)
+    assert (facts.compile_s, facts.compile_from) == (None, None)
+
+
+def test_absl_stamps_across_new_year_wrap_once():
+    start = metrics.absl_seconds(metrics.ABSL_PY_LINE.match("I1231 23:59:58.500000 1 a.py:1] x"))
+    end = metrics.absl_seconds(metrics.ABSL_PY_LINE.match("I0101 00:00:01.000000 1 a.py:1] y"))
+    assert metrics.seconds_between(start, end) == pytest.approx(2.5)
+
+
+def test_an_unknown_compile_time_is_recorded_as_null_with_the_reason():
+    from parallax.engines.maxtext.launch import compile_record
+
+    assert compile_record(metrics.LogFacts()) == {
+        "seconds": None, "reason": "MaxText logged no '[train] Total estimated memory size' line after a "
+                                   "timestamped one (no ahead-of-time compile of its train step)"}

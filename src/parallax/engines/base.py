@@ -105,7 +105,7 @@ class EngineOutput:
     precision: PrecisionInfo
     framework: dict  # name, version, device, attention backend, compiled, ...
     timing_method: str
-    compile_s: float  # time of the first (compiling) step(s), reported apart
+    compile_s: float | None  # time of compilation (the first step(s), or what the engine measured); None: unknown
     peak_allocated_bytes: int | None = None
     peak_reserved_bytes: int | None = None
     evals: list[EvalRecord] = field(default_factory=list)

@@ -100,14 +100,26 @@ def run_keys(run: RunConfig) -> dict:
     }
 
 
+def schedule_steps(warmup_steps: int, steps: int) -> int:
+    """MaxText's ``learning_rate_schedule_steps`` for our schedule of ``steps`` steps.
+
+    ``steps`` itself, except when the run is shorter than W + 2 steps: MaxText's
+    ``warmup_steps_fraction`` must be <= 1 (its config rejects more), and its cosine of one
+    step is already at the floor (``pct = 1.0`` when ``len_steps`` is 1) where ours is at the
+    peak. With W + 2 schedule steps its warm-up is W steps and its cosine starts at the peak;
+    the run stops at ``steps`` as ours does (MaxText's zero-LR tail needs steps > schedule)."""
+    return max(steps, max(warmup_steps, 0) + 2)
+
+
 def schedule_keys(run: RunConfig) -> dict:
     o = run.optim
+    length = schedule_steps(o.lr_warmup_steps, run.steps)
     return {
         "learning_rate": o.lr,
         "lr_schedule_type": "cosine",
         "learning_rate_final_fraction": o.min_lr_ratio,
-        "warmup_steps_fraction": warmup_fraction(o.lr_warmup_steps, run.steps),
-        "learning_rate_schedule_steps": run.steps,
+        "warmup_steps_fraction": warmup_fraction(o.lr_warmup_steps, length),
+        "learning_rate_schedule_steps": length,
     }
 
 

@@ -5,7 +5,8 @@ The subprocess is ``python -m maxtext.trainers.pre_train.train <run>/maxtext/<na
 output goes to ``<run>/maxtext/train.log``; each ``completed step`` line moves our progress
 display. When it ends, its metrics file becomes our step records: step time, loss, learning
 rate, gradient norm before clipping. MaxText's own TFLOP/s and tokens/s, its parameter count
-and memory lines are recorded beside ours (``engine_extra.maxtext``). A MaxText run that
+(logged, and exact from ``count_params.py`` run after it) and memory lines are recorded beside
+ours (``engine_extra.maxtext``). A MaxText run that
 fails raises ``MaxTextFailed`` carrying the log's tail, which the result records.
 """
 
@@ -25,6 +26,10 @@ from parallax.engines.maxtext import config, metrics
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
                  "training loop, each step's loss fetched while the next runs")
 LOG_TAIL_LINES = 40
+COUNT_TIMEOUT_S = 600  # MaxText's imports and an abstract model: about 20 s of CPU time for llama-100m
+PARAMETERS_METHOD = ("count_params.py: MaxText's model built abstractly from the run's config "
+                     "(create_nnx_abstract_model), its nnx.Param leaves counted by its "
+                     "calculate_num_params_from_pytree, as its TensorBoard num_model_parameters is")
 
 
 class MaxTextFailed(RuntimeError):
@@ -125,7 +130,38 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     command = [sys.executable, "-m", config.TRAIN_MODULE, str(yml)]
     index = int(plan.device.split(":")[1])
     facts = stream(command, child_env(index), where.log, progress)
-    return output(run, plan, where, facts, command, data_facts)
+    progress.phase("counting MaxText's parameters")
+    counted = count_parameters(yml, child_env(index), where.root / "count_params.log")
+    return output(run, plan, where, facts, command, data_facts, counted)
+
+
+@dataclass(frozen=True)
+class Counted:
+    """MaxText's exact parameter count (count_params.py), or why there is none."""
+
+    parameters: int | None
+    reason: str | None = None
+
+
+def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
+    """Run count_params.py on the config just trained, on the CPU (an abstract model: nothing is
+    allocated, the GPU is not touched); its output goes to ``log_path``."""
+    import re
+
+    from parallax.engines.maxtext import count_params
+
+    command = [sys.executable, "-m", "parallax.engines.maxtext.count_params", str(yml)]
+    try:
+        done = subprocess.run(command, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+                              timeout=COUNT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Counted(None, f"count_params.py did not finish in {COUNT_TIMEOUT_S} s")
+    log_path.write_text(done.stdout + done.stderr)
+    found = re.search(rf"^{re.escape(count_params.PREFIX)} (\d+)$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or found is None:
+        last = next((l for l in reversed((done.stdout + done.stderr).splitlines()) if l.strip()), "no output")
+        return Counted(None, f"count_params.py exited with status {done.returncode}: {last.strip()[:300]}")
+    return Counted(int(found[1]))
 
 
 def stream(command: list[str], env: dict, log_path: Path, progress: Progress) -> metrics.LogFacts:
@@ -175,19 +211,14 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, command: list[str],
-           data_facts: dict) -> EngineOutput:
+           data_facts: dict, counted: Counted) -> EngineOutput:
     from parallax import flops
 
     steps = metrics.read_metrics(where.metrics)
     if len(steps) != run.steps or [s.step for s in steps] != list(range(run.steps)):
         raise MaxTextFailed(f"MaxText's metrics file {where.metrics} holds {len(steps)} training steps, "
                             f"not the {run.steps} asked for", log_tail(where.log))
-    parameters = run.model_config.param_count()
-    agree = metrics.parameters_agree(parameters, facts.parameters_billion)
-    if agree is False:
-        raise MaxTextFailed(f"MaxText built a model of {facts.parameters_billion:.3f} billion parameters; "
-                            f"{run.model} has {parameters:,}: the exported keys do not give our model",
-                            log_tail(where.log))
+    parameters = parameters_record(run, facts, counted, where)
     measured = [s for s in steps if s.step >= run.warmup]
     ours_per_step = flops.flops_per_token_maxtext(run.model_config, run.seq_len) * run.tokens_per_step / 1e12
     device = plan.handles["device"]
@@ -198,18 +229,20 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
         framework={
             "name": "maxtext", "version": plan.handles["version"], "device": plan.device, "platform": "gpu",
             "device_name": device.get("name"), "compute_capability": device.get("compute_capability"),
-            "device_uuid": device.get("uuid"), "attention": plan.attention, "compiled": True,
+            "device_uuid": device.get("uuid"),
+            # attention_backend: the key every engine writes (progress, report); attention: as before
+            "attention_backend": plan.attention, "attention": plan.attention,
+            "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
             "config_file": str(where.root / config.file_name(run)), "command": command,
             "base_yml": plan.handles["base_yml"],
         },
         timing_method=TIMING_METHOD,
-        compile_s=steps[0].step_s,
+        compile_s=facts.compile_s,
         extra={
             "data": data_facts,
             "maxtext": {
-                "parameters_logged_billion": facts.parameters_billion,
-                "parameters_agree": agree,
+                **parameters,
                 "tflops_per_step": steps[-1].tflops_per_step,
                 "parallax_maxtext_accounting_tflops_per_step": ours_per_step,
                 "tflops_per_s_median": metrics.finite_median([s.tflops_per_s for s in measured]),
@@ -219,8 +252,37 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
                 "bytes_in_use_after_first_step_gb": facts.bytes_in_use_gb,
                 "bytes_limit_gb": facts.bytes_limit_gb,
                 "estimated_memory_gb": facts.estimated_memory_gb,
+                "compile": compile_record(facts),
                 "log_file": str(where.log),
                 "metrics_file": str(where.metrics),
             },
         },
     )
+
+
+def compile_record(facts: metrics.LogFacts) -> dict:
+    """How ``timing.compile_s`` was measured, or why it is null."""
+    if facts.compile_s is None:
+        return {"seconds": None, "reason": "MaxText logged no '[train] Total estimated memory size' line after a "
+                                           "timestamped one (no ahead-of-time compile of its train step)"}
+    return {"seconds": facts.compile_s, "method": metrics.COMPILE_METHOD, "compile_from": facts.compile_from}
+
+
+def parameters_record(run: RunConfig, facts: metrics.LogFacts, counted: Counted, where: Layout) -> dict:
+    """MaxText's parameter count beside ours; a count that differs fails the run (the exported
+    keys would not give our model). Exact where count_params.py ran, else the logged figure at
+    its three decimals of a billion."""
+    ours = run.model_config.param_count()
+    logged_agree = metrics.parameters_agree(ours, facts.parameters_billion)
+    if counted.parameters is not None and counted.parameters != ours:
+        raise MaxTextFailed(f"MaxText built a model of {counted.parameters:,} parameters; {run.model} has "
+                            f"{ours:,}: the exported keys do not give our model", log_tail(where.log))
+    if logged_agree is False:
+        raise MaxTextFailed(f"MaxText built a model of {facts.parameters_billion:.3f} billion parameters; "
+                            f"{run.model} has {ours:,}: the exported keys do not give our model",
+                            log_tail(where.log))
+    exact = None if counted.parameters is None else counted.parameters == ours
+    return {"parameters": counted.parameters, "parameters_exact_agree": exact,
+            "parameters_method": PARAMETERS_METHOD if counted.parameters is not None else None,
+            "parameters_reason": counted.reason,
+            "parameters_logged_billion": facts.parameters_billion, "parameters_agree": logged_agree}

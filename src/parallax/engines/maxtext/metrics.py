@@ -16,7 +16,13 @@ MaxText 0.2.5 (``common/metric_logger.py``):
 
 ``perf/step_time_seconds`` is host time between consecutive iterations of MaxText's loop; the
 loss of step k is fetched while step k+1 runs, so the device stays busy (the same method as
-our JAX engine's, docs/timing.md). Step 0 includes compilation.
+our JAX engine's, docs/timing.md). Step 0 does NOT include compilation: ``train_loop`` lowers
+and compiles the train step ahead of time (``p_train_step.lower(...).compile()``) before its
+loop, then logs ``[train] Total estimated memory size`` (``print_compiled_memory_stats``). The
+last line MaxText logs before that is ``No existing checkpoints found, not restoring checkpoint.``
+(``checkpointing.load_state_if_possible``), after which it only initialises the train state (a
+jit of its own) and traces, lowers and compiles the step: ``compile_s`` is the time between
+those two lines' absl timestamps.
 """
 
 from __future__ import annotations
@@ -34,6 +40,14 @@ STEP_LINE = re.compile(
 PARAMS_LINE = re.compile(r"number parameters: (?P<billions>[0-9.]+) billion")
 MEMSTATS_LINE = re.compile(r"Using \(GB\) (?P<used>[0-9.]+) / (?P<limit>[0-9.]+) \(")
 ESTIMATED_MEMORY_LINE = re.compile(r"\[train\] Total estimated memory size: (?P<gb>[0-9.]+) GB")
+# absl's prefix of a line logged from Python: I1201 16:11:53.585438 139826773982080 checkpointing.py:803] ...
+# (XLA's C++ lines, such as dump.cc's, name a .cc file and are not MaxText's).
+ABSL_PY_LINE = re.compile(r"^[IWEF](?P<month>\d\d)(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d\.\d{6})\s+\d+\s+"
+                          r"[\w.-]+\.py:\d+\] (?P<text>.*)$")
+COMPILE_METHOD = ("absl timestamps in MaxText's log: from the last line before its ahead-of-time compile "
+                  "(compile_from) to '[train] Total estimated memory size' after it: train-state initialisation, "
+                  "then tracing, lowering and XLA compilation of the train step (a persistent-cache hit "
+                  "shortens it); step 0 of its metrics excludes it")
 
 
 @dataclass(frozen=True)
@@ -92,6 +106,9 @@ class LogFacts:
     bytes_limit_gb: float | None = None
     estimated_memory_gb: float | None = None  # XLA's compile-time estimate, where MaxText logs it
     step_arrivals: list[tuple[int, float]] = field(default_factory=list)  # (step, our clock at the line)
+    compile_s: float | None = None  # COMPILE_METHOD
+    compile_from: str | None = None  # the line compile_s starts at
+    _last_py_line: tuple[float, str] | None = None
 
     def read(self, line: str, now: float | None = None) -> tuple[int, float, float] | None:
         """Take in one log line; for a step line, (step, loss, seconds)."""
@@ -99,8 +116,7 @@ class LogFacts:
             self.parameters_billion = float(m["billions"])
         if self.bytes_in_use_gb is None and (m := MEMSTATS_LINE.search(line)):
             self.bytes_in_use_gb, self.bytes_limit_gb = float(m["used"]), float(m["limit"])
-        if self.estimated_memory_gb is None and (m := ESTIMATED_MEMORY_LINE.search(line)):
-            self.estimated_memory_gb = float(m["gb"])
+        self._read_compile(line)
         m = STEP_LINE.search(line)
         if m is None:
             return None
@@ -108,6 +124,33 @@ class LogFacts:
         if now is not None:
             self.step_arrivals.append((step, now))
         return step, float(m["loss"]), float(m["seconds"])
+
+
+    def _read_compile(self, line: str) -> None:
+        if self.estimated_memory_gb is not None:
+            return
+        stamped = ABSL_PY_LINE.match(line.rstrip("\n"))
+        memory = ESTIMATED_MEMORY_LINE.search(line)
+        if memory is not None:
+            self.estimated_memory_gb = float(memory["gb"])
+            if stamped is not None and self._last_py_line is not None:
+                start, self.compile_from = self._last_py_line
+                self.compile_s = round(seconds_between(start, absl_seconds(stamped)), 6)
+        elif stamped is not None:
+            self._last_py_line = (absl_seconds(stamped), stamped["text"].strip())
+
+
+def absl_seconds(stamp: re.Match) -> float:
+    """Seconds since the start of the year (2000, a leap year) of an absl line's MMDD hh:mm:ss.us."""
+    import datetime
+
+    when = datetime.datetime.strptime(f"2000{stamp['month']}{stamp['day']} {stamp['clock']}", "%Y%m%d %H:%M:%S.%f")
+    return (when - datetime.datetime(2000, 1, 1)).total_seconds()
+
+
+def seconds_between(start: float, end: float) -> float:
+    """``end - start``; absl's stamps carry no year, so a run over New Year wraps once."""
+    return end - start if end >= start else end - start + 366 * 86400
 
 
 def parameters_agree(parameters: int, billions: float | None) -> bool | None:
