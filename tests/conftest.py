@@ -26,6 +26,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory):
+    """Parallax's cache (MaxText parameter counts) in a folder of the test session, not the
+    home directory: a count kept by one test must not answer another's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PARALLAX_CACHE_DIR", str(tmp_path_factory.mktemp("parallax-cache")))
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     """The TinyStories samples (V2 head + 3000-story subset) prepared once: a PreparedData.

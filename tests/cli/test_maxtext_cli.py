@@ -7,6 +7,7 @@ so a real MaxText run of the tiny preset cannot happen in CI)."""
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import sys
 
@@ -42,6 +43,7 @@ def maxtext_here(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("PYTHONPATH", str(root))
     monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
+    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))  # the parameter counts' cache
     fake_gpu(monkeypatch)
     return root
 
@@ -170,6 +172,26 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
         64, 8, 6, "synthetic")
     assert config["metrics_file"] == str((run_dir / "maxtext" / "metrics.jsonl").resolve())
     assert "completed step: 5" in (run_dir / "maxtext" / "train.log").read_text()
+
+
+def test_the_parameter_count_of_a_model_is_made_once(tmp_path, capsys, maxtext_here, monkeypatch):
+    """A benchmark's repeats count once: the second run of the same model reads the first's count
+    (count_params.py costs ~20 s of CPU after each MaxText run); a failed count is not kept."""
+    monkeypatch.setenv("FAKE_MAXTEXT_MODE", "count-fails")
+    assert train(tmp_path) == 0
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]["parameters"] is None
+    monkeypatch.delenv("FAKE_MAXTEXT_MODE")
+    shutil.rmtree(tmp_path / "run")
+    assert train(tmp_path) == 0
+    first = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
+    assert (first["parameters"], (tmp_path / "run" / "maxtext" / "count_params.log").exists()) == (1_362_240, True)
+    shutil.rmtree(tmp_path / "run")
+    assert train(tmp_path) == 0
+    again = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
+    assert (again["parameters"], again["parameters_exact_agree"]) == (1_362_240, True)
+    assert not (tmp_path / "run" / "maxtext" / "count_params.log").exists()
+    assert "; kept from an earlier run of this model (" in again["parameters_method"]
+    assert len(list((tmp_path / "cache" / "maxtext-parameters").glob("*.json"))) == 1
 
 
 def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_path, capsys, maxtext_here):

@@ -131,7 +131,7 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     index = int(plan.device.split(":")[1])
     facts = stream(command, child_env(index), where.log, progress)
     progress.phase("counting MaxText's parameters")
-    counted = count_parameters(yml, child_env(index), where.root / "count_params.log")
+    counted = cached_count(run, lambda: count_parameters(yml, child_env(index), where.root / "count_params.log"))
     return output(run, plan, where, facts, command, data_facts, counted)
 
 
@@ -141,6 +141,40 @@ class Counted:
 
     parameters: int | None
     reason: str | None = None
+    cached_from: str | None = None  # the count of an earlier run of the same model (cached_count)
+
+
+def count_cache_file(run: RunConfig) -> Path:
+    """Where the count of this model, quantization mode and MaxText version is kept: a benchmark's
+    repeats and the recipes that share a model count once (~20 s of CPU each, after training)."""
+    import hashlib
+    import json
+
+    key = json.dumps({"model": config.model_keys(run), "mode": config.mode_keys(run),
+                      "maxtext": config.installed_version()}, sort_keys=True, default=str)
+    root = Path(os.environ.get("PARALLAX_CACHE_DIR") or Path.home() / ".cache" / "parallax")
+    return root / "maxtext-parameters" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def cached_count(run: RunConfig, count) -> Counted:
+    """``count()``'s result, or the one an earlier run of the same model kept; only exact counts
+    are kept (a failure is retried next time)."""
+    import json
+
+    path = count_cache_file(run)
+    try:
+        kept = json.loads(path.read_text())
+        return Counted(int(kept["parameters"]), cached_from=str(path))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    counted = count()
+    if counted.parameters is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"parameters": counted.parameters}))
+        except OSError:
+            pass  # an unwritable cache costs a recount, nothing else
+    return counted
 
 
 def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
@@ -283,6 +317,8 @@ def parameters_record(run: RunConfig, facts: metrics.LogFacts, counted: Counted,
                             log_tail(where.log))
     exact = None if counted.parameters is None else counted.parameters == ours
     return {"parameters": counted.parameters, "parameters_exact_agree": exact,
-            "parameters_method": PARAMETERS_METHOD if counted.parameters is not None else None,
+            "parameters_method": (PARAMETERS_METHOD + (f"; kept from an earlier run of this model ({counted.cached_from})"
+                                                       if counted.cached_from else "")
+                                  if counted.parameters is not None else None),
             "parameters_reason": counted.reason,
             "parameters_logged_billion": facts.parameters_billion, "parameters_agree": logged_agree}
