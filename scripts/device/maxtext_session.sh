@@ -259,8 +259,10 @@ run_tejax() {
 run_nvfp4() {
     local n=$E/nvfp4
     mkdir -p "$n/quantbench"
-    # first: the kernels against the CPU (the 16x1 kernels of 2026-12-01 had not run on a GPU)
-    part nvfp4-tests 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py
+    # first: the kernels against the CPU and both engines' emulated linears on the GPU (the 16x1
+    # kernels and the wgrad operands that use them had not run on a GPU on 2026-12-01)
+    part nvfp4-tests 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
+        tests/gpu/test_nvfp4_emulated_gpu.py
     part nvfp4-quantbench 120 env OUT="$n/quantbench" python3 scripts/device/quant_bench.py
     part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
         --out "$n/profile"
