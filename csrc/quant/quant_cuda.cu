@@ -151,21 +151,24 @@ __device__ __forceinline__ void hadamard_half(float v[8], int half, uint32_t neg
 // block, or one row of a 16x16 tile): two 16-byte loads for bf16, four for float32, and every
 // per-block step in registers. See qdq_math.h's "fast paths" for the arithmetic.
 
+// One 16-byte load of a group: streamed (__ldcs, read once: the quantize pass), or through the
+// read-only path (kKeep, __ldg: the amax pass, whose lines the quantize pass reads again from L2).
+template <bool kKeep, typename V>
+__device__ __forceinline__ V load16(const V* p) {
+  if constexpr (kKeep) return __ldg(p);
+  else return __ldcs(p);
+}
+
 template <typename T>
 struct Group;
 
 template <>
 struct Group<uint16_t> {  // bfloat16: 8 words, element 2j in the low half of w[j]
   uint32_t w[8];
+  template <bool kKeep = false>
   __device__ __forceinline__ void load(const void* base, size_t i) {
     const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
-    const uint4 a = __ldcs(p), b = __ldcs(p + 1);
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
-  }
-  __device__ __forceinline__ void load_nc(const void* base, size_t i) {  // kept in L2 for the next pass
-    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
-    const uint4 a = __ldg(p), b = __ldg(p + 1);
+    const uint4 a = load16<kKeep>(p), b = load16<kKeep>(p + 1);
     w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
     w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
   }
@@ -181,19 +184,12 @@ struct Group<uint16_t> {  // bfloat16: 8 words, element 2j in the low half of w[
 template <>
 struct Group<float> {
   float v[16];
+  template <bool kKeep = false>
   __device__ __forceinline__ void load(const void* base, size_t i) {
     const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const float4 a = __ldcs(p + k);
-      v[4 * k] = a.x; v[4 * k + 1] = a.y; v[4 * k + 2] = a.z; v[4 * k + 3] = a.w;
-    }
-  }
-  __device__ __forceinline__ void load_nc(const void* base, size_t i) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float4 a = __ldg(p + k);
+      const float4 a = load16<kKeep>(p + k);
       v[4 * k] = a.x; v[4 * k + 1] = a.y; v[4 * k + 2] = a.z; v[4 * k + 3] = a.w;
     }
   }
@@ -266,7 +262,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__
   uint32_t lanes = 0;     // bf16 keys, two s16 lanes
   for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
     Group<T> in;
-    in.load_nc(x, g * 16);
+    in.template load<true>(x, g * 16);
     if constexpr (kLanes) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) lanes = q::max_s16x2(lanes, (in.w[j] & 0x7FFF7FFFu) + 0x00800080u);
