@@ -94,15 +94,21 @@ def _check_codes(mode: str, want_codes: bool) -> None:
                          "quantize the transpose in 1x16 for codes and scales")
 
 
-def _cpu_16x1(x, rows, cols, stochastic, seed, rht, rht_seed):
-    """16x1 on the CPU: the 1x16 CPU function on the transpose, transposed back."""
+def _cpu_nvfp4(x, rows, cols, mode, stochastic, seed, rht, rht_seed):
+    """The native CPU function on a float32 copy of x; 16x1 as the 1x16 function on the
+    transpose, transposed back (no codes or scales)."""
     n = native()
-    a = np.ascontiguousarray(_cpu_f32(x, rows, cols).T)
+    columns = mode == "16x1"
+    a = _cpu_f32(x, rows, cols)
+    if columns:
+        a = np.ascontiguousarray(a.T)
     if rht:
         a = n.hadamard16(a, rht_seed, False)
-    y, _, _, sg = n.quant_nvfp4_codes(a, "1x16", stochastic, seed)
-    y = torch.from_numpy(np.ascontiguousarray(y.T)).to(x.dtype).reshape(x.shape)
-    return y, None, None, torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
+    y, codes, scales, sg = n.quant_nvfp4_codes(a, "1x16" if columns else mode, stochastic, seed)
+    ws = torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
+    if columns:
+        return torch.from_numpy(np.ascontiguousarray(y.T)).to(x.dtype).reshape(x.shape), None, None, ws
+    return torch.from_numpy(y).to(x.dtype).reshape(x.shape), torch.from_numpy(codes), torch.from_numpy(scales), ws
 
 
 def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=False):
@@ -112,17 +118,8 @@ def _nvfp4(x, mode, stochastic, seed, rht, rht_seed, want_codes, derived_seed=Fa
     rows, cols = check_shape(tuple(x.shape), mode)
     seed, rht_seed = (seed if derived_seed else check_seed(seed)), check_seed(rht_seed, "rht_seed")
     srows = rows // 16 if mode == "16x16" else rows
-    if x.device.type == "cpu" and mode == "16x1":
-        return _cpu_16x1(x, rows, cols, stochastic, seed, rht, rht_seed)
     if x.device.type == "cpu":
-        n = native()
-        a = _cpu_f32(x, rows, cols)
-        if rht:
-            a = n.hadamard16(a, rht_seed, False)
-        y, codes, scales, sg = n.quant_nvfp4_codes(a, mode, stochastic, seed)
-        y = torch.from_numpy(y).to(x.dtype).reshape(x.shape)
-        ws = torch.tensor([_finite_amax(a), sg], dtype=torch.float32)
-        return y, torch.from_numpy(codes), torch.from_numpy(scales), ws
+        return _cpu_nvfp4(x, rows, cols, mode, stochastic, seed, rht, rht_seed)
     n = _cuda_native()
     with _on(x):
         xc = _aligned(x)
