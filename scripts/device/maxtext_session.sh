@@ -22,7 +22,8 @@
 #
 #   capture  real MaxText output for the CPU tests' fixtures: `parallax train --framework maxtext`
 #            bf16 and fp8 (fp8_gpu), synthetic, 30 steps, MaxText's metrics file and train log as
-#            written (capture/train-*/maxtext/); `parallax export-configs` of every recipe; a
+#            written (capture/train-*/maxtext/; CAPTURE_TRAIN=0 skips these two, whose files
+#            every maxtext run of the matrix keeps too); `parallax export-configs` of every recipe; a
 #            direct `python -m maxtext.trainers.pre_train.train` of an exported YAML, as it is.
 #   matrix   `parallax benchmark` torch,jax,maxtext x bf16,fp8 plus maxtext:bf16-defaults (MaxText's
 #            base.yml performance settings) and maxtext:te_fp8_delayedscaling (skipped cleanly
@@ -43,6 +44,9 @@
 #            scripts/device/quant_bench.py (the kernels' device
 #            time from CUDA-graph replays), profile_step.py of torch's and jax's emulated-nvfp4
 #            steps, and bf16 + emulated-nvfp4 of both engines, REPEATS repeats (the emulation cost).
+#
+#   kernels16  right after the capture (~1 min): the CUDA quantization tests of the 16x1 mode
+#            and the emulated linears' GPU tests that use it, the first check of those kernels on a GPU.
 #
 # Parts that need no TE (curves, then profile) run while TE builds; the matrix waits for TE,
 # and then the rest of curves/profile run. Each part is bounded by its own limit and by the time
@@ -198,12 +202,17 @@ wait_te() {
 }
 
 # ------------------------------------------------------------------------------ the parts
-run_capture() {
-    local c=$E/capture
+run_capture_train() {  # CAPTURE_TRAIN=0 skips it: the matrix's maxtext runs keep the same files
+    local c=$1
     part capture-bf16 300 python3 -m parallax train --framework maxtext --precision bf16 --model llama-100m \
         --synthetic --steps 30 --warmup 10 --output-dir "$c/train-bf16"
     part capture-fp8 300 python3 -m parallax train --framework maxtext --precision fp8 --model llama-100m \
         --synthetic --steps 30 --warmup 10 --output-dir "$c/train-fp8"
+}
+
+run_capture() {
+    local c=$E/capture
+    if ((${CAPTURE_TRAIN:-1})); then run_capture_train "$c"; fi
     part capture-export 60 python3 -m parallax export-configs --output-dir "$c/configs"
     part capture-export-direct 60 python3 -m parallax export-configs --output-dir "$c/direct" --recipes bf16 \
         --steps 30
@@ -250,6 +259,11 @@ run_profile() {
         part "profile-compare-$r" 30 python3 scripts/device/profile_step.py --compare "$p/profile_jax_bf16.json" \
             "$p/profile_maxtext_$r.json" --out "$p"
     done
+}
+
+run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them, never yet run on a GPU
+    part kernels16 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
+        tests/gpu/test_nvfp4_emulated_gpu.py -k "16x1 or jax_ffi or counter_qdq or linears_have"
 }
 
 run_tejax() {
@@ -303,6 +317,7 @@ pipeline() {
     touch "$E/setup.done"
 
     want capture && run capture
+    want kernels16 && run kernels16
     for p in curves profile; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break

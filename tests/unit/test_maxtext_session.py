@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -65,6 +66,8 @@ def test_dry_run_lists_every_part_in_priority_order(tmp_path):
 @pytest.mark.parametrize("chosen,expected", [
     ("capture", ["capture-bf16", "capture-fp8", "capture-export", "capture-export-direct", "capture-direct",
                  "capture-direct-read"]),
+    ("capture kernels16", ["capture-bf16", "capture-fp8", "capture-export", "capture-export-direct",
+                           "capture-direct", "capture-direct-read", "kernels16"]),
     ("matrix", ["checkenv-te", "matrix", "matrix-report"]),
     ("profile curves", ["curves", "curves-report", "profile-jax", "profile-maxtext-bf16", "profile-compare-bf16"]),
 ])
@@ -315,3 +318,19 @@ def test_the_pipeline_takes_a_bundle_from_the_live_checkout_once_it_stands_still
     assert lines[0] == "waiting"  # first look: not taken yet (it may still be syncing)
     assert "[session] copied .carry/gpu" in lines[1]
     assert (tmp_path / "session" / "carry" / "gpu" / "install.sh").read_text() == "gpu\n"
+
+
+def test_capture_train_0_keeps_only_the_export_and_the_direct_run(tmp_path):
+    parts = [name for name, _, _ in dry_run(tmp_path, PARTS="capture", CAPTURE_TRAIN="0")]
+    assert parts == ["install", "carry-mt", "versions", "capture-export", "capture-export-direct",
+                     "capture-direct", "capture-direct-read"]
+
+
+def test_kernels16_runs_the_16x1_gpu_tests_that_exist(tmp_path):
+    (_, limit, argv), = [p for p in dry_run(tmp_path, PARTS="kernels16") if p[0] == "kernels16"]
+    files = [a for a in argv if a.startswith("tests/")]
+    assert files == ["tests/gpu/test_quant_cuda_gpu.py", "tests/gpu/test_nvfp4_emulated_gpu.py"]
+    names = {name for f in files for name in re.findall(r"^def (test_\w+)", (ROOT / f).read_text(), re.M)}
+    chosen = argv[argv.index("-k") + 1].split(" or ")
+    assert all(any(k in name for name in names) for k in chosen)  # every -k word picks a test
+    assert limit == 150
