@@ -91,6 +91,11 @@ def nvidia_package_lib_dirs() -> list[str]:
     return [str(p) for p in sorted(found, key=order)]
 
 
+def pip_cudnn_folder() -> str | None:
+    """The ``site-packages/nvidia/<package>/lib`` holding pip's libcudnn.so.9, or None."""
+    return next((d for d in nvidia_package_lib_dirs() if os.path.exists(os.path.join(d, "libcudnn.so.9"))), None)
+
+
 def _package_dir(name: str) -> Path | None:
     """A top-level package's folder, found without importing it."""
     try:

@@ -13,6 +13,7 @@ fails raises ``MaxTextFailed`` carrying the log's tail, which the result records
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -22,10 +23,14 @@ from pathlib import Path
 from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
+from parallax.gpu import pip_cudnn_folder
 
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
                  "training loop, each step's loss fetched while the next runs")
 LOG_TAIL_LINES = 40
+CHILD_MODULE = "parallax.engines.maxtext.child"
+MEMORY_METHOD = ("peak_bytes_in_use and peak_pool_bytes of jax.local_devices()[0].memory_stats() in MaxText's "
+                 "process once its training has ended (engines/maxtext/child.py), as our jax engine reads them")
 COUNT_TIMEOUT_S = 600  # MaxText's imports and an abstract model: about 20 s of CPU time for llama-100m
 PARAMETERS_METHOD = ("count_params.py: MaxText's model built abstractly from the run's config "
                      "(create_nnx_abstract_model), its nnx.Param leaves counted by its "
@@ -111,7 +116,23 @@ def child_env(device_index: int) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     visible = [v for v in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     env["CUDA_VISIBLE_DEVICES"] = visible[device_index] if device_index < len(visible) else str(device_index)
+    env.update(one_cudnn(env))
     return env
+
+
+def one_cudnn(env: dict) -> dict:
+    """The variables that make every libcudnn*.so.9 in MaxText's process pip's copy, the one JAX's
+    CUDA plugin loads. TE's JAX extension (the te_* modes) loads libcudnn from CUDNN_HOME,
+    CUDNN_PATH, CUDA_HOME, then the system's search path, before pip's: on the H200, with a system
+    cuDNN beside pip's, MaxText's te_fp8_delayedscaling died with ``libcudnn_heuristic.so.9:
+    undefined symbol ... version libcudnn_graph.so.9`` (the system's sub-library against pip's,
+    already loaded). CUDNN_PATH points TE at pip's copy, LD_LIBRARY_PATH makes the sub-libraries
+    it opens by name pip's too. A user's own CUDNN_HOME or CUDNN_PATH is left alone."""
+    folder = None if env.get("CUDNN_HOME") or env.get("CUDNN_PATH") else pip_cudnn_folder()
+    if folder is None:
+        return {}
+    path = [folder, *[p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p and p != folder]]
+    return {"CUDNN_PATH": os.path.dirname(folder), "LD_LIBRARY_PATH": os.pathsep.join(path)}
 
 
 def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
@@ -127,7 +148,7 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     name = config.file_name(run)
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, name, tuning)))
-    command = [sys.executable, "-m", config.TRAIN_MODULE, str(yml)]
+    command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     index = int(plan.device.split(":")[1])
     facts = stream(command, child_env(index), where.log, progress)
     progress.phase("counting MaxText's parameters")
@@ -218,9 +239,22 @@ def stream(command: list[str], env: dict, log_path: Path, progress: Progress) ->
         code = proc.wait()
     if code != 0:
         tail = log_tail(log_path)
-        last = next((l for l in reversed(tail.splitlines()) if l.strip()), "no output")
-        raise MaxTextFailed(f"MaxText exited with status {code}: {last.strip()[:300]}", tail)
+        raise MaxTextFailed(f"MaxText exited with status {code}: {failure_line(tail)[:300]}", tail)
     return facts
+
+
+# "OSError: ...", "jax.errors.JaxRuntimeError: ...", "pydantic_core._pydantic_core.ValidationError: ..."
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+# what Python and JAX print after the exception
+NOT_THE_CAUSE = re.compile(r"^(-+|For simplicity, JAX has removed its internal frames.*)$")
+
+
+def failure_line(tail: str) -> str:
+    """The line of ``tail`` that says why MaxText failed: its last exception line, else its
+    last line that is not JAX's traceback-filtering note."""
+    lines = [l.strip() for l in tail.splitlines() if l.strip()]
+    found = next((l for l in reversed(lines) if EXCEPTION_LINE.match(l)), None)
+    return found or next((l for l in reversed(lines) if not NOT_THE_CAUSE.match(l)), "no output")
 
 
 def die_with_parent() -> None:
@@ -273,6 +307,8 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
         },
         timing_method=TIMING_METHOD,
         compile_s=facts.compile_s,
+        peak_allocated_bytes=(facts.peak or {}).get("peak_bytes_in_use"),
+        peak_reserved_bytes=(facts.peak or {}).get("peak_pool_bytes"),
         extra={
             "data": data_facts,
             "maxtext": {
@@ -283,7 +319,8 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
                 "tokens_per_s_median": metrics.finite_median([s.tokens_per_s for s in measured]),
                 "wallclock_tokens_per_s": metrics.wallclock_tokens_per_s(facts.step_arrivals, run.warmup,
                                                                          run.tokens_per_step),
-                "bytes_in_use_after_first_step_gb": facts.bytes_in_use_gb,
+                "bytes_in_use_after_init_gb": facts.bytes_in_use_gb,
+                "memory_method": MEMORY_METHOD,
                 "bytes_limit_gb": facts.bytes_limit_gb,
                 "estimated_memory_gb": facts.estimated_memory_gb,
                 "compile": compile_record(facts),

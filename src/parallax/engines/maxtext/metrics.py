@@ -33,12 +33,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parallax.engines.maxtext.child import MEMORY_TAG
+
 STEP_LINE = re.compile(
     r"completed step: (?P<step>\d+), seconds: (?P<seconds>[0-9.eE+-]+)"
     r"(?:, TFLOP/s/device: (?P<tflops>[0-9.eE+-]+|nan|inf), Tokens/s/device: (?P<tokens>[0-9.eE+-]+|nan|inf))?"
     r".*?, loss: (?P<loss>[0-9.eE+-]+|nan|inf|-inf)")
 PARAMS_LINE = re.compile(r"number parameters: (?P<billions>[0-9.]+) billion")
 MEMSTATS_LINE = re.compile(r"Using \(GB\) (?P<used>[0-9.]+) / (?P<limit>[0-9.]+) \(")
+# child.MEMORY_TAG and its JSON: the allocator's stats once MaxText's run has ended
+PEAK_LINE = re.compile(re.escape(MEMORY_TAG) + r"(?P<stats>\{.*\})\s*$")
 ESTIMATED_MEMORY_LINE = re.compile(r"\[train\] Total estimated memory size: (?P<gb>[0-9.]+) GB")
 # absl's prefix of a line logged from Python: I1201 16:11:53.585438 139826773982080 checkpointing.py:803] ...
 # (XLA's C++ lines, such as dump.cc's, name a .cc file and are not MaxText's).
@@ -102,9 +106,10 @@ class LogFacts:
     """What the log says that the metrics file does not; filled line by line."""
 
     parameters_billion: float | None = None
-    bytes_in_use_gb: float | None = None  # after the first step, as MaxText's Memstats logs it
+    bytes_in_use_gb: float | None = None  # once the parameters are initialized, as MaxText's Memstats logs it
     bytes_limit_gb: float | None = None
     estimated_memory_gb: float | None = None  # XLA's compile-time estimate, where MaxText logs it
+    peak: dict | None = None  # child.STATS after training: peak_bytes_in_use, peak_pool_bytes, bytes_limit
     step_arrivals: list[tuple[int, float]] = field(default_factory=list)  # (step, our clock at the line)
     compile_s: float | None = None  # COMPILE_METHOD
     compile_from: str | None = None  # the line compile_s starts at
@@ -116,6 +121,8 @@ class LogFacts:
             self.parameters_billion = float(m["billions"])
         if self.bytes_in_use_gb is None and (m := MEMSTATS_LINE.search(line)):
             self.bytes_in_use_gb, self.bytes_limit_gb = float(m["used"]), float(m["limit"])
+        if m := PEAK_LINE.search(line):
+            self.peak = json.loads(m["stats"])
         self._read_compile(line)
         m = STEP_LINE.search(line)
         if m is None:

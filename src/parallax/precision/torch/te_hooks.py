@@ -57,6 +57,8 @@ def prefer_torch_cudnn() -> None:
     ``dlopen("libcudnn*.so.9")`` (TE's, torch's) gets the same version."""
     if os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"):
         return
+    from parallax.gpu import pip_cudnn_folder
+
     folder = pip_cudnn_folder()
     if folder is None:
         return
@@ -66,13 +68,6 @@ def prefer_torch_cudnn() -> None:
             ctypes.CDLL(lib, mode=ctypes.RTLD_GLOBAL)
         except OSError:
             continue  # an optional sub-library this machine cannot load; TE reports what it needs
-
-
-def pip_cudnn_folder() -> str | None:
-    """The ``site-packages/nvidia/<package>/lib`` holding pip's libcudnn.so.9, or None."""
-    from parallax.gpu import nvidia_package_lib_dirs
-
-    return next((d for d in nvidia_package_lib_dirs() if os.path.exists(os.path.join(d, "libcudnn.so.9"))), None)
 
 
 def fp8_support(te) -> tuple[bool, str]:

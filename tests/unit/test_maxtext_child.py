@@ -1,0 +1,54 @@
+"""engines/maxtext/child.py: MaxText's trainer module run as ``python -m`` runs it, then the
+device's peak memory as one line that metrics.LogFacts reads into the result."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from parallax.engines.maxtext import child, metrics
+
+STATS = {"peak_bytes_in_use": 13_150_000_000, "peak_pool_bytes": 19_327_352_832, "bytes_limit": 112_583_507_968}
+
+
+@pytest.fixture
+def trainer(tmp_path, monkeypatch):
+    """A maxtext.trainers.pre_train.train that prints its argv and __name__, then exits with
+    FAKE_EXIT (absl's app.run ends in sys.exit)."""
+    module = tmp_path / "maxtext" / "trainers" / "pre_train"
+    module.mkdir(parents=True)
+    for folder in (module, module.parent, module.parent.parent):
+        (folder / "__init__.py").write_text("")
+    (module / "train.py").write_text(
+        "import os, sys\nprint('trainer', __name__, sys.argv)\nsys.exit(int(os.environ.get('FAKE_EXIT', '0')))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [n for n in sys.modules if n == "maxtext" or n.startswith("maxtext.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(child, "peak_memory", lambda: dict(STATS))
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+
+
+def test_the_trainer_runs_as_main_with_its_own_argv_then_the_peak_is_printed(trainer, tmp_path, capsys):
+    child.main(["/runs/x/maxtext.yml", "steps=5"])
+    out = capsys.readouterr().out.splitlines()
+    # argv[0] the module's file, as `python -m` sets it; MaxText's pyconfig reads argv[1:]
+    file = tmp_path / "maxtext" / "trainers" / "pre_train" / "train.py"
+    assert out[0] == f"trainer __main__ ['{file}', '/runs/x/maxtext.yml', 'steps=5']"
+    assert out[1] == child.MEMORY_TAG + json.dumps(STATS)
+    facts = metrics.LogFacts()
+    assert facts.read(out[1] + "\n") is None
+    assert facts.peak == STATS
+
+
+def test_a_failed_run_keeps_its_status_and_prints_no_memory(trainer, capsys, monkeypatch):
+    monkeypatch.setenv("FAKE_EXIT", "3")
+    with pytest.raises(SystemExit) as done:
+        child.main(["/runs/x/maxtext.yml"])
+    assert done.value.code == 3
+    assert child.MEMORY_TAG not in capsys.readouterr().out
+
+
+def test_the_cpu_has_no_allocator_stats():
+    assert child.peak_memory() == {"peak_bytes_in_use": None, "peak_pool_bytes": None, "bytes_limit": None}
