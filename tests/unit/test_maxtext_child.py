@@ -24,10 +24,14 @@ def trainer(tmp_path, monkeypatch):
     (module / "train.py").write_text(
         "import os, sys\nprint('trainer', __name__, sys.argv)\nsys.exit(int(os.environ.get('FAKE_EXIT', '0')))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n == "maxtext" or n.startswith("maxtext.")]:
+    ours = lambda: [n for n in sys.modules if n == "maxtext" or n.startswith("maxtext.")]
+    for name in ours():
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setattr(child, "peak_memory", lambda: dict(STATS))
     monkeypatch.setattr(sys, "argv", list(sys.argv))
+    yield
+    for name in ours():  # this fake's modules: later tests import the real (or the other fake) maxtext
+        del sys.modules[name]
 
 
 def test_the_trainer_runs_as_main_with_its_own_argv_then_the_peak_is_printed(trainer, tmp_path, capsys):

@@ -21,9 +21,9 @@ MODES = {"bf16": ("", False), "bf16-defaults": ("", False), "fp8": ("fp8", False
          "te_fp8_currentscaling": ("te_fp8_currentscaling", False),
          "te_nvfp4": ("te_nvfp4", False), "te_nvfp4_no_rht": ("te_nvfp4_no_rht", False)}
 # The performance settings each recipe runs with: base.yml's own for bf16-defaults.
-TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax"}
+TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax", "grain_worker_count": 4}
 SETTINGS = {name: TUNED for name in MODES} | {
-    "bf16-defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected"}}
+    "bf16-defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1}}
 
 
 def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:

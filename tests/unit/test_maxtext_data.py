@@ -32,7 +32,7 @@ def test_samples_are_our_batches_row_for_row(prepared, tmp_path):
     keys = data.write(train, tmp_path / "mt", run, fake_hash)
     assert keys == {"dataset_type": "grain", "grain_file_type": "mmap_npy",
                     "grain_train_files": f"{tmp_path / 'mt' / 'npy'}|{tmp_path / 'mt' / 'train'}",
-                    "grain_worker_count": 1, "mmap_eod_id": eos, "mmap_split_sentences": False,
+                    "mmap_eod_id": eos, "mmap_split_sentences": False,
                     "reset_attention_mask": False, "eod_mask_loss": False}
     assert sorted(p.name for p in (tmp_path / "mt" / "npy").iterdir()) == [
         f"h{steps * B}-{S}-7-{name}.npy" for name in ("document_index", "sample_index", "shuffle_index")]

@@ -113,7 +113,6 @@ def keys_for(npy_dir: str, prefix: str, eos_id: int) -> dict:
         "dataset_type": "grain",
         "grain_file_type": "mmap_npy",
         "grain_train_files": f"{npy_dir}|{prefix}",
-        "grain_worker_count": 1,
         "mmap_eod_id": eos_id,
         "mmap_split_sentences": False,
         "reset_attention_mask": False,
