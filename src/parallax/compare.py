@@ -332,6 +332,8 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         cell.record.update(_cell_speed(cell, ok, n_boot, level))
     cell.record.update(_cell_loss(cell, ok, n_boot, level))
     cell.record.update(_cell_eval(ok))
+    if cell.framework == "maxtext":
+        cell.record["maxtext_own"] = _maxtext_own(ok)
 
 
 def tokens_per_step(run: LoadedRun) -> int:
@@ -494,6 +496,19 @@ def _cell_memory(ok: list[LoadedRun]) -> dict:
         values = [v for v in values if v is not None]
         out[key] = max(values) if values else None
     return out
+
+
+# engine_extra.maxtext: what MaxText itself logged and our own clock of the same runs
+MAXTEXT_OWN = ("tokens_per_s_median", "wallclock_tokens_per_s_median", "tflops_per_step",
+               "parallax_maxtext_accounting_tflops_per_step", "tflops_per_s_median", "parameters")
+
+
+def _maxtext_own(ok: list[LoadedRun]) -> dict:
+    """The medians over a maxtext cell's runs of MaxText's own figures (its logged tokens/s and
+    TFLOP/s per device, its FLOPs accounting of a step, its parameter count) and of our clock,
+    for the report's side-by-side table."""
+    own = [(r.run.get("engine_extra") or {}).get("maxtext") or {} for r in ok]
+    return {key: _median_or_none([m.get(key) for m in own]) for key in MAXTEXT_OWN}
 
 
 def _median_or_none(values):

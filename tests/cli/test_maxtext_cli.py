@@ -349,3 +349,18 @@ def test_export_configs_unknown_recipe_is_one_line(tmp_path, capsys):
     assert main(["export-configs", "--output-dir", str(tmp_path), "--recipes", "te-fp8-delayed"]) == 2
     assert one_error_line(capsys).startswith(
         "parallax: error: no framework of maxtext has a recipe 'te-fp8-delayed'")
+
+
+def test_the_report_puts_maxtexts_own_figures_beside_ours(tmp_path, capsys, maxtext_here):
+    assert train(tmp_path) == 0
+    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    mt = result["engine_extra"]["maxtext"]
+    assert mt["wallclock_tokens_per_s_median"] > 0
+    assert main(["compare", "--results-dir", str(tmp_path), "--output-report", str(tmp_path / "report.md")]) == 0
+    text = (tmp_path / "report.md").read_text()
+    section = text[text.index("## MaxText's own figures"):].split("\n\n")[1]
+    row = section.splitlines()[2]
+    ours = result["throughput"]["tokens_per_s"]
+    logged = mt["tokens_per_s_median"]
+    assert row.startswith(f"| bf16 | {ours:,.0f} | {logged:,.0f} ({logged / ours - 1:+.2%}) | ")
+    assert row.endswith(" | 1,362,240 |")

@@ -8,6 +8,7 @@ metrics files and logs captured on the H200 must replace them (a later session c
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,67 @@ def test_an_unknown_compile_time_is_recorded_as_null_with_the_reason():
     assert compile_record(metrics.LogFacts()) == {
         "seconds": None, "reason": "MaxText logged no '[train] Total estimated memory size' line after a "
                                    "timestamped one (no ahead-of-time compile of its train step)"}
+
+
+H200 = Path(__file__).parent.parent / "fixtures" / "maxtext_0_2_5_h200"
+
+
+def h200_run(name: str) -> tuple[list, metrics.LogFacts, list[tuple[int, float]]]:
+    """MaxText 0.2.5's metrics file and log of one matrix run on the H200 (2026-12-01, llama-100m,
+    32 x 1024, real tokens, 60 steps, tuned, docs/results/2026-12-01-h200-e/), as it wrote them;
+    the step lines' arrival times are their absl stamps."""
+    steps = metrics.read_metrics(H200 / f"{name}_metrics.jsonl")
+    facts, arrivals = metrics.LogFacts(), []
+    for line in (H200 / f"{name}_train.log").read_text().splitlines(keepends=True):
+        seen = facts.read(line)
+        if seen is not None:
+            arrivals.append((seen[0], metrics.absl_seconds(metrics.ABSL_PY_LINE.match(line))))
+    return steps, facts, arrivals
+
+
+def test_the_h200_metrics_file_parses_into_every_step():
+    steps, _, _ = h200_run("bf16")
+    assert [s.step for s in steps] == list(range(60))
+    assert (steps[0].loss, steps[0].lr, steps[0].step_s) == (9.722214698791504, 0.0, 22.631393)
+    assert (steps[0].raw_grad_norm, steps[0].grad_norm) == (4.2984442710876465, 0.9999998807907104)  # clipped at 1
+    assert steps[-1].loss == 3.6416640281677246
+    assert steps[1].lr == pytest.approx(6e-4 / 20)  # MaxText's warm-up starts at 0, one step behind ours
+    # MaxText's FLOPs accounting of one step: ours ("maxtext", 612,311,040 a token) times 32 x 1024 tokens
+    from parallax import flops
+    from parallax.config import PRESETS
+
+    ours = flops.flops_per_token_maxtext(PRESETS["llama-100m"], 1024) * 32 * 1024 / 1e12
+    assert [s.tflops_per_step for s in steps] == pytest.approx([ours] * 60, rel=1e-9)
+
+
+@pytest.mark.parametrize("name,compile_s,estimated_gb", [("bf16", 17.672053, 8.3), ("fp8_gpu", 117.712792, 10.5)])
+def test_the_h200_log_gives_compile_time_parameters_and_memory(name, compile_s, estimated_gb):
+    steps, facts, arrivals = h200_run(name)
+    assert facts.compile_s == pytest.approx(compile_s)
+    assert facts.compile_from == "No existing checkpoints found, not restoring checkpoint."
+    assert (facts.parameters_billion, facts.bytes_in_use_gb, facts.bytes_limit_gb, facts.estimated_memory_gb) == (
+        0.100, 1.14, 104.85, estimated_gb)
+    assert [s for s, _ in arrivals] == list(range(60))
+
+
+def test_maxtexts_tokens_per_s_and_ours_agree_on_the_h200():
+    """The issue's check: MaxText's own logged tokens/s/device and ours for the same run within 2%.
+    Ours (the median of its step times) is its own median to 1e-6; our clock (the step lines'
+    arrival) agrees at the median interval; the mean interval does not: step 39 took 0.628 s."""
+    steps, _, arrivals = h200_run("bf16")
+    measured = [s for s in steps if s.step >= 20]
+    ours = 32768 / statistics.median(s.step_s for s in measured)
+    logged = statistics.median(s.tokens_per_s for s in measured)
+    assert ours == pytest.approx(400_886, abs=1) and logged == pytest.approx(ours, rel=1e-6)
+    clock = metrics.wallclock_tokens_per_s_median(arrivals, 20, 32768)
+    assert clock == pytest.approx(398_110, abs=1) and abs(clock / ours - 1) < 0.02
+    assert metrics.wallclock_tokens_per_s(arrivals, 20, 32768) == pytest.approx(342_533, abs=1)
+    assert max(measured, key=lambda s: s.step_s).step == 39
+
+
+def test_the_median_clock_needs_two_lines_and_takes_gaps_per_step():
+    assert metrics.wallclock_tokens_per_s_median([(0, 0.0), (2, 5.0)], 2, 1000) is None
+    # steps 2..5 arriving 0.05 s apart but one 0.5 s stall: the median interval is 0.05 s
+    arrivals = [(2, 10.0), (3, 10.05), (4, 10.55), (5, 10.6), (6, 10.65)]
+    assert metrics.wallclock_tokens_per_s_median(arrivals, 2, 1000) == pytest.approx(1000 / 0.05)
+    assert metrics.wallclock_tokens_per_s_median([(2, 1.0), (4, 1.2)], 2, 1000) == pytest.approx(1000 / 0.1)

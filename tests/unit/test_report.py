@@ -360,3 +360,20 @@ def test_validation_deltas_pair_batch_losses_for_an_interval(tmp_path):
     assert 0.1 - 1e-9 <= low < 0.15 < high <= 0.3 + 1e-9
     text = markdown.render(build_comparison(tmp_path, n_boot=2000))
     assert "paired differences of the 4 validation batches" in text
+
+
+def test_maxtexts_own_figures_sit_beside_ours():
+    from parallax.report import markdown
+
+    own = {"tokens_per_s_median": 404_000.0, "wallclock_tokens_per_s_median": 396_000.0, "tflops_per_step": 20.06421,
+           "parallax_maxtext_accounting_tflops_per_step": 20.06421, "tflops_per_s_median": 245.1,
+           "parameters": 100_313_856.0}
+    cell = {"framework": "maxtext", "recipe": "bf16", "precision": "bf16", "tokens_per_s": {"value": 400_000.0},
+            "maxtext_own": own}
+    text = markdown._maxtext_own({"cells": [cell, {"framework": "jax", "recipe": "bf16", "precision": "bf16",
+                                                   "tokens_per_s": {"value": 1.0}}]})
+    row = [line for line in text.splitlines() if line.startswith("| bf16 ")]
+    assert row == ["| bf16 | 400,000 | 404,000 (+1.00%) | 396,000 (-1.00%) | 20.064 (+0.00%) | 245.1 | 100,313,856 |"]
+    assert markdown._maxtext_own({"cells": [{**cell, "maxtext_own": {**own, "wallclock_tokens_per_s_median": None,
+                                                                     "parameters": None}}]}).count("n/a") == 2
+    assert markdown._maxtext_own({"cells": [{**cell, "tokens_per_s": None}]}) == ""  # no throughput: no row

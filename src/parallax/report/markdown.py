@@ -24,6 +24,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _loss(record),
         _eval_deltas(record),
         _flops(record),
+        _maxtext_own(record),
         _not_ok(record),
         _baseline(record),
         _problems(record),
@@ -289,6 +290,36 @@ def _flops(record: dict) -> str:
     note = ("`spec`: 6·P + 12·L·S·d (counts the input-embedding lookup as matmul work, ~7% high); "
             "`conventional`: the same without the input embedding; `maxtext`: MaxText's own accounting.")
     return "## FLOPs accountings\n\n" + table(header, rows) + "\n\n" + note
+
+
+def _maxtext_own(record: dict) -> str:
+    """MaxText's own logged figures beside ours, for every maxtext cell that has them."""
+    rows = []
+    for c in record["cells"]:
+        own, ours = c.get("maxtext_own"), (c.get("tokens_per_s") or {}).get("value")
+        if not own or not ours:
+            continue
+        logged, clock = own["tokens_per_s_median"], own["wallclock_tokens_per_s_median"]
+        rows.append([f.precision_label(c), f"{ours:,.0f}", _beside(logged, ours), _beside(clock, ours),
+                     _beside(own["tflops_per_step"], own["parallax_maxtext_accounting_tflops_per_step"], ",.3f"),
+                     f.num(own["tflops_per_s_median"]),
+                     f"{own['parameters']:,.0f}" if own["parameters"] is not None else f.NA])
+    if not rows:
+        return ""
+    header = ["Recipe", "Tokens/s (ours)", "MaxText's tokens/s/device (vs ours)", "Our clock (vs ours)",
+              "MaxText's TFLOPs a step (vs our `maxtext` accounting)", "MaxText's TFLOP/s/device", "MaxText's parameters"]
+    note = ("Medians over each cell's ok runs. Ours: the cell's tokens/s, from MaxText's `perf/step_time_seconds` "
+            "(median step). MaxText's: the median of its logged `perf/per_device_tokens_per_sec` and "
+            "`perf/per_device_tflops_per_sec` over the measured steps, and its `perf/per_device_tflops`. Our clock: "
+            "the median interval between MaxText's `completed step` lines reaching us, independent of its timer. "
+            "Parameters: MaxText's own count of its model (`count_params.py`).")
+    return "## MaxText's own figures\n\n" + table(header, rows) + "\n\n" + note
+
+
+def _beside(theirs, ours, spec: str = ",.0f") -> str:
+    if theirs is None:
+        return f.NA
+    return f"{theirs:{spec}} ({theirs / ours - 1:+.2%})" if ours else f"{theirs:{spec}}"
 
 
 def _not_ok(record: dict) -> str:

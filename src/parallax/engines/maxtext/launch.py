@@ -319,6 +319,8 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
                 "tokens_per_s_median": metrics.finite_median([s.tokens_per_s for s in measured]),
                 "wallclock_tokens_per_s": metrics.wallclock_tokens_per_s(facts.step_arrivals, run.warmup,
                                                                          run.tokens_per_step),
+                "wallclock_tokens_per_s_median": metrics.wallclock_tokens_per_s_median(
+                    facts.step_arrivals, run.warmup, run.tokens_per_step),
                 "bytes_in_use_after_init_gb": facts.bytes_in_use_gb,
                 "memory_method": MEMORY_METHOD,
                 "bytes_limit_gb": facts.bytes_limit_gb,

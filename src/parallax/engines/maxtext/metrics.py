@@ -181,6 +181,17 @@ def wallclock_tokens_per_s(arrivals: list[tuple[int, float]], first_step: int, t
     return (s1 - s0) * tokens_per_step / (t1 - t0)
 
 
+def wallclock_tokens_per_s_median(arrivals: list[tuple[int, float]], first_step: int,
+                                  tokens_per_step: int) -> float | None:
+    """The same clock, over the median interval between consecutive step lines from first_step
+    on: the statistic of our step times, which one stalled step does not move (on the H200 a
+    single 0.63 s step in 40 put the mean 14% below the median); None with fewer than two."""
+    seen = sorted((s, t) for s, t in arrivals if s >= first_step)
+    gaps = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(seen, seen[1:]) if s1 > s0]
+    median = finite_median(gaps)
+    return tokens_per_step / median if median else None
+
+
 def finite_median(values: list[float | None]) -> float | None:
     import statistics
 
