@@ -38,7 +38,9 @@
 # Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
 #
 #   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py), once TE is installed, before the
-#            matrix. MATRIX_EXTRA (a --recipes list, e.g. jax:te-bf16,jax:te-fp8-delayed) adds
+#            matrix. MATRIX_RECIPES replaces the matrix's own --recipes beyond bf16,fp8 (default
+#            jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling; a maxtext run
+#            costs 75-220 s, so 3 repeats of all nine cells need ~1,300 s). MATRIX_EXTRA (a --recipes list, e.g. jax:te-bf16,jax:te-fp8-delayed) adds
 #            cells to the matrix.
 #   nvfp4    after the matrix, on a quiet GPU: the CUDA quantization GPU tests, then
 #            scripts/device/quant_bench.py (the kernels' device
@@ -229,7 +231,7 @@ run_matrix() {
     for p in curves profile nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
-        --recipes "jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
+        --recipes "${MATRIX_RECIPES-jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling}${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
         "${SIZE[@]}" \
         --steps 60 --warmup 20 \
         --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run 240 \

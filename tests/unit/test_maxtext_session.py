@@ -334,3 +334,12 @@ def test_kernels16_runs_the_16x1_gpu_tests_that_exist(tmp_path):
     chosen = argv[argv.index("-k") + 1].split(" or ")
     assert all(any(k in name for name in names) for k in chosen)  # every -k word picks a test
     assert limit == 150
+
+
+def test_matrix_recipes_replaces_the_matrixs_own_extra_cells(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_RECIPES="maxtext:te_fp8_delayedscaling")}
+    _, cells = benchmark_cells(parts["matrix"])
+    assert cells == [(fw, r) for fw, r in [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"),
+                                           ("jax", "flax-fp8-delayed"), ("maxtext", "bf16"), ("maxtext", "fp8_gpu"),
+                                           ("maxtext", "te_fp8_delayedscaling")]]
