@@ -144,9 +144,10 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}
     # from MaxText's log around its ahead-of-time compile, not step 0 (0.2 s here)
     assert result["timing"]["compile_s"] == 2.5 and result["per_step"]["step_ms"][0] == pytest.approx(200.0)
-    assert result["engine_extra"]["maxtext"]["compile"] == {
+    weights_dir = (run_dir / "maxtext" / "initial_weights").resolve()
+    assert result["engine_extra"]["maxtext"]["compile"] == {  # the window starts after the restore
         "seconds": 2.5, "method": metrics.COMPILE_METHOD,
-        "compile_from": "No existing checkpoints found, not restoring checkpoint."}
+        "compile_from": f"[process=0] [sync] Finished load in 0.14 seconds @ {weights_dir}"}
     assert result["timing"]["measured_steps"] == 4
     assert result["timing"]["step_ms"]["median"] == pytest.approx(statistics.median(
         [step_s[k] * 1e3 for k in range(2, 6)]))
@@ -177,6 +178,40 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
         64, 8, 6, "synthetic")
     assert config["metrics_file"] == str((run_dir / "maxtext" / "metrics.jsonl").resolve())
     assert "completed step: 5" in (run_dir / "maxtext" / "train.log").read_text()
+
+
+def test_maxtext_starts_from_parallax_weights_of_the_runs_seed(tmp_path, capsys, maxtext_here):
+    """The engine writes init_weights(tiny, 5) in MaxText's tree where load_parameters_path says,
+    before MaxText starts (the fake trainer fails without it), and records it."""
+    import numpy as np
+
+    from parallax.config import PRESETS
+    from parallax.engines.maxtext.weights import to_maxtext
+    from parallax.weights import init_weights
+
+    assert train(tmp_path, "--seed", "5") == 0
+    run_dir = tmp_path / "run"
+    result = json.loads((run_dir / "run.json").read_text())
+    weights_dir = (run_dir / "maxtext" / "initial_weights").resolve()
+    config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
+    assert config["load_parameters_path"] == str(weights_dir)
+    initial = result["framework"]["initial_weights"]
+    assert (initial["source"], initial["seed"], initial["load_parameters_path"]) == (
+        "parallax.weights.init_weights", 5, str(weights_dir))
+    saved = np.load(weights_dir / "items" / "params.npz")
+    expected = to_maxtext(init_weights(PRESETS["tiny"], 5), PRESETS["tiny"])  # tuned: scan_layers false
+    assert sorted(saved.files) == sorted(f"params/params/{path}" for path in expected)
+    for path, value in expected.items():
+        np.testing.assert_array_equal(saved[f"params/params/{path}"], value)
+    assert "restoring params from " + str(weights_dir) in (run_dir / "maxtext" / "train.log").read_text()
+
+
+def test_the_defaults_tuning_writes_the_layers_stacked_on_the_scan_axis(tmp_path, capsys, maxtext_here):
+    import numpy as np
+
+    assert train(tmp_path, "--recipe", "bf16-defaults") == 0
+    saved = np.load(tmp_path / "run" / "maxtext" / "initial_weights" / "items" / "params.npz")
+    assert saved["params/params/decoder/layers/self_attention/query/kernel"].shape == (64, 2, 4, 16)
 
 
 def test_the_parameter_count_of_a_model_is_made_once(tmp_path, capsys, maxtext_here, monkeypatch):
@@ -218,7 +253,11 @@ def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_
     ("fail-jax", 1, "failed", "MaxTextFailed: MaxText exited with status 1: OSError: "
                               "/lib/x86_64-linux-gnu/libcudnn_heuristic.so.9: undefined symbol"),
     ("short", 1, "failed", "MaxTextFailed: MaxText's metrics file"),
-    ("other-model", 1, "failed", "MaxTextFailed: MaxText built a model of 11,362,240 parameters; tiny has 1,362,240"),
+    ("other-count", 1, "failed", "MaxTextFailed: MaxText built a model of 11,362,240 parameters; tiny has 1,362,240"),
+    # another tree stops the run before MaxText trains: the weights could not be its initial weights
+    ("other-model", 1, "failed", "MaxTextFailed: writing Parallax's initial weights for MaxText failed (status 1): "
+                                 "parallax.errors.ParallaxError: MaxText's parameter 'decoder/logits_dense/kernel' "
+                                 "has shape (64, 166250); the converted weights give (64, 10000)"),
 ])
 def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext_here, monkeypatch, mode, code,
                                                        status, error):
@@ -228,8 +267,8 @@ def test_a_maxtext_run_that_fails_records_its_log_tail(tmp_path, capsys, maxtext
     assert result["status"] == status
     assert result["error"].startswith(error), result["error"]
     tail = result["log_tail"]
-    seen = {"fail": "RESOURCE_EXHAUSTED", "fail-jax": "JAX_TRACEBACK_FILTERING"}.get(mode, "number parameters")
-    assert seen in tail
+    seen = {"fail": "RESOURCE_EXHAUSTED", "fail-jax": "JAX_TRACEBACK_FILTERING", "other-model": "ParallaxError"}
+    assert seen.get(mode, "number parameters") in tail
 
 
 def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, maxtext_here, monkeypatch):
@@ -239,8 +278,8 @@ def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, 
     assert train(tmp_path) == 0
     mt = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
     assert (mt["parameters"], mt["parameters_exact_agree"], mt["parameters_method"]) == (None, None, None)
-    assert mt["parameters_reason"] == ("count_params.py exited with status 1: RuntimeError: fake: no abstract "
-                                       "model today")
+    assert mt["parameters_reason"] == ("count_params.py exited with status 1: RuntimeError: fake: no parameter "
+                                       "count today")
     assert (mt["parameters_logged_billion"], mt["parameters_agree"]) == (0.001, True)
 
 
@@ -251,7 +290,8 @@ def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(tmp_path, c
     assert result["status"] == "ok" and result["precision"]["recipe"] == "bf16-defaults"
     assert result["precision"]["details"]["params"]["tuning"] == "defaults"
     assert (result["framework"]["tuning"], result["framework"]["settings"], result["framework"]["attention"]) == (
-        "defaults", {"scan_layers": True, "remat_policy": "full", "attention": "autoselected"}, "autoselected")
+        "defaults", {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1},
+        "autoselected")
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16-defaults.yml").read_text())
     assert (config["scan_layers"], config["remat_policy"], config["attention"], config["quantization"]) == (
         True, "full", "autoselected", "")
@@ -296,9 +336,9 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
     # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings
     bf16, defaults = (yaml.safe_load((out / f"maxtext-llama-100m-{r}.yml").read_text())
                       for r in ("bf16", "bf16-defaults"))
-    settings = ("scan_layers", "remat_policy", "attention")
-    assert [bf16[k] for k in settings] == [False, "minimal", "cudnn_flash_jax"]
-    assert [defaults[k] for k in settings] == [True, "full", "autoselected"]
+    settings = ("scan_layers", "remat_policy", "attention", "grain_worker_count")
+    assert [bf16[k] for k in settings] == [False, "minimal", "cudnn_flash_jax", 4]
+    assert [defaults[k] for k in settings] == [True, "full", "autoselected", 1]
     assert {k: v for k, v in defaults.items() if k not in settings} == {
         k: v for k, v in bf16.items() if k not in settings}
     assert "tuning 'defaults'" in (out / "maxtext-llama-100m-bf16-defaults.yml").read_text()

@@ -139,9 +139,24 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
     from parallax.engines.maxtext import data
 
     keys = mt.flat(mt.sections(run_of("fp8_gpu"), data=data.keys_for("n", "p", 0),
-                               output={"run_name": "r", "base_output_directory": "o", "metrics_file": "m"}))
-    assert len(keys) == 16 + 7 + 5 + 8 + 2 + 3 + 8 + 3
+                               output={"run_name": "r", "base_output_directory": "o", "metrics_file": "m"},
+                               weights=mt.weights_keys(Path("/w"))))
+    assert len(keys) == 16 + 7 + 5 + 8 + 2 + 3 + 8 + 1 + 3
     mt.check_keys(keys, base_yml_without(tmp_path))
+
+
+def test_the_initial_weights_section_names_the_checkpoint_and_the_seed():
+    run = run_of("bf16", seed=3)
+    text = mt.render(mt.sections(run, weights=mt.weights_keys(Path("/runs/r/maxtext/initial_weights"))),
+                     mt.header(run, mt.file_name(run), "tuned"))
+    assert ("# initial weights: parallax.weights.init_weights(llama-100m, seed 3)\n"
+            'load_parameters_path: "/runs/r/maxtext/initial_weights"\n') in text
+    assert yaml.safe_load(text)["load_parameters_path"] == "/runs/r/maxtext/initial_weights"
+    # export-configs writes none, and says how to make one
+    exported = mt.render(mt.sections(run), mt.header(run, mt.file_name(run), "tuned"))
+    assert "load_parameters_path" not in yaml.safe_load(exported)
+    assert ("#   python3 -m parallax.engines.maxtext.initial_weights maxtext-llama-100m-bf16.yml /tmp/weights "
+            "llama-100m 3\n") in exported
 
 
 def test_the_parameter_counts_overrides_are_keys_of_maxtext_0_2_5(tmp_path):

@@ -7,10 +7,11 @@ does not (a MaxText version whose keys moved).
 
 What matches our engines exactly: the model (REFERENCE.md §5), batch, sequence, steps, AdamW
 (b1, b2, eps, weight decay on matrices only via ``adamw_mask``), global-norm clipping, the
-cosine part of the schedule (MaxText's ``pct = (step - W) / (steps - W - 1)`` is ours). What
-cannot: MaxText's linear warmup starts at 0 (``lr·step/W``), ours at ``lr/W`` (``lr·(step+1)/W``),
-so MaxText's warmup runs one step behind ours; its initial weights come from its own
-initializers and ``init_weights_seed``, not from ``parallax.weights``.
+cosine part of the schedule (MaxText's ``pct = (step - W) / (steps - W - 1)`` is ours), and the
+initial weights: the engine writes ``parallax.weights.init_weights(model, seed)`` as a MaxText
+checkpoint (``initial_weights.py``) and names it in ``load_parameters_path`` (``weights_keys``).
+What cannot: MaxText's linear warmup starts at 0 (``lr·step/W``), ours at ``lr/W``
+(``lr·(step+1)/W``), so MaxText's warmup runs one step behind ours.
 """
 
 from __future__ import annotations
@@ -151,11 +152,18 @@ def synthetic_keys() -> dict:
     return {"dataset_type": "synthetic"}
 
 
+def weights_keys(checkpoint_dir: Path) -> dict:
+    """MaxText starts from the params-only checkpoint ``initial_weights.py`` wrote there (its
+    own init, ``init_weights_seed``, is then overwritten leaf by leaf)."""
+    return {"load_parameters_path": str(checkpoint_dir)}
+
+
 def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None,
-             output: dict | None = None) -> list[Section]:
+             output: dict | None = None, weights: dict | None = None) -> list[Section]:
     """The keys of ``run`` in the order a reader wants them; ``tuning`` (default: the recipe's
-    own), ``data`` (default synthetic) and ``output`` (run_name, directories, metrics_file) as
-    the engine fills them in."""
+    own), ``data`` (default synthetic), ``output`` (run_name, directories, metrics_file) and
+    ``weights`` (``weights_keys``; default none: MaxText's own initial weights) as the engine
+    fills them in."""
     if tuning is None:
         tuning = recipe_tuning(run.recipe_spec)
     if tuning not in TUNINGS:
@@ -170,6 +178,9 @@ def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None
         Section(f"performance settings ({tuning})", dict(TUNINGS[tuning])),
         Section("data", data or synthetic_keys()),
     ]
+    if weights:
+        found.append(Section(f"initial weights: parallax.weights.init_weights({run.model}, seed {run.seed})",
+                             weights))
     if output:
         found.append(Section("output", output))
     return found
@@ -248,6 +259,9 @@ def header(run: RunConfig, file_name: str, tuning: str) -> list[str]:
         "    run_name=parallax base_output_directory=/tmp/maxtext_output metrics_file=/tmp/metrics.jsonl",
         "Data: synthetic (MaxText repeats one fixed batch); parallax train --framework maxtext --data DIR",
         "writes the grain/mmap_npy keys for real tokens in Parallax's batch order (docs/maxtext.md).",
+        "Initial weights: MaxText's own (init_weights_seed). To start from Parallax's, as parallax train does:",
+        f"  python3 -m parallax.engines.maxtext.initial_weights {file_name} /tmp/weights {run.model} {run.seed}",
+        "  and add load_parameters_path=/tmp/weights (an absolute path).",
     ]
 
 

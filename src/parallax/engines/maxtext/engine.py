@@ -11,6 +11,7 @@ probe, so this process never holds GPU memory that the MaxText subprocess needs.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -77,7 +78,7 @@ class MaxTextEngine(Engine):
             raise ParallaxError(f"maxtext {version} has no configs/base.yml; reinstall it: pip install '{EXTRA}'")
         tuning_name = config.recipe_tuning(recipe)
         keys = config.flat(config.sections(run, tuning_name, data=planned_data_keys(run),
-                                           output=output_keys(run)))
+                                           output=output_keys(run), weights=config.weights_keys(Path("weights"))))
         config.check_keys(keys, base_yml, version)
         if run.eval_every > 0:
             raise ParallaxError("the maxtext engine does not evaluate yet (MaxText's eval pipeline is not wired); "
@@ -106,8 +107,8 @@ class MaxTextEngine(Engine):
         return train(run, plan, batches, progress)
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str, device: str):
-        raise ParallaxError("parallax parity cannot drive MaxText: it runs in a subprocess and initialises its "
-                            "own weights; compare it through benchmark results instead")
+        raise ParallaxError("parallax parity cannot drive MaxText: it runs in a subprocess; compare it through "
+                            "benchmark results instead (it starts from parallax.weights, as every engine does)")
 
 
 def planned_data_keys(run: RunConfig) -> dict:

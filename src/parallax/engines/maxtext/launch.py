@@ -4,7 +4,9 @@ The subprocess is ``python -m maxtext.trainers.pre_train.train <run>/maxtext/<na
 ``DECOUPLE_GCLOUD=TRUE`` (no Google Cloud packages) and only the chosen GPU visible. Its
 output goes to ``<run>/maxtext/train.log``; each ``completed step`` line moves our progress
 display. When it ends, its metrics file becomes our step records: step time, loss, learning
-rate, gradient norm before clipping. MaxText's own TFLOP/s and tokens/s, its parameter count
+rate, gradient norm before clipping. Before it, ``initial_weights.py`` writes our initial weights
+(``parallax.weights``, the run's seed) as the checkpoint the config's ``load_parameters_path``
+names, so MaxText starts where our engines start. MaxText's own TFLOP/s and tokens/s, its parameter count
 (logged, and exact from ``count_params.py`` run after it) and memory lines are recorded beside
 ours (``engine_extra.maxtext``). A MaxText run that
 fails raises ``MaxTextFailed`` carrying the log's tail, which the result records.
@@ -32,6 +34,11 @@ CHILD_MODULE = "parallax.engines.maxtext.child"
 MEMORY_METHOD = ("peak_bytes_in_use and peak_pool_bytes of jax.local_devices()[0].memory_stats() in MaxText's "
                  "process once its training has ended (engines/maxtext/child.py), as our jax engine reads them")
 COUNT_TIMEOUT_S = 600  # MaxText's imports and an abstract model: about 20 s of CPU time for llama-100m
+WEIGHTS_TIMEOUT_S = 600  # MaxText's imports, an abstract model, our weights, one Orbax save: ~20 s for tiny
+WEIGHTS_METHOD = ("initial_weights.py: parallax.weights.init_weights(model, seed) converted to MaxText's tree "
+                  "(parallax.engines.maxtext.weights: query kernel / sqrt(head_dim), RoPE half-split as ours), "
+                  "checked path by path against MaxText's abstract model and saved by its save_params_to_path; "
+                  "MaxText loads it with load_parameters_path")
 PARAMETERS_METHOD = ("count_params.py: MaxText's model built abstractly from the run's config "
                      "(create_nnx_abstract_model), its nnx.Param leaves counted by its "
                      "calculate_num_params_from_pytree, as its TensorBoard num_model_parameters is")
@@ -70,6 +77,10 @@ class Layout:
     @property
     def data(self) -> Path:
         return self.root / "data"
+
+    @property
+    def weights(self) -> Path:
+        return self.root / "initial_weights"
 
 
 def maxtext_index_hash(prefix: str, num_samples: int, seq_len: int, seed: int) -> str:
@@ -144,16 +155,42 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     progress.phase("writing the MaxText config")
     data, data_facts = data_keys(run, batches, where)
     tuning = plan.details["tuning"]
-    sections = config.sections(run, tuning, data=data, output=output_keys(run))
+    sections = config.sections(run, tuning, data=data, output=output_keys(run),
+                               weights=config.weights_keys(where.weights.resolve()))
     name = config.file_name(run)
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, name, tuning)))
-    command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     index = int(plan.device.split(":")[1])
+    progress.phase(f"writing parallax.weights (seed {run.seed}) as MaxText's checkpoint")
+    initial = write_initial_weights(run, yml, where, child_env(index))
+    command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     facts = stream(command, child_env(index), where.log, progress)
     progress.phase("counting MaxText's parameters")
     counted = cached_count(run, lambda: count_parameters(yml, child_env(index), where.root / "count_params.log"))
-    return output(run, plan, where, facts, command, data_facts, counted)
+    return output(run, plan, where, facts, command, data_facts, counted, initial)
+
+
+def write_initial_weights(run: RunConfig, yml: Path, where: Layout, env: dict) -> dict:
+    """Run initial_weights.py (on the CPU: MaxText's abstract model, our weights converted and
+    checked against it, saved by MaxText's own checkpoint writer) into ``where.weights``; what
+    the result records. A failure stops the run: MaxText would train from other weights."""
+    from parallax.engines.maxtext import initial_weights
+
+    log_path = where.root / "initial_weights.log"
+    command = [sys.executable, "-m", "parallax.engines.maxtext.initial_weights", str(yml),
+               str(where.weights.resolve()), run.model, str(run.seed)]
+    try:
+        done = subprocess.run(command, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+                              timeout=WEIGHTS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise MaxTextFailed(f"initial_weights.py did not finish in {WEIGHTS_TIMEOUT_S} s", "") from None
+    log_path.write_text(done.stdout + done.stderr)
+    if done.returncode != 0 or f"{initial_weights.PREFIX} " not in done.stdout:
+        tail = log_tail(log_path)
+        raise MaxTextFailed(f"writing Parallax's initial weights for MaxText failed (status {done.returncode}): "
+                            f"{failure_line(tail)[:300]}", tail)
+    return {"source": "parallax.weights.init_weights", "seed": run.seed,
+            "load_parameters_path": str(where.weights.resolve()), "method": WEIGHTS_METHOD, "log_file": str(log_path)}
 
 
 @dataclass(frozen=True)
@@ -214,8 +251,8 @@ def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
     log_path.write_text(done.stdout + done.stderr)
     found = re.search(rf"^{re.escape(count_params.PREFIX)} (\d+)$", done.stdout, re.MULTILINE)
     if done.returncode != 0 or found is None:
-        last = next((l for l in reversed((done.stdout + done.stderr).splitlines()) if l.strip()), "no output")
-        return Counted(None, f"count_params.py exited with status {done.returncode}: {last.strip()[:300]}")
+        last = failure_line(done.stdout + done.stderr)
+        return Counted(None, f"count_params.py exited with status {done.returncode}: {last[:300]}")
     return Counted(int(found[1]))
 
 
@@ -279,7 +316,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, command: list[str],
-           data_facts: dict, counted: Counted) -> EngineOutput:
+           data_facts: dict, counted: Counted, initial: dict) -> EngineOutput:
     from parallax import flops
 
     steps = metrics.read_metrics(where.metrics)
@@ -303,7 +340,7 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
             "config_file": str(where.root / config.file_name(run)), "command": command,
-            "base_yml": plan.handles["base_yml"],
+            "base_yml": plan.handles["base_yml"], "initial_weights": initial,
         },
         timing_method=TIMING_METHOD,
         compile_s=facts.compile_s,
