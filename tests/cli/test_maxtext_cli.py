@@ -10,6 +10,7 @@ import json
 import shutil
 import statistics
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -144,7 +145,7 @@ def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsy
     step_s = {k: 0.05 + 0.001 * (k % 3) for k in range(1, 6)}
     # from MaxText's log around its ahead-of-time compile, not step 0 (0.2 s here)
     assert result["timing"]["compile_s"] == 2.5 and result["per_step"]["step_ms"][0] == pytest.approx(200.0)
-    weights_dir = (run_dir / "maxtext" / "initial_weights").resolve()
+    weights_dir = result["framework"]["initial_weights"]["load_parameters_path"]
     assert result["engine_extra"]["maxtext"]["compile"] == {  # the window starts after the restore
         "seconds": 2.5, "method": metrics.COMPILE_METHOD,
         "compile_from": f"[process=0] [sync] Finished load in 0.14 seconds @ {weights_dir}"}
@@ -192,12 +193,13 @@ def test_maxtext_starts_from_parallax_weights_of_the_runs_seed(tmp_path, capsys,
     assert train(tmp_path, "--seed", "5") == 0
     run_dir = tmp_path / "run"
     result = json.loads((run_dir / "run.json").read_text())
-    weights_dir = (run_dir / "maxtext" / "initial_weights").resolve()
+    initial = result["framework"]["initial_weights"]
+    weights_dir = Path(initial["load_parameters_path"])
+    assert weights_dir.parent == tmp_path / "cache" / "maxtext-weights" and initial["cached_from"] is None
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
     assert config["load_parameters_path"] == str(weights_dir)
-    initial = result["framework"]["initial_weights"]
-    assert (initial["source"], initial["seed"], initial["load_parameters_path"]) == (
-        "parallax.weights.init_weights", 5, str(weights_dir))
+    assert (initial["source"], initial["seed"]) == ("parallax.weights.init_weights", 5)
+    assert not (run_dir / "maxtext" / "initial_weights").exists()  # the results stay small
     saved = np.load(weights_dir / "items" / "params.npz")
     expected = to_maxtext(init_weights(PRESETS["tiny"], 5), PRESETS["tiny"])  # tuned: scan_layers false
     assert sorted(saved.files) == sorted(f"params/params/{path}" for path in expected)
@@ -210,7 +212,8 @@ def test_the_defaults_tuning_writes_the_layers_stacked_on_the_scan_axis(tmp_path
     import numpy as np
 
     assert train(tmp_path, "--recipe", "bf16-defaults") == 0
-    saved = np.load(tmp_path / "run" / "maxtext" / "initial_weights" / "items" / "params.npz")
+    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    saved = np.load(Path(result["framework"]["initial_weights"]["load_parameters_path"]) / "items" / "params.npz")
     assert saved["params/params/decoder/layers/self_attention/query/kernel"].shape == (64, 2, 4, 16)
 
 
@@ -404,3 +407,24 @@ def test_the_report_puts_maxtexts_own_figures_beside_ours(tmp_path, capsys, maxt
     logged = mt["tokens_per_s_median"]
     assert row.startswith(f"| bf16 | {ours:,.0f} | {logged:,.0f} ({logged / ours - 1:+.2%}) | ")
     assert row.endswith(" | 1,362,240 |")
+
+
+def test_a_repeat_reuses_the_checkpoint_and_the_cache_keeps_the_newest(tmp_path, capsys, maxtext_here, monkeypatch):
+    """The same model, mode, layout and seed convert once; another seed is another checkpoint;
+    beyond WEIGHTS_CACHE_KEEP the least recently used go."""
+    from parallax.engines.maxtext import launch
+
+    def initial(name, *args):
+        assert main(["train", "--framework", "maxtext", "--model", "tiny", "--steps", "6", "--warmup", "2",
+                     "--output-dir", str(tmp_path / name), *args]) == 0
+        return json.loads((tmp_path / name / "run.json").read_text())["framework"]["initial_weights"]
+
+    first, again = initial("a", "--seed", "1"), initial("b", "--seed", "1")
+    assert again["load_parameters_path"] == first["load_parameters_path"]
+    assert (first["cached_from"], again["cached_from"]) == (None, first["load_parameters_path"])
+    assert (tmp_path / "b" / "maxtext" / "initial_weights.log").read_text().startswith("kept from an earlier run")
+    monkeypatch.setattr(launch, "WEIGHTS_CACHE_KEEP", 1)
+    other = initial("c", "--seed", "2")
+    assert other["load_parameters_path"] != first["load_parameters_path"] and other["cached_from"] is None
+    assert sorted(p.name for p in (tmp_path / "cache" / "maxtext-weights").iterdir()) == [
+        Path(other["load_parameters_path"]).name]

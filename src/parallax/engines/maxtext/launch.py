@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -35,6 +36,9 @@ MEMORY_METHOD = ("peak_bytes_in_use and peak_pool_bytes of jax.local_devices()[0
                  "process once its training has ended (engines/maxtext/child.py), as our jax engine reads them")
 COUNT_TIMEOUT_S = 600  # MaxText's imports and an abstract model: about 20 s of CPU time for llama-100m
 WEIGHTS_TIMEOUT_S = 600  # MaxText's imports, an abstract model, our weights, one Orbax save: ~20 s for tiny
+WEIGHTS_CACHE = "maxtext-weights"  # under the cache root
+WEIGHTS_CACHE_KEEP = 8  # checkpoints kept, most recently used first (llama-100m: ~0.4 GB each)
+WEIGHTS_DONE = "parallax-weights.txt"  # written last: a checkpoint without it is incomplete
 WEIGHTS_METHOD = ("initial_weights.py: parallax.weights.init_weights(model, seed) converted to MaxText's tree "
                   "(parallax.engines.maxtext.weights: query kernel / sqrt(head_dim), RoPE half-split as ours), "
                   "checked path by path against MaxText's abstract model and saved by its save_params_to_path; "
@@ -77,10 +81,6 @@ class Layout:
     @property
     def data(self) -> Path:
         return self.root / "data"
-
-    @property
-    def weights(self) -> Path:
-        return self.root / "initial_weights"
 
 
 def maxtext_index_hash(prefix: str, num_samples: int, seq_len: int, seed: int) -> str:
@@ -155,14 +155,15 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     progress.phase("writing the MaxText config")
     data, data_facts = data_keys(run, batches, where)
     tuning = plan.details["tuning"]
+    checkpoint = weights_cache_dir(run, tuning)
     sections = config.sections(run, tuning, data=data, output=output_keys(run),
-                               weights=config.weights_keys(where.weights.resolve()))
+                               weights=config.weights_keys(checkpoint))
     name = config.file_name(run)
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, name, tuning)))
     index = int(plan.device.split(":")[1])
     progress.phase(f"writing parallax.weights (seed {run.seed}) as MaxText's checkpoint")
-    initial = write_initial_weights(run, yml, where, child_env(index))
+    initial = cached_initial_weights(run, yml, where, checkpoint, child_env(index))
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     facts = stream(command, child_env(index), where.log, progress)
     progress.phase("counting MaxText's parameters")
@@ -170,15 +171,67 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     return output(run, plan, where, facts, command, data_facts, counted, initial)
 
 
-def write_initial_weights(run: RunConfig, yml: Path, where: Layout, env: dict) -> dict:
+def weights_cache_dir(run: RunConfig, tuning: str) -> Path:
+    """Where the checkpoint of this run's initial weights is kept: one per model, quantization
+    mode (the fp8 modes' scales are part of it), layer layout (scan or not), seed and versions,
+    under the cache root, so that a benchmark's repeats convert once and results stay small
+    (llama-100m's fp32 weights are ~0.4 GB)."""
+    import hashlib
+    import json
+
+    from parallax import __version__
+    from parallax.cache import cache_root
+
+    key = json.dumps({"model": config.model_keys(run), "mode": config.mode_keys(run),
+                      "scan_layers": config.TUNINGS[tuning]["scan_layers"], "seed": run.seed,
+                      "maxtext": config.installed_version(), "parallax": __version__}, sort_keys=True, default=str)
+    return cache_root() / WEIGHTS_CACHE / hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint: Path, env: dict) -> dict:
+    """The record of ``checkpoint``: written now (initial_weights.py into a temporary folder,
+    renamed when complete), or kept from an earlier run with the same key. Afterwards the oldest
+    checkpoints beyond WEIGHTS_CACHE_KEEP are removed."""
+    if (checkpoint / WEIGHTS_DONE).exists():
+        os.utime(checkpoint)  # most recently used
+        record = {**written_record(run, checkpoint, where), "cached_from": str(checkpoint)}
+        (where.root / "initial_weights.log").write_text(f"kept from an earlier run: {checkpoint}\n")
+        return record
+    partial = checkpoint.with_name(f"{checkpoint.name}.tmp-{os.getpid()}")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_initial_weights(run, yml, where, partial, env)
+        (partial / WEIGHTS_DONE).write_text(f"parallax.weights.init_weights({run.model}, seed {run.seed})\n")
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        os.replace(partial, checkpoint)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    evict_weights(checkpoint.parent, WEIGHTS_CACHE_KEEP)
+    return written_record(run, checkpoint, where)
+
+
+def evict_weights(root: Path, keep: int) -> None:
+    """Remove all but the ``keep`` most recently used complete checkpoints under ``root``."""
+    done = sorted((d for d in root.iterdir() if (d / WEIGHTS_DONE).exists()), key=lambda d: d.stat().st_mtime,
+                  reverse=True)
+    for old in done[keep:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
+    return {"source": "parallax.weights.init_weights", "seed": run.seed, "load_parameters_path": str(checkpoint),
+            "method": WEIGHTS_METHOD, "log_file": str(where.root / "initial_weights.log"), "cached_from": None}
+
+
+def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Path, env: dict) -> None:
     """Run initial_weights.py (on the CPU: MaxText's abstract model, our weights converted and
-    checked against it, saved by MaxText's own checkpoint writer) into ``where.weights``; what
-    the result records. A failure stops the run: MaxText would train from other weights."""
+    checked against it, saved by MaxText's own checkpoint writer) into ``out_dir``. A failure
+    stops the run: MaxText would train from other weights."""
     from parallax.engines.maxtext import initial_weights
 
     log_path = where.root / "initial_weights.log"
     command = [sys.executable, "-m", "parallax.engines.maxtext.initial_weights", str(yml),
-               str(where.weights.resolve()), run.model, str(run.seed)]
+               str(out_dir.resolve()), run.model, str(run.seed)]
     try:
         done = subprocess.run(command, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
                               timeout=WEIGHTS_TIMEOUT_S)
@@ -189,8 +242,6 @@ def write_initial_weights(run: RunConfig, yml: Path, where: Layout, env: dict) -
         tail = log_tail(log_path)
         raise MaxTextFailed(f"writing Parallax's initial weights for MaxText failed (status {done.returncode}): "
                             f"{failure_line(tail)[:300]}", tail)
-    return {"source": "parallax.weights.init_weights", "seed": run.seed,
-            "load_parameters_path": str(where.weights.resolve()), "method": WEIGHTS_METHOD, "log_file": str(log_path)}
 
 
 @dataclass(frozen=True)
