@@ -55,4 +55,12 @@ def test_a_failed_run_keeps_its_status_and_prints_no_memory(trainer, capsys, mon
 
 
 def test_the_cpu_has_no_allocator_stats():
+    import jax  # noqa: F401  (as the trainer has)
+
     assert child.peak_memory() == {"peak_bytes_in_use": None, "peak_pool_bytes": None, "bytes_limit": None}
+
+
+def test_a_trainer_that_never_imported_jax_starts_no_backend(monkeypatch):
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert child.peak_memory() == {"peak_bytes_in_use": None, "peak_pool_bytes": None, "bytes_limit": None}
+    assert "jax" not in sys.modules

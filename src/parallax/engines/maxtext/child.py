@@ -23,7 +23,10 @@ STATS = ("peak_bytes_in_use", "peak_pool_bytes", "bytes_limit")
 
 
 def peak_memory() -> dict:
-    """The first local device's allocator stats (None each where the backend keeps none, the CPU)."""
+    """The first local device's allocator stats (None each where the backend keeps none, the CPU,
+    or where the trainer never imported JAX: no device was used, and none is started here)."""
+    if "jax" not in sys.modules:
+        return dict.fromkeys(STATS)
     import jax
 
     stats = jax.local_devices()[0].memory_stats() or {}

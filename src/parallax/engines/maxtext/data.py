@@ -120,26 +120,30 @@ def keys_for(npy_dir: str, prefix: str, eos_id: int) -> dict:
     }
 
 
-def read_sample(out_dir: Path, draw: int, seq_len: int) -> np.ndarray:
-    """Sample ``draw`` as the Megatron layout defines it (what MaxText's reader returns):
-    sequences document_index[p0] .. document_index[p1], from offset o0 to o1 inclusive.
-    For tests and for checking a written directory by hand."""
+def sample_reader(out_dir: Path, seq_len: int) -> Callable[[int], np.ndarray]:
+    """``read(draw)``: sample ``draw`` as the Megatron layout defines it (what MaxText's reader
+    returns): sequences document_index[p0] .. document_index[p1], from offset o0 to o1
+    inclusive. The indices and tokens are read once. For tests and for checking a written
+    directory by hand."""
     out_dir = Path(out_dir)
     (doc,), (sample,), (shuffle,) = (sorted((out_dir / "npy").glob(f"*-{name}.npy")) for name in INDEX_NAMES)
     doc, sample, shuffle = np.load(doc), np.load(sample), np.load(shuffle)
     idx = _read_idx(out_dir / f"{PREFIX}.idx")
-    raw = np.fromfile(out_dir / f"{PREFIX}.bin", dtype="<u2")
-    i = int(shuffle[draw])
-    (p0, o0), (p1, o1) = sample[i], sample[i + 1]
-    parts = []
-    for p in range(int(p0), int(p1) + 1):
-        d = int(doc[p])
-        start, size = (int(idx["pointers"][d]) // 2), int(idx["sizes"][d])
-        tokens = raw[start:start + size]
-        lo = int(o0) if p == p0 else 0
-        hi = int(o1) + 1 if p == p1 else size
-        parts.append(tokens[lo:hi])
-    return np.concatenate(parts)[:seq_len + 1].astype(np.int32)
+    raw = np.memmap(out_dir / f"{PREFIX}.bin", dtype="<u2", mode="r")
+
+    def read(draw: int) -> np.ndarray:
+        i = int(shuffle[draw])
+        (p0, o0), (p1, o1) = sample[i], sample[i + 1]
+        parts = []
+        for p in range(int(p0), int(p1) + 1):
+            d = int(doc[p])
+            start, size = (int(idx["pointers"][d]) // 2), int(idx["sizes"][d])
+            lo = int(o0) if p == p0 else 0
+            hi = int(o1) + 1 if p == p1 else size
+            parts.append(raw[start:start + size][lo:hi])
+        return np.concatenate(parts)[:seq_len + 1].astype(np.int32)
+
+    return read
 
 
 def _read_idx(path: Path) -> dict:
