@@ -57,6 +57,8 @@
 # then, the TE cells are skipped; TE_WAIT_S (600): a TE build still running after that long is
 # stopped (the TE cells are skipped then too).
 #
+# POLL_S (5): how often the waits look (the tests set it low).
+#
 # The pipeline runs from its own copy of the checkout and tokens under /tmp/mt-session; carry
 # .carry/tinystories in every call anyway.
 set -uo pipefail
@@ -113,7 +115,7 @@ alive() { [[ -f $E/pipeline.pid ]] && kill -0 "$(cat "$E/pipeline.pid")" 2>/dev/
 
 wait_for() {  # wait_for FILE LIMIT_S: until FILE exists, the pipeline is gone, or LIMIT_S passed
     local t0=$SECONDS
-    while [[ ! -f $1 ]] && alive && ((SECONDS - t0 < $2)); do sleep 5; done
+    while [[ ! -f $1 ]] && alive && ((SECONDS - t0 < $2)); do sleep "${POLL_S:-5}"; done
 }
 
 report() {
@@ -181,7 +183,7 @@ maybe_start_te() {  # at a part boundary: no MaxText starts while pip replaces t
     echo $! > "$E/te.pid"
     local t0=$SECONDS  # the wheels and TE's core first (seconds); the extensions build on
     while ! grep -qxF te_core_sm90.tar.xz "$SITE/.installed" 2>/dev/null && [[ ! -f $E/te.ready ]] \
-        && ((SECONDS - t0 < 120)); do sleep 2; done
+        && ((SECONDS - t0 < 120)); do sleep "${POLL_S:-2}"; done
 }
 wait_te() {
     local t0=$SECONDS
@@ -192,7 +194,7 @@ wait_te() {
             kill -- -"$(cat "$E/te.pid")" 2>/dev/null
             echo "TE build stopped after waiting ${TE_WAIT}s" > "$E/te.none"
         fi
-        sleep 5
+        sleep "${POLL_S:-5}"
     done
     case $(te_state) in
         ready) ((DRY)) || log "TE: $(tail -n 2 "$E/logs/carry-gpu.txt" | tr '\n' ' ' | cut -c1-200)"

@@ -29,6 +29,12 @@ PARTS_IN_ORDER = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch):
+    """The pipeline's waits poll every POLL_S seconds (5 on the device); a test need not wait that long."""
+    monkeypatch.setenv("POLL_S", "0.2")
+
+
 def dry_run(session: Path, **env) -> list[tuple[str, int, list[str]]]:
     """(part, limit, argv) of every part the pipeline would run, in order."""
     proc = subprocess.run(["bash", str(SCRIPT), "pipeline"], capture_output=True, text=True, timeout=60,
