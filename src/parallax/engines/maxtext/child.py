@@ -17,7 +17,7 @@ import json
 import runpy
 import sys
 
-TRAIN_MODULE = "maxtext.trainers.pre_train.train"  # config.TRAIN_MODULE; this module imports nothing of ours
+TRAIN_MODULE = "maxtext.trainers.pre_train.train"  # also config.TRAIN_MODULE; this module imports nothing of ours
 MEMORY_TAG = "[parallax] device memory after training: "
 STATS = ("peak_bytes_in_use", "peak_pool_bytes", "bytes_limit")
 

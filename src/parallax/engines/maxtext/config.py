@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallax.config import RunConfig
+from parallax.engines.maxtext.child import TRAIN_MODULE  # noqa: F401 (config.TRAIN_MODULE, as before)
 from parallax.errors import ParallaxError
 
-TRAIN_MODULE = "maxtext.trainers.pre_train.train"
 # MaxText's pyconfig takes argv[1] as the config only when it ends in ".yml".
 SUFFIX = ".yml"
 PINNED_VERSION = "0.2.5"

@@ -161,13 +161,13 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     name = config.file_name(run)
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, name, tuning)))
-    index = int(plan.device.split(":")[1])
+    env = child_env(int(plan.device.split(":")[1]))
     progress.phase(f"writing parallax.weights (seed {run.seed}) as MaxText's checkpoint")
-    initial = cached_initial_weights(run, yml, where, checkpoint, child_env(index))
+    initial = cached_initial_weights(run, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
-    facts = stream(command, child_env(index), where.log, progress)
+    facts = stream(command, env, where.log, progress)
     progress.phase("counting MaxText's parameters")
-    counted = cached_count(run, lambda: count_parameters(yml, child_env(index), where.root / "count_params.log"))
+    counted = cached_count(run, lambda: count_parameters(yml, env, where.root / "count_params.log"))
     return output(run, plan, where, facts, command, data_facts, counted, initial)
 
 
@@ -176,16 +176,22 @@ def weights_cache_dir(run: RunConfig, tuning: str) -> Path:
     mode (the fp8 modes' scales are part of it), layer layout (scan or not), seed and versions,
     under the cache root, so that a benchmark's repeats convert once and results stay small
     (llama-100m's fp32 weights are ~0.4 GB)."""
+    from parallax import __version__
+
+    return keyed_cache_path(WEIGHTS_CACHE, {"model": config.model_keys(run), "mode": config.mode_keys(run),
+                                            "scan_layers": config.TUNINGS[tuning]["scan_layers"], "seed": run.seed,
+                                            "maxtext": config.installed_version(), "parallax": __version__})
+
+
+def keyed_cache_path(folder: str, key: dict) -> Path:
+    """``<cache root>/<folder>/<hash of key>``: where what depends only on ``key`` is kept."""
     import hashlib
     import json
 
-    from parallax import __version__
     from parallax.cache import cache_root
 
-    key = json.dumps({"model": config.model_keys(run), "mode": config.mode_keys(run),
-                      "scan_layers": config.TUNINGS[tuning]["scan_layers"], "seed": run.seed,
-                      "maxtext": config.installed_version(), "parallax": __version__}, sort_keys=True, default=str)
-    return cache_root() / WEIGHTS_CACHE / hashlib.sha256(key.encode()).hexdigest()[:24]
+    text = json.dumps(key, sort_keys=True, default=str)
+    return cache_root() / folder / hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
 def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint: Path, env: dict) -> dict:
@@ -256,13 +262,9 @@ class Counted:
 def count_cache_file(run: RunConfig) -> Path:
     """Where the count of this model, quantization mode and MaxText version is kept: a benchmark's
     repeats and the recipes that share a model count once (~20 s of CPU each, after training)."""
-    import hashlib
-    import json
-
-    key = json.dumps({"model": config.model_keys(run), "mode": config.mode_keys(run),
-                      "maxtext": config.installed_version()}, sort_keys=True, default=str)
-    root = Path(os.environ.get("PARALLAX_CACHE_DIR") or Path.home() / ".cache" / "parallax")
-    return root / "maxtext-parameters" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    path = keyed_cache_path("maxtext-parameters", {"model": config.model_keys(run), "mode": config.mode_keys(run),
+                                                   "maxtext": config.installed_version()})
+    return path.with_name(path.name + ".json")
 
 
 def cached_count(run: RunConfig, count) -> Counted:
