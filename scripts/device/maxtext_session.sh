@@ -47,6 +47,10 @@
 #            time from CUDA-graph replays), profile_step.py of torch's and jax's emulated-nvfp4
 #            steps, and bf16 + emulated-nvfp4 of both engines, REPEATS repeats (the emulation cost).
 #
+#   quantbench  while TE builds (or after the matrix): scripts/device/quant_bench.py alone, the
+#            NVFP4 kernels' device time from CUDA-graph replays against torch.compile (~1-2 min; its
+#            device times are the GPU's own, its Python-driven times may be slowed by the build).
+#
 #   kernels16  right after the capture (~1 min): the CUDA quantization tests of the 16x1 mode
 #            and the emulated linears' GPU tests that use it, the first check of those kernels on a GPU.
 #
@@ -230,7 +234,7 @@ run_capture() {
 
 run_matrix() {
     local todo=0 p limit
-    for p in curves profile nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
+    for p in quantbench curves profile nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
         --recipes "${MATRIX_RECIPES-jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling}${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
@@ -263,6 +267,11 @@ run_profile() {
         part "profile-compare-$r" 30 python3 scripts/device/profile_step.py --compare "$p/profile_jax_bf16.json" \
             "$p/profile_maxtext_$r.json" --out "$p"
     done
+}
+
+run_quantbench() {  # the kernels' device time (issue 11's targets), without the rest of the nvfp4 part
+    mkdir -p "$E/quantbench"
+    part quantbench 150 env OUT="$E/quantbench" python3 scripts/device/quant_bench.py
 }
 
 run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them, never yet run on a GPU
@@ -322,7 +331,7 @@ pipeline() {
 
     want capture && run capture
     want kernels16 && run kernels16
-    for p in curves profile; do  # while TE builds (or has not come yet): the parts that do not need it
+    for p in quantbench curves profile; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
@@ -333,7 +342,7 @@ pipeline() {
         want matrix && run matrix
     fi
     want nvfp4 && run nvfp4
-    for p in curves profile; do
+    for p in quantbench curves profile; do
         want $p && [[ $DONE_PARTS != *" $p "* ]] && run $p
     done
     log "done"

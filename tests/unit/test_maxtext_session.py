@@ -75,6 +75,7 @@ def test_dry_run_lists_every_part_in_priority_order(tmp_path):
     ("capture kernels16", ["capture-bf16", "capture-fp8", "capture-export", "capture-export-direct",
                            "capture-direct", "capture-direct-read", "kernels16"]),
     ("matrix", ["checkenv-te", "matrix", "matrix-report"]),
+    ("quantbench matrix", ["checkenv-te", "matrix", "matrix-report", "quantbench"]),
     ("profile curves", ["curves", "curves-report", "profile-jax", "profile-maxtext-bf16", "profile-compare-bf16"]),
 ])
 def test_parts_picks_the_parts(tmp_path, chosen, expected):
