@@ -18,6 +18,12 @@
 # $OUT/maxtext_session.tar.gz (under 16 MiB: raw xplane files stay out, compressed traces over
 # 8 MB too), so a machine lost between calls loses only what had not come back yet.
 #
+# A lent machine stays warm 30 s between calls. Make each call the moment the one before returns:
+# on 2026-12-01 (docs/results/2026-12-01-h200-f/) two late calls each lost the machine and all
+# that the pipeline had not packed yet. Fewer calls mean fewer such gaps: give `start` a long
+# START_WAIT_S where nothing needs the second bundle soon (GPU_BY_S=0 and no TE cells), and fit
+# the last call's WAIT_S to the lease's budget_left_s.
+#
 # PARTS (default "capture matrix curves profile") picks what runs; in priority order:
 #
 #   capture  real MaxText output for the CPU tests' fixtures: `parallax train --framework maxtext`
