@@ -152,9 +152,12 @@ settings() {  # settings BUDGET_S: the pipeline's knobs, from the environment
     SIZE=(--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024)
     DONE_PARTS=" "
     LIVE=$PWD
+    NO_TE_PARTS="quantbench curves profile"  # what may run while TE builds, else after the matrix
 }
 
-left() { echo $((BUDGET - (SECONDS - START))); }
+left() {  # seconds to the deadline; a dry run spends none (its limits are the budget's arithmetic)
+    if ((DRY)); then echo "$BUDGET"; else echo $((BUDGET - (SECONDS - START))); fi
+}
 log() { echo "[$(date -u +%H:%M:%S) +$((SECONDS - START))s] $*"; }
 want() { [[ $PARTS == *" $1 "* ]]; }
 part() {  # part NAME LIMIT_S COMMAND...: bounded by LIMIT_S and the deadline; output to $LOG or logs/NAME.txt
@@ -240,7 +243,7 @@ run_capture() {
 
 run_matrix() {
     local todo=0 p limit
-    for p in quantbench curves profile nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
+    for p in $NO_TE_PARTS nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
         --recipes "${MATRIX_RECIPES-jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling}${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
@@ -275,10 +278,12 @@ run_profile() {
     done
 }
 
-run_quantbench() {  # the kernels' device time (issue 11's targets), without the rest of the nvfp4 part
-    mkdir -p "$E/quantbench"
-    part quantbench 150 env OUT="$E/quantbench" python3 scripts/device/quant_bench.py
+quant_bench() {  # quant_bench NAME LIMIT_S DIR: the kernels' device time (issue 11's targets) into DIR
+    mkdir -p "$3"
+    part "$1" "$2" env OUT="$3" python3 scripts/device/quant_bench.py
 }
+
+run_quantbench() { quant_bench quantbench 150 "$E/quantbench"; }  # without the rest of the nvfp4 part
 
 run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them, never yet run on a GPU
     part kernels16 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
@@ -291,12 +296,11 @@ run_tejax() {
 
 run_nvfp4() {
     local n=$E/nvfp4
-    mkdir -p "$n/quantbench"
     # first: the kernels against the CPU and both engines' emulated linears on the GPU (the 16x1
     # kernels and the wgrad operands that use them had not run on a GPU on 2026-12-01)
     part nvfp4-tests 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
         tests/gpu/test_nvfp4_emulated_gpu.py
-    part nvfp4-quantbench 120 env OUT="$n/quantbench" python3 scripts/device/quant_bench.py
+    quant_bench nvfp4-quantbench 120 "$n/quantbench"
     part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
         --out "$n/profile"
     part nvfp4-profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe emulated-nvfp4 \
@@ -337,7 +341,7 @@ pipeline() {
 
     want capture && run capture
     want kernels16 && run kernels16
-    for p in quantbench curves profile; do  # while TE builds (or has not come yet): the parts that do not need it
+    for p in $NO_TE_PARTS; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
@@ -348,7 +352,7 @@ pipeline() {
         want matrix && run matrix
     fi
     want nvfp4 && run nvfp4
-    for p in quantbench curves profile; do
+    for p in $NO_TE_PARTS; do
         want $p && [[ $DONE_PARTS != *" $p "* ]] && run $p
     done
     log "done"

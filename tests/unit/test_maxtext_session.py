@@ -65,8 +65,7 @@ def test_dry_run_lists_every_part_in_priority_order(tmp_path):
     parts = dry_run(tmp_path)
     assert [name for name, _, _ in parts] == PARTS_IN_ORDER
     limits = dict((name, limit) for name, limit, _ in parts)
-    # the budget less a reserve for curves and profile (less the second or two the dry run itself took)
-    assert 1440 - 2 * 200 - 60 - 3 <= limits["matrix"] <= 1440 - 2 * 200 - 60
+    assert limits["matrix"] == 1440 - 2 * 200 - 60  # the budget less a reserve for curves and profile
     assert all(argv[0] in ("python3", "bash", "env") for _, _, argv in parts)
 
 
@@ -91,7 +90,7 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
         "install", "carry-mt", "versions", "checkenv-te", "tejax", "matrix", "matrix-report",
         "nvfp4-tests", "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
     limits = {name: limit for name, limit, _ in parts}
-    assert 1440 - 200 - 60 - 3 <= limits["matrix"] <= 1440 - 200 - 60  # a reserve for nvfp4, the one part after it
+    assert limits["matrix"] == 1440 - 200 - 60  # a reserve for nvfp4, the one part after it
     argv = {name: a for name, _, a in parts}
     assert argv["tejax"][-1] == "tests/gpu/test_jax_te_gpu.py"
     assert argv["nvfp4-quantbench"] == ["env", f"OUT={tmp_path}/nvfp4/quantbench", "python3",
