@@ -56,12 +56,19 @@ def drive_side_by_side(groups: list[list[dict]], devices: int = 2, env: dict | N
     not depend on what runs beside them."""
     procs = [subprocess.Popen([sys.executable, str(DRIVER), json.dumps(specs)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=driver_env(devices, env)) for specs in groups]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, err[-4000:]
-        results.append([json.loads(line[len("RESULT "):]) for line in out.splitlines() if line.startswith("RESULT ")])
-    return results
+    try:
+        results = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, err[-4000:]
+            results.append([json.loads(line[len("RESULT "):]) for line in out.splitlines()
+                            if line.startswith("RESULT ")])
+        return results
+    finally:  # a failed or timed-out group leaves none of the others running on the CI's two cores
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def driver_env(devices: int, extra: dict | None = None) -> dict:
