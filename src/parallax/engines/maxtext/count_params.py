@@ -23,12 +23,20 @@ OVERRIDES = ("skip_jax_distributed_system=true", "attention=dot_product")
 
 
 def count(argv: list[str]) -> int:
-    from flax import nnx
     from maxtext.configs import pyconfig
-    from maxtext.utils import max_utils, model_creation_utils
+    from maxtext.utils import model_creation_utils
 
     config = pyconfig.initialize([sys.argv[0], *argv, *OVERRIDES])
     _, abstract = model_creation_utils.create_nnx_abstract_model(config)
+    return count_of(abstract)
+
+
+def count_of(abstract) -> int:
+    """The parameters of MaxText's abstract model, counted as MaxText counts them (also called by
+    ``initial_weights.py``, which builds the same model, so that a run need not build it again)."""
+    from flax import nnx
+    from maxtext.utils import max_utils
+
     _, params, _ = nnx.split(abstract, nnx.Param, ...)
     return int(max_utils.calculate_num_params_from_pytree(params))
 

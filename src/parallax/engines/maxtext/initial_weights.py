@@ -12,7 +12,9 @@ shape by shape against MaxText's); any other such variable (the fp8 recipes' sca
 histories) keeps MaxText's own initial value, from a concrete init of the model (Params are
 not trained state of ours to replace). MaxText's own ``checkpointing.save_params_to_path`` writes
 the checkpoint, so its layout is the one ``load_params_from_path`` reads: ``OUT_DIR/items``
-holding ``params/<collection>/<tree>``. Prints one line: ``PREFIX OUT_DIR``.
+holding ``params/<collection>/<tree>``. Prints ``PREFIX OUT_DIR``, then MaxText's exact
+parameter count of the same abstract model as ``count_params.py`` prints it (``count_params.PREFIX N``;
+no such line if counting failed: the checkpoint does not depend on it).
 """
 
 from __future__ import annotations
@@ -72,10 +74,13 @@ def tree_lines(yml: str) -> str:
     return "".join(f"{path}\t{','.join(map(str, shape))}\n" for path, shape in sorted(expected.items()))
 
 
-def write(argv: list[str]) -> str:
+def write(argv: list[str]) -> tuple[str, int | None]:
+    """Write the checkpoint; return (its folder, MaxText's parameter count of the model, None if
+    counting failed)."""
     from maxtext.common import checkpointing
 
     from parallax.config import get_preset
+    from parallax.engines.maxtext.count_params import count_of
     from parallax.engines.maxtext import weights
     from parallax.weights import init_weights
 
@@ -90,7 +95,11 @@ def write(argv: list[str]) -> str:
     for col, values in initial_values(build, others).items():
         collections[col] = weights.nested(values)
     checkpointing.save_params_to_path(out_dir, collections)
-    return out_dir
+    try:
+        return out_dir, count_of(abstract)
+    except Exception as exc:  # the checkpoint stands; the engine runs count_params.py after training
+        print(f"no parameter count: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return out_dir, None
 
 
 def main(argv: list[str]) -> int:
@@ -101,7 +110,12 @@ def main(argv: list[str]) -> int:
         print("usage: python -m parallax.engines.maxtext.initial_weights CONFIG.yml OUT_DIR MODEL SEED",
               file=sys.stderr)
         return 2
-    print(f"{PREFIX} {write(argv)}", flush=True)
+    from parallax.engines.maxtext import count_params
+
+    out_dir, parameters = write(argv)
+    print(f"{PREFIX} {out_dir}", flush=True)
+    if parameters is not None:
+        print(f"{count_params.PREFIX} {parameters}", flush=True)
     return 0
 
 

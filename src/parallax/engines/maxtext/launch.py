@@ -43,7 +43,8 @@ WEIGHTS_METHOD = ("initial_weights.py: parallax.weights.init_weights(model, seed
                   "(parallax.engines.maxtext.weights: query kernel / sqrt(head_dim), RoPE half-split as ours), "
                   "checked path by path against MaxText's abstract model and saved by its save_params_to_path; "
                   "MaxText loads it with load_parameters_path")
-PARAMETERS_METHOD = ("count_params.py: MaxText's model built abstractly from the run's config "
+PARAMETERS_METHOD = ("count_params.py (or initial_weights.py, which builds the same abstract model before "
+                     "training): MaxText's model built abstractly from the run's config "
                      "(create_nnx_abstract_model), its nnx.Param leaves counted by its "
                      "calculate_num_params_from_pytree, as its TensorBoard num_model_parameters is")
 
@@ -206,7 +207,9 @@ def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint:
     partial = checkpoint.with_name(f"{checkpoint.name}.tmp-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        write_initial_weights(run, yml, where, partial, env)
+        parameters = write_initial_weights(run, yml, where, partial, env)
+        if parameters is not None:  # the same abstract model count_params.py would build after training
+            keep_count(run, parameters, "initial_weights.py")
         (partial / WEIGHTS_DONE).write_text(f"parallax.weights.init_weights({run.model}, seed {run.seed})\n")
         shutil.rmtree(checkpoint, ignore_errors=True)
         os.replace(partial, checkpoint)
@@ -229,10 +232,11 @@ def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
             "method": WEIGHTS_METHOD, "log_file": str(where.root / "initial_weights.log"), "cached_from": None}
 
 
-def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Path, env: dict) -> None:
+def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Path, env: dict) -> int | None:
     """Run initial_weights.py (on the CPU: MaxText's abstract model, our weights converted and
-    checked against it, saved by MaxText's own checkpoint writer) into ``out_dir``. A failure
-    stops the run: MaxText would train from other weights."""
+    checked against it, saved by MaxText's own checkpoint writer) into ``out_dir``; return the
+    parameter count it printed (None if it printed none). A failure stops the run: MaxText would
+    train from other weights."""
     from parallax.engines.maxtext import initial_weights
 
     log_path = where.root / "initial_weights.log"
@@ -248,6 +252,7 @@ def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Pat
         tail = log_tail(log_path)
         raise MaxTextFailed(f"writing Parallax's initial weights for MaxText failed (status {done.returncode}): "
                             f"{failure_line(tail)[:300]}", tail)
+    return printed_count(done.stdout)
 
 
 @dataclass(frozen=True)
@@ -275,26 +280,40 @@ def cached_count(run: RunConfig, count) -> Counted:
     path = count_cache_file(run)
     try:
         kept = json.loads(path.read_text())
-        return Counted(int(kept["parameters"]), cached_from=str(path))
+        return Counted(int(kept["parameters"]), cached_from=f"{path}, counted by {kept.get('counted_by', 'count_params.py')}")
     except (OSError, ValueError, KeyError, TypeError):
         pass
     counted = count()
     if counted.parameters is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"parameters": counted.parameters}))
-        except OSError:
-            pass  # an unwritable cache costs a recount, nothing else
+        keep_count(run, counted.parameters, "count_params.py")
     return counted
+
+
+def keep_count(run: RunConfig, parameters: int, counted_by: str) -> None:
+    """Keep an exact count for this run and the later runs of the same model (cached_count reads it)."""
+    import json
+
+    path = count_cache_file(run)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"parameters": parameters, "counted_by": counted_by}))
+    except OSError:
+        pass  # an unwritable cache costs a recount, nothing else
+
+
+def printed_count(stdout: str) -> int | None:
+    """The ``count_params.PREFIX N`` line of a child's output, if there is one."""
+    import re
+
+    from parallax.engines.maxtext import count_params
+
+    found = re.search(rf"^{re.escape(count_params.PREFIX)} (\d+)$", stdout, re.MULTILINE)
+    return int(found[1]) if found else None
 
 
 def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
     """Run count_params.py on the config just trained, on the CPU (an abstract model: nothing is
     allocated, the GPU is not touched); its output goes to ``log_path``."""
-    import re
-
-    from parallax.engines.maxtext import count_params
-
     command = [sys.executable, "-m", "parallax.engines.maxtext.count_params", str(yml)]
     try:
         done = subprocess.run(command, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
@@ -302,11 +321,11 @@ def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
     except subprocess.TimeoutExpired:
         return Counted(None, f"count_params.py did not finish in {COUNT_TIMEOUT_S} s")
     log_path.write_text(done.stdout + done.stderr)
-    found = re.search(rf"^{re.escape(count_params.PREFIX)} (\d+)$", done.stdout, re.MULTILINE)
-    if done.returncode != 0 or found is None:
+    parameters = printed_count(done.stdout)
+    if done.returncode != 0 or parameters is None:
         last = failure_line(done.stdout + done.stderr)
         return Counted(None, f"count_params.py exited with status {done.returncode}: {last[:300]}")
-    return Counted(int(found[1]))
+    return Counted(parameters)
 
 
 def stream(command: list[str], env: dict, log_path: Path, progress: Progress) -> metrics.LogFacts:
@@ -460,7 +479,7 @@ def parameters_record(run: RunConfig, facts: metrics.LogFacts, counted: Counted,
                             log_tail(where.log))
     exact = None if counted.parameters is None else counted.parameters == ours
     return {"parameters": counted.parameters, "parameters_exact_agree": exact,
-            "parameters_method": (PARAMETERS_METHOD + (f"; kept from an earlier run of this model ({counted.cached_from})"
+            "parameters_method": (PARAMETERS_METHOD + (f"; kept for this model ({counted.cached_from})"
                                                        if counted.cached_from else "")
                                   if counted.parameters is not None else None),
             "parameters_reason": counted.reason,
