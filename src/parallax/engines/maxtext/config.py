@@ -11,7 +11,12 @@ cosine part of the schedule (MaxText's ``pct = (step - W) / (steps - W - 1)`` is
 initial weights: the engine writes ``parallax.weights.init_weights(model, seed)`` as a MaxText
 checkpoint (``initial_weights.py``) and names it in ``load_parameters_path`` (``weights_keys``).
 What cannot: MaxText's linear warmup starts at 0 (``lr·step/W``), ours at ``lr/W``
-(``lr·(step+1)/W``), so MaxText's warmup runs one step behind ours.
+(``lr·(step+1)/W``), so MaxText's warmup runs one step behind ours. And MaxText's llama2 holds
+the query kernel as ``wq / s`` (s = sqrt(head_dim), the attention scale folded into the kernel,
+``weights.py``), which no key changes: the same function, but AdamW on ``wq / s`` moves the query
+projection s times as far per step as ours (8x for head_dim 64), and its global gradient norm
+(metric and clipping) counts the query's gradient s times. That is why MaxText's gradient norm
+runs above ours after warm-up (docs/results/2026-12-02-cpu-gradnorm/).
 """
 
 from __future__ import annotations

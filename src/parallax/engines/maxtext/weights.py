@@ -24,7 +24,10 @@ Two facts of MaxText's function decide the values, both read from MaxText 0.2.5'
   the query kernel's initializer instead (``attentions.init_query_w``: ``kernel_init /
   sqrt(head_dim)``). Our engines scale in the attention op, so the query kernel is ``wq /
   sqrt(head_dim)``: the same function (exact in bf16 too where sqrt(head_dim) is a power of two,
-  as for every preset of head_dim 16 or 64).
+  as for every preset of head_dim 16 or 64). Not the same parametrization: MaxText's gradient for
+  this kernel is sqrt(head_dim) times ours, so under AdamW its query moves sqrt(head_dim) times
+  as far per step (weight decay the same), and its gradient norm weighs the query more
+  (docs/results/2026-12-02-cpu-gradnorm/).
 - **RoPE.** MaxText's llama2 (``rope_type: default``) uses ``embeddings.RotaryEmbedding``:
   half-split (``_rotate_half``: (x1, x2) -> (-x2, x1) over the two halves of head_dim), angle
   pos / (θ^(2i/head_dim)), i < head_dim/2, both halves: ``parallax.rope``'s convention exactly,
