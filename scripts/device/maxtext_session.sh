@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
 # Issue 12's evidence ("Real MaxText") as one detached pipeline on one warm H200, under one deadline.
 #
-#   call 1, carry .carry/mt  .carry/tinystories:   scripts/device/maxtext_session.sh start [BUDGET_S]
-#   call 2, carry .carry/gpu .carry/tinystories:   scripts/device/maxtext_session.sh wait
-#   later calls, carry .carry/tinystories:         scripts/device/maxtext_session.sh wait
-#   here, on the CPU:                              DRY_RUN=1 scripts/device/maxtext_session.sh pipeline
+#   call 1, carry .carry/gpu .carry/tinystories.tar.xz:   scripts/device/maxtext_session.sh stage
+#   call 2, carry .carry/mt:                              scripts/device/maxtext_session.sh start [BUDGET_S]
+#   later calls:                                          scripts/device/maxtext_session.sh wait
+#   here, on the CPU:                                     DRY_RUN=1 scripts/device/maxtext_session.sh pipeline
 #
-# One call carries at most 64 MiB, and MaxText's bundle (.carry/mt, 43 MB) and TE + torchao
-# (.carry/gpu, 45 MB) cannot travel together. So every call first copies each bundle it carries
+# One call carries at most 64 MiB, the tracked tree included (~20 MB on 2026-12-02, growing with
+# docs/results), and MaxText's bundle (.carry/mt, 44 MB) and TE (.carry/gpu, 43 MB) cannot travel
+# together; nor, by then, either of them with the token folder (5 MB). So the tokens travel as
+# .carry/tinystories.tar.xz (1.7 MB: `tar -cJf .carry/tinystories.tar.xz -C .carry tinystories`),
+# `stage` only takes the bundles a call brings (TE's install starts at the pipeline's first part
+# boundary, so call 1 brings it), and every call first copies (or unpacks) each bundle it carries
 # to /tmp/mt-session/carry/ (a later call's re-sync deletes what that call does not carry; the
 # pipeline also looks into the live checkout at each part boundary, for a call that ran another
 # command), and the pipeline installs each with the bundle's own install.sh into /tmp/carry-site
-# once it is there: MaxText at the start, TE (its torch and JAX extensions build, ~5 min) in the background at the
-# first part boundary after call 2 brought it, on cores 4.. at low priority. `start` returns once
-# parallax and MaxText are installed (~1 min), so that call 2 brings .carry/gpu early; `wait`
-# waits for the pipeline at most WAIT_S (560) seconds. Every call packs what exists so far into
+# once it is there: MaxText at the start, TE (its torch extension builds in ~130 s, the JAX one in
+# ~250 s more; leave transformer_engine_jax-*.tar.gz out of .carry/gpu to skip it) in the background
+# at the first part boundary after it came, on cores 4.. at low priority. `start` returns once
+# parallax and MaxText are installed (~1 min; START_WAIT_S), `wait` waits for the pipeline at most
+# WAIT_S (560) seconds. (The older order, .carry/mt with `start` and .carry/gpu in call 2, works too.) Every call packs what exists so far into
 # $OUT/maxtext_session.tar.gz (under 16 MiB: raw xplane files stay out, compressed traces over
 # 8 MB too), so a machine lost between calls loses only what had not come back yet.
 #
 # A lent machine stays warm 30 s between calls. Make each call the moment the one before returns:
 # on 2026-12-01 (docs/results/2026-12-01-h200-f/) two late calls each lost the machine and all
-# that the pipeline had not packed yet. Fewer calls mean fewer such gaps: give `start` a long
+# that the pipeline had not packed yet, and on 2026-12-02 one more (docs/results/2026-12-02-h200/:
+# its benchmark was then resumed on a new machine from the returned folder, staged into
+# /tmp/mt-session/matrix/bench before `start`). Fewer calls mean fewer such gaps: give `start` a long
 # START_WAIT_S where nothing needs the second bundle soon (GPU_BY_S=0 and no TE cells), and fit
 # the last call's WAIT_S to the lease's budget_left_s.
 #
@@ -71,8 +78,8 @@
 #
 # POLL_S (5): how often the waits look (the tests set it low).
 #
-# The pipeline runs from its own copy of the checkout and tokens under /tmp/mt-session; carry
-# .carry/tinystories in every call anyway.
+# The pipeline runs from its own copy of the checkout and tokens under /tmp/mt-session: each bundle
+# needs to come once per machine.
 set -uo pipefail
 SELF=$(realpath "${BASH_SOURCE[0]}")
 cd "$(dirname "$SELF")/../.."
@@ -82,13 +89,18 @@ SITE=${CARRY_SITE:-/tmp/carry-site}  # where both bundles' install.sh install (C
 BUNDLES="mt gpu tinystories"
 mkdir -p "$E/carry" "$E/logs" "$OUT"
 
-adopt() {  # adopt [ROOT] [B...]: copy each bundle ROOT/.carry holds into $E/carry, once
+adopt() {  # adopt [ROOT] [B...]: copy (or unpack, from B.tar.xz) each bundle ROOT/.carry holds into $E/carry, once
     local root=${1:-.} b; shift || true
     for b in ${@:-$BUNDLES}; do
-        [[ -d $root/.carry/$b && ! -d $E/carry/$b ]] || continue
+        [[ ! -d $E/carry/$b ]] || continue
         rm -rf "$E/carry/$b.tmp"
-        cp -a "$root/.carry/$b" "$E/carry/$b.tmp" && mv "$E/carry/$b.tmp" "$E/carry/$b" \
-            && echo "[session] copied .carry/$b to $E/carry/$b"
+        if [[ -d $root/.carry/$b ]]; then
+            cp -a "$root/.carry/$b" "$E/carry/$b.tmp" && mv "$E/carry/$b.tmp" "$E/carry/$b" \
+                && echo "[session] copied .carry/$b to $E/carry/$b"
+        elif [[ -f $root/.carry/$b.tar.xz ]]; then  # a tarball of the folder .carry/$b itself
+            mkdir -p "$E/carry/$b.tmp" && tar -xJf "$root/.carry/$b.tar.xz" -C "$E/carry/$b.tmp" --strip-components=1 \
+                && mv "$E/carry/$b.tmp" "$E/carry/$b" && echo "[session] unpacked .carry/$b.tar.xz to $E/carry/$b"
+        fi
     done
 }
 
@@ -377,10 +389,13 @@ case ${1:-} in
             wait_for "$E/setup.done" "${START_WAIT_S:-150}"
         fi
         report; exit 0 ;;
+    stage)  # take the bundles this call brought; the pipeline starts with a later `start`
+        adopt
+        ls "$E/carry"; exit 0 ;;
     wait)
         adopt
         wait_for "$E/DONE" "${WAIT_S:-560}"
         report; exit 0 ;;
     pipeline) settings "${2:-1440}"; pipeline ;;
-    *) echo "usage: $0 start [BUDGET_S] | wait   (DRY_RUN=1 $0 pipeline [BUDGET_S]: print the parts)"; exit 2 ;;
+    *) echo "usage: $0 stage | start [BUDGET_S] | wait   (DRY_RUN=1 $0 pipeline [BUDGET_S]: print the parts)"; exit 2 ;;
 esac

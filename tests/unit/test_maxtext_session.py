@@ -248,6 +248,21 @@ def test_each_call_copies_the_bundles_it_carries_and_packs_what_exists(tmp_path)
     assert not [n for n in names if n.startswith(("session/carry", "session/out", "session/src"))]
 
 
+def test_stage_takes_the_bundles_and_unpacks_the_tokens_tarball_without_starting_the_pipeline(tmp_path):
+    """Call 1 of a session whose bundles no longer fit one call with the token folder: TE and the
+    tokens as .carry/tinystories.tar.xz (a tarball of the folder itself)."""
+    repo, session, out = fake_checkout(tmp_path), tmp_path / "session", tmp_path / "out"
+    shutil.rmtree(repo / ".carry" / "mt")
+    subprocess.run(["tar", "-cJf", "tinystories.tar.xz", "tinystories"], cwd=repo / ".carry", check=True)
+    shutil.rmtree(repo / ".carry" / "tinystories")
+    staged = call(repo, session, out, "stage")
+    assert "[session] unpacked .carry/tinystories.tar.xz" in staged.stdout
+    assert (session / "carry" / "tinystories" / "train.bin").read_text() == "tinystories train.bin\n"
+    assert not (session / "pipeline.pid").exists() and not (session / "carry" / "tinystories.tmp").exists()
+    again = call(repo, session, out, "stage")  # once per machine
+    assert "unpacked" not in again.stdout
+
+
 def test_the_pack_leaves_out_raw_traces_and_large_ones(tmp_path):
     repo, session, out = fake_checkout(tmp_path), tmp_path / "session", tmp_path / "out"
     call(repo, session, out, "start")
