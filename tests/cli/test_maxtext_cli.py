@@ -420,6 +420,8 @@ def test_the_report_puts_maxtexts_own_figures_beside_ours(tmp_path, capsys, maxt
     logged = mt["tokens_per_s_median"]
     assert row.startswith(f"| bf16 | {ours:,.0f} | {logged:,.0f} ({logged / ours - 1:+.2%}) | ")
     assert row.endswith(" | 1,362,240 |")
+    differences = text[text.index("## MaxText's own figures"):].split("\n\n")[3]
+    assert differences.startswith("MaxText trains the same function") and "wq/√head_dim" in differences
 
 
 def test_a_repeat_reuses_the_checkpoint_and_the_cache_keeps_the_newest(tmp_path, capsys, maxtext_here, monkeypatch):
