@@ -4,6 +4,7 @@ excludes it, the numerics guard, and the loss against bf16 from the same weights
 
 from __future__ import annotations
 
+import functools
 
 import numpy as np
 import pytest
@@ -92,14 +93,18 @@ def test_the_fp8_op_changes_no_parameter_of_the_tree():
 
 # --- the step: extra state overwritten by its gradient, norms over params only -----------------
 
+@functools.cache
 def _step_setup(op):
+    """The model, state, optimizer and jitted step of ``op``, built once: its step compiles
+    once (~15 s on 2 cores) for the tests that read it."""
     model = Llama(TINY, dtype=jnp.bfloat16, dot_general_cls=op)
     device = jax.devices("cpu")[0]
     params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)
     extra = runtime.init_extra(model, (COLLECTION,), BATCH[:, :-1].shape, device)
     tx = runtime.make_optimizer(OptimConfig(lr=3e-3, lr_warmup_steps=0), STEPS)
     watched = runtime.quantized_kernels(TINY, op)
-    return model, params, extra, tx, watched
+    step = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))
+    return model, params, extra, tx, step
 
 
 def _fp8_leaves(extra, layer="layers_0", linear="wq"):
@@ -109,11 +114,10 @@ def _fp8_leaves(extra, layer="layers_0", linear="wq"):
 
 @pytest.mark.parametrize("name", FP8)
 def test_the_step_overwrites_amax_history_and_scales_with_their_gradient(name):
-    model, params, extra, tx, watched = _step_setup(OPS[name])
+    _, params, extra, tx, step = _step_setup(OPS[name])
     before = _fp8_leaves(extra)
     assert all((v == 1.0).all() for k, v in before.items() if k.endswith("scale"))
     assert all((v == 0.0).all() for k, v in before.items() if k.endswith("history"))
-    step = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))
     batch = jnp.asarray(BATCH)
     params1, extra1, opt1, _ = step(params, extra, tx.init(params), batch)
     after1 = _fp8_leaves(extra1)
@@ -129,10 +133,9 @@ def test_the_step_overwrites_amax_history_and_scales_with_their_gradient(name):
 
 
 def test_the_grad_norm_and_clipping_exclude_the_fp8_meta():
-    model, params, extra, tx, watched = _step_setup(nn.Fp8DotGeneralOp)
+    model, params, extra, tx, step = _step_setup(nn.Fp8DotGeneralOp)  # the delayed op's step test compiled it
     batch = jnp.asarray(BATCH)
-    _, _, _, metrics = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))(
-        params, extra, tx.init(params), batch)
+    _, _, _, metrics = step(params, extra, tx.init(params), batch)
     grads_p, grads_e = jax.jit(jax.grad(lambda p, e: loss_fn(model, p, batch, e), argnums=(0, 1)))(params, extra)
     assert float(metrics[1]) == pytest.approx(float(optax.tree.norm(grads_p)), rel=1e-5)
     # the meta 'gradients' are amaxes and scales: counted in, they would dominate the norm

@@ -1,5 +1,7 @@
 """The torch engine on two CPU processes (gloo), through the real command line: the same global
-batch trains to the same losses as one process, ddp and fsdp; a planted rank failure, death, OOM
+batch of real tokens trains to the same losses as one process, ddp and fsdp (each run launched
+once: the ddp run is also the real-token test's; the synthetic source's rank slices are
+test_data_slicing's, and the fault tests train on it); a planted rank failure, death, OOM
 or hang ends the run within its timeout with the failing rank's error recorded and no process
 left behind. Each two-process run takes ~15-25 s on a 2-core machine (torch imports thrice)."""
 
@@ -62,18 +64,36 @@ def leftovers(marker: str) -> list[int]:
     return found
 
 
+def real_tokens(prepared) -> dict:
+    return {"synthetic": False, "data": str(prepared.directory)}
+
+
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory):
+def one_process(tmp_path_factory, prepared):
     out = tmp_path_factory.mktemp("one") / "run"
-    proc = train(config(out, 8, 1))
+    proc = train(config(out, 8, 1, **real_tokens(prepared)))
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_run(out)
 
 
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, prepared):
+    """The two-process run of each sharding on the same tokens, launched once for the tests
+    that read it: ``two_processes("ddp")`` is (the finished process, its output folder)."""
+    runs = {}
+
+    def run(sharding: str):
+        if sharding not in runs:
+            out = tmp_path_factory.mktemp(sharding) / "run"
+            runs[sharding] = train(config(out, 4, 2, sharding=sharding, **real_tokens(prepared))), out
+        return runs[sharding]
+
+    return run
+
+
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
-def test_two_processes_train_the_global_batch_to_the_one_process_losses(tmp_path, one_process, sharding):
-    out = tmp_path / "run"
-    proc = train(config(out, 4, 2, sharding=sharding))
+def test_two_processes_train_the_global_batch_to_the_one_process_losses(one_process, two_processes, sharding):
+    proc, out = two_processes(sharding)
     assert proc.returncode == 0, proc.stderr[-3000:]
     two = load_run(out)
     assert two["status"] == "ok"
@@ -108,13 +128,12 @@ def one_process_grad_norms(run: dict) -> list[float]:
     return [s["grad_norm"] for s in load_steps(Path(run["config"]["output_dir"]))]
 
 
-def test_two_processes_on_real_tokens_read_the_ranks_slices_of_the_same_batches(tmp_path, prepared):
+def test_two_processes_on_real_tokens_read_the_ranks_slices_of_the_same_batches(one_process, two_processes):
     """--data: the native loader serves each rank its rows; the eval set is the global one."""
-    one, two = tmp_path / "one", tmp_path / "two"
-    for out, per_gpu, gpus in ((one, 8, 1), (two, 4, 2)):
-        proc = train(config(out, per_gpu, gpus, synthetic=False, data=str(prepared.directory)))
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    a, b = load_run(one), load_run(two)
+    proc, out = two_processes("ddp")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = one_process, load_run(out)
+    assert a["config"]["data"] == b["config"]["data"] and not b["config"]["synthetic"]
     assert b["per_step"]["loss"] == pytest.approx(a["per_step"]["loss"], rel=1e-5)
     assert [e["loss"] for e in b["eval"]] == pytest.approx([e["loss"] for e in a["eval"]], rel=1e-5)
     assert b["data"]["source"].endswith("rows 0:4 of 8")  # rank 0's description
