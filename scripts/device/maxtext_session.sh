@@ -42,8 +42,9 @@
 #            base.yml performance settings) and maxtext:te_fp8_delayedscaling (skipped cleanly
 #            without TE's JAX extension), llama-100m, 32 x 1024, 60 steps (20 warm-up), real
 #            tokens, REPEATS (3) repeats, --report (MATRIX_STEPS and RUN_TIMEOUT_S replace the 60
-#            steps and the 240 s a cell may take: more steps cost seconds a cell, since start-up and
-#            compiling dominate); after TE is installed (or known absent), with
+#            steps and the 360 s a cell may take: more steps cost seconds a cell, since start-up and
+#            compiling dominate; a cold maxtext fp8_gpu run took ~300 s on 2026-12-02, ~125 s of
+#            it writing its initial weights); after TE is installed (or known absent), with
 #            no build running. Cut at its limit, `parallax compare` still writes the report.
 #   curves   maxtext and jax bf16, CURVE_STEPS (300) steps on the same tokens: one benchmark whose
 #            report's plots/loss.png overlays the two loss curves.
@@ -263,7 +264,7 @@ run_matrix() {
         --recipes "${MATRIX_RECIPES-jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling}${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
         "${SIZE[@]}" \
         --steps "${MATRIX_STEPS:-60}" --warmup 20 \
-        --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run "${RUN_TIMEOUT_S:-240}" \
+        --repeats "${REPEATS:-3}" --data "$DATA" --epochs 20 --timeout-per-run "${RUN_TIMEOUT_S:-360}" \
         --output-dir "$E/matrix/bench" --resume --report
     report_of "$E/matrix/bench"
 }

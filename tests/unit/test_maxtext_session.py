@@ -145,6 +145,7 @@ def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_an
                      ("maxtext", "te_fp8_delayedscaling")]
     assert (params["model"], params["batch_size"], params["seq_len"], params["steps"], params["warmup"],
             params["repeats"], params["resume"], params["report"]) == ("llama-100m", 32, 1024, 60, 20, 3, True, True)
+    assert params["timeout_per_run"] == 360  # a cold maxtext fp8_gpu run took ~300 s on the H200
     assert params["data"] == str(tmp_path / "carry" / "tinystories")
     curves, cells = benchmark_cells(parts["curves"])
     assert cells == [("jax", "bf16"), ("maxtext", "bf16")]
@@ -162,6 +163,13 @@ def test_repeats_curve_steps_and_extra_cells_come_from_the_environment(tmp_path)
     _, cells = benchmark_cells(parts["matrix"])
     assert ("jax", "te-bf16") in cells and ("jax", "te-fp8-delayed") in cells and len(cells) == 11
     assert parallax_context(parts["curves"]).params["steps"] == 500
+
+
+def test_matrix_steps_and_the_per_run_limit_come_from_the_environment(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_STEPS="120", RUN_TIMEOUT_S="300")}
+    params = parallax_context(parts["matrix"]).params
+    assert (params["steps"], params["warmup"], params["timeout_per_run"]) == (120, 20, 300)
 
 
 def test_the_profile_commands_parse_with_profile_steps_parser(tmp_path):
