@@ -19,9 +19,10 @@
 # ~250 s more; leave transformer_engine_jax-*.tar.gz out of .carry/gpu to skip it) in the background
 # at the first part boundary after it came, on cores 4.. at low priority. `start` returns once
 # parallax and MaxText are installed (~1 min; START_WAIT_S), `wait` waits for the pipeline at most
-# WAIT_S (560) seconds. (The older order, .carry/mt with `start` and .carry/gpu in call 2, works too.) Every call packs what exists so far into
-# $OUT/maxtext_session.tar.gz (under 16 MiB: raw xplane files stay out, compressed traces over
-# 8 MB too), so a machine lost between calls loses only what had not come back yet.
+# WAIT_S (560) seconds. (The older order, .carry/mt with `start` and .carry/gpu in call 2, works
+# too.) Every call packs what exists so far into $OUT/maxtext_session.tar.gz (under 16 MiB: raw
+# xplane files stay out, compressed traces over 8 MB too), so a machine lost between calls loses
+# only what had not come back yet.
 #
 # A lent machine stays warm 30 s between calls. Make each call the moment the one before returns:
 # on 2026-12-01 (docs/results/2026-12-01-h200-f/) two late calls each lost the machine and all

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import sys
 
+from parallax.engines.maxtext import count_params  # constants and functions only: no MaxText import
+
 PREFIX = "parallax-maxtext-weights:"
 SKIPPED = ("RngState", "Cache", "Intermediate", "BatchStat")
 
@@ -60,10 +62,8 @@ def abstract_model(yml: str):
     from maxtext.configs import pyconfig
     from maxtext.utils import model_creation_utils
 
-    from parallax.engines.maxtext.count_params import OVERRIDES
-
     # the config may already name the checkpoint being written: MaxText would read its metadata
-    config = pyconfig.initialize([sys.argv[0], yml, *OVERRIDES, "load_parameters_path=''"])
+    config = pyconfig.initialize([sys.argv[0], yml, *count_params.OVERRIDES, "load_parameters_path=''"])
     build, abstract = model_creation_utils.create_nnx_abstract_model(config)
     return config, build, abstract
 
@@ -80,7 +80,6 @@ def write(argv: list[str]) -> tuple[str, int | None]:
     from maxtext.common import checkpointing
 
     from parallax.config import get_preset
-    from parallax.engines.maxtext.count_params import count_of
     from parallax.engines.maxtext import weights
     from parallax.weights import init_weights
 
@@ -96,7 +95,7 @@ def write(argv: list[str]) -> tuple[str, int | None]:
         collections[col] = weights.nested(values)
     checkpointing.save_params_to_path(out_dir, collections)
     try:
-        return out_dir, count_of(abstract)
+        return out_dir, count_params.count_of(abstract)
     except Exception as exc:  # the checkpoint stands; the engine runs count_params.py after training
         print(f"no parameter count: {type(exc).__name__}: {exc}", file=sys.stderr)
         return out_dir, None
@@ -110,8 +109,6 @@ def main(argv: list[str]) -> int:
         print("usage: python -m parallax.engines.maxtext.initial_weights CONFIG.yml OUT_DIR MODEL SEED",
               file=sys.stderr)
         return 2
-    from parallax.engines.maxtext import count_params
-
     out_dir, parameters = write(argv)
     print(f"{PREFIX} {out_dir}", flush=True)
     if parameters is not None:
