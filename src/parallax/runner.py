@@ -286,8 +286,15 @@ def locked(output_dir: Path):
         os.close(fd)
 
 
-def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
-    """Write matrix.json, or make sure the one there is this matrix and --resume was given."""
+# What a resumed benchmark may add to: more frameworks and recipes, so more cells (the rest stays)
+EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells")
+
+
+def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
+                      display: Display | None = None) -> None:
+    """Write matrix.json, or make sure the one there is this matrix and --resume was given. With
+    --resume the matrix may also extend the stored one by more cells (a recipe or framework
+    added, everything else the same): matrix.json is then rewritten and the new cells run."""
     path = output_dir / MATRIX_FILE
     wanted = json.loads(json.dumps(matrix.to_dict()))
     if not path.exists():
@@ -303,6 +310,13 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
         if isinstance(stored.get("run"), dict):  # RunConfig fields added since take their defaults
             defaults = {k: v for k, v in RunConfig().to_dict().items() if k not in CELL_FIELDS}
             stored["run"] = {**{k: v for k, v in defaults.items() if k not in stored["run"]}, **stored["run"]}
+    added = added_cells(stored, wanted)
+    if added and resume:
+        (display or NullDisplay()).warning(
+            f"{output_dir}: extending the benchmark by {len(added)} cell(s) "
+            f"({', '.join(f'{fw} {rec}' for fw, rec, _ in added)}); the runs already there are kept")
+        atomic_write_json(path, wanted)
+        return
     if stored != wanted:
         diff = differences(stored, wanted)
         raise ParallaxError(
@@ -312,6 +326,19 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool) -> None:
         raise ParallaxError(
             f"{output_dir} already holds results of this benchmark; add --resume to run only "
             "the missing cells, or choose another --output-dir")
+
+
+def added_cells(stored, wanted: dict) -> list[tuple]:
+    """The cells ``wanted`` adds to ``stored`` when it only adds cells (every other key equal,
+    every stored cell still there); otherwise []."""
+    if not isinstance(stored, dict) or any(stored.get(k) != wanted.get(k) for k in
+                                           set(stored) | set(wanted) if k not in EXTENSIBLE_KEYS):
+        return []
+    old = [tuple(c) for c in stored.get("cells") or []]
+    new = [tuple(c) for c in wanted["cells"]]
+    if not set(stored.get("frameworks") or []) <= set(wanted["frameworks"]) or not set(old) <= set(new):
+        return []
+    return [c for c in new if c not in old]
 
 
 ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"
@@ -532,7 +559,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     output_dir = Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     with locked(output_dir):
-        check_matrix_file(output_dir, matrix, resume)
+        check_matrix_file(output_dir, matrix, resume, display)
         write_environment(output_dir, environment)
         results = scan(output_dir, matrix, display)
         write_index(output_dir, matrix, results)

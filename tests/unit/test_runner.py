@@ -211,6 +211,39 @@ def test_the_same_configuration_needs_resume(tmp_path, monkeypatch):
         run(tmp_path, m, {}, monkeypatch)
 
 
+def test_a_resumed_benchmark_may_add_cells_and_keeps_the_runs_there(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    run(tmp_path / "out", small_matrix(recipes=("bf16", "fp8"), frameworks=("torch",)), {}, monkeypatch)
+    first = (tmp_path / "out" / "runs" / "torch-bf16-seed0-rep0" / "run.json").read_text()
+    bigger = small_matrix(recipes=("bf16", "fp8", "jax:flax-fp8-direct"), frameworks=("torch", "jax"))
+    with pytest.raises(ParallaxError, match="add --resume|different benchmark configuration"):
+        run(tmp_path / "out", bigger, {}, monkeypatch)  # without --resume nothing is added
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    rec = Recorder()
+    results = run(tmp_path / "out", bigger, {}, monkeypatch, resume=True, display=rec)
+    assert {r.cell.id: r.reused for r in results} == {
+        "torch-bf16-seed0-rep0": True, "torch-te-fp8-delayed-seed0-rep0": True, "jax-bf16-seed0-rep0": False,
+        "jax-flax-fp8-delayed-seed0-rep0": False, "jax-flax-fp8-direct-seed0-rep0": False}
+    assert sorted(calls.read_text().splitlines()) == ["jax bf16 0", "jax flax-fp8-delayed 0", "jax flax-fp8-direct 0"]
+    assert (tmp_path / "out" / "runs" / "torch-bf16-seed0-rep0" / "run.json").read_text() == first
+    warnings = [e[1] for e in rec.events if e[0] == "warning"]
+    assert len(warnings) == 1 and "extending the benchmark by 3 cell(s)" in warnings[0]
+    assert "jax flax-fp8-direct" in warnings[0]
+    stored = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert stored["frameworks"] == ["torch", "jax"] and len(stored["cells"]) == 5
+
+
+def test_a_resumed_benchmark_may_not_drop_cells_or_change_anything_else(tmp_path, monkeypatch):
+    run(tmp_path, small_matrix(recipes=("bf16", "fp8"), frameworks=("torch",)), {}, monkeypatch)
+    fewer = small_matrix(recipes=("bf16",), frameworks=("torch",))
+    with pytest.raises(ParallaxError, match="different benchmark configuration"):
+        run(tmp_path, fewer, {}, monkeypatch, resume=True)
+    more_but_other_steps = small_matrix(recipes=("bf16", "fp8"), frameworks=("torch", "jax"),
+                                        base=tiny_config(steps=8))
+    with pytest.raises(ParallaxError, match=r"run.steps 12 → 8"):
+        run(tmp_path, more_but_other_steps, {}, monkeypatch, resume=True)
+
+
 def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
     with runner.locked(tmp_path):
         with pytest.raises(ParallaxError, match="in use by another 'parallax benchmark'"):
