@@ -42,7 +42,9 @@
 #   matrix   `parallax benchmark` torch,jax,maxtext x bf16,fp8 plus maxtext:bf16-defaults (MaxText's
 #            base.yml performance settings) and maxtext:te_fp8_delayedscaling (skipped cleanly
 #            without TE's JAX extension), llama-100m, 32 x 1024, 60 steps (20 warm-up), real
-#            tokens, REPEATS (3) repeats, --report (MATRIX_STEPS and RUN_TIMEOUT_S replace the 60
+#            tokens, REPEATS (3) repeats, --report (MATRIX_FROM: a benchmark folder of the tree to
+#            resume, e.g. docs/results/<date>-h200/matrix, copied to the matrix's folder first; with
+#            MATRIX_RECIPES naming recipes it lacks, --resume adds those cells to it; MATRIX_STEPS and RUN_TIMEOUT_S replace the 60
 #            steps and the 360 s a cell may take: more steps cost seconds a cell, since start-up and
 #            compiling dominate; a cold maxtext fp8_gpu run took ~300 s on 2026-12-02, ~125 s of
 #            it writing its initial weights); after TE is installed (or known absent), with
@@ -51,6 +53,8 @@
 #            report's plots/loss.png overlays the two loss curves.
 #   profile  scripts/device/profile_step.py: our jax engine's bf16 step and MaxText's (MaxText's own
 #            profiler=xplane), then --compare: the two kernel-category breakdowns side by side.
+#            PROFILE_JAX (none) adds jax recipes, each compared with jax bf16 (e.g. flax-fp8-delayed);
+#            PROFILE_MAXTEXT (bf16) lists MaxText's, "" for none.
 #
 # Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
 #
@@ -259,6 +263,9 @@ run_capture() {
 
 run_matrix() {
     local todo=0 p limit
+    if [[ -n ${MATRIX_FROM:-} && ! -d $E/matrix/bench ]]; then  # resume a benchmark committed to the tree
+        mkdir -p "$E/matrix" && cp -a "$MATRIX_FROM" "$E/matrix/bench" && log "matrix: resuming $MATRIX_FROM"
+    fi
     for p in $NO_TE_PARTS nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
@@ -286,7 +293,13 @@ run_curves() {
 run_profile() {
     local p=$E/profile r
     part profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe bf16 --out "$p" --keep-trace
-    for r in ${PROFILE_MAXTEXT:-bf16}; do
+    for r in ${PROFILE_JAX:-}; do  # more jax recipes, each against jax bf16
+        part "profile-jax-$r" 180 python3 scripts/device/profile_step.py --framework jax --recipe "$r" --out "$p" \
+            --keep-trace
+        part "profile-compare-jax-$r" 30 python3 scripts/device/profile_step.py --compare \
+            "$p/profile_jax_bf16.json" "$p/profile_jax_$r.json" --out "$p"
+    done
+    for r in ${PROFILE_MAXTEXT-bf16}; do
         part "profile-maxtext-$r" 300 python3 scripts/device/profile_step.py --framework maxtext --recipe "$r" \
             --out "$p" --keep-trace
         part "profile-compare-$r" 30 python3 scripts/device/profile_step.py --compare "$p/profile_jax_bf16.json" \

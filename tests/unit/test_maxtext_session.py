@@ -373,3 +373,31 @@ def test_matrix_recipes_replaces_the_matrixs_own_extra_cells(tmp_path):
     assert cells == [(fw, r) for fw, r in [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"),
                                            ("jax", "flax-fp8-delayed"), ("maxtext", "bf16"), ("maxtext", "fp8_gpu"),
                                            ("maxtext", "te_fp8_delayedscaling")]]
+
+
+def test_matrix_from_resumes_a_committed_benchmark_and_matrix_recipes_extends_it(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    committed = tmp_path / "committed"
+    (committed / "runs" / "maxtext-bf16-seed0-rep0").mkdir(parents=True)
+    (committed / "matrix.json").write_text("{}")
+    session = tmp_path / "session"
+    (session / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(
+        session, MATRIX_FROM=str(committed), MATRIX_RECIPES="maxtext:te_fp8_delayedscaling,jax:te-fp8-delayed")}
+    bench = session / "matrix" / "bench"
+    assert (bench / "matrix.json").read_text() == "{}" and (bench / "runs" / "maxtext-bf16-seed0-rep0").is_dir()
+    argv = parts["matrix"]
+    assert argv[argv.index("--output-dir") + 1] == str(bench) and "--resume" in argv
+    _, cells = benchmark_cells(argv)
+    assert ("jax", "te-fp8-delayed") in cells and ("maxtext", "te_fp8_delayedscaling") in cells and len(cells) == 8
+
+
+def test_profile_jax_adds_jax_recipes_each_compared_with_bf16_and_profile_maxtext_may_be_none(tmp_path):
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, PROFILE_JAX="flax-fp8-delayed flax-fp8-direct",
+                                                     PROFILE_MAXTEXT="")}
+    profiles = [n for n in parts if n.startswith("profile")]
+    assert profiles == ["profile-jax", "profile-jax-flax-fp8-delayed", "profile-compare-jax-flax-fp8-delayed",
+                        "profile-jax-flax-fp8-direct", "profile-compare-jax-flax-fp8-direct"]
+    compare = parts["profile-compare-jax-flax-fp8-direct"]
+    assert compare[-4:-2] == [str(tmp_path / "profile" / "profile_jax_bf16.json"),
+                              str(tmp_path / "profile" / "profile_jax_flax-fp8-direct.json")]
