@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
 import sys
 
 import pytest
@@ -75,3 +76,25 @@ JAX_TRACEBACK_FILTERING=off to include these.
 ])
 def test_the_failure_line_is_the_exception_not_jaxs_note(tail, line):
     assert launch.failure_line(tail) == line
+
+
+@pytest.mark.parametrize("recipe, platform", [("bf16", "cpu"), ("fp8_gpu", "cpu"), ("fp8", "cpu"),
+                                              ("te_fp8_delayedscaling", None), ("te_nvfp4", None)])
+def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, tmp_path, monkeypatch):
+    """TE's primitives have no CPU lowering, and the te_* modes' concrete init runs TE's quantize."""
+    from parallax.config import RunConfig
+    seen = {}
+
+    def fake_run(command, env, **kw):
+        seen.update(env=env, command=command)
+        return subprocess.CompletedProcess(command, 0, "parallax-maxtext-weights: x\nparallax-maxtext-parameters: 7\n", "")
+
+    monkeypatch.setattr(launch.subprocess, "run", fake_run)
+    fmt = {"bf16": "bf16", "te_nvfp4": "nvfp4"}.get(recipe, "fp8")
+    run = RunConfig(framework="maxtext", precision=fmt, recipe=recipe, model="tiny")
+    given = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "3"}
+    (tmp_path / "maxtext").mkdir()
+    parameters = launch.write_initial_weights(run, tmp_path / "c.yml", launch.Layout(tmp_path), tmp_path / "w", given)
+    assert parameters == 7 and seen["command"][-2:] == ["tiny", "0"]
+    assert seen["env"].get("JAX_PLATFORMS") == platform and seen["env"]["CUDA_VISIBLE_DEVICES"] == "3"
+    assert seen["env"].get("XLA_PYTHON_CLIENT_PREALLOCATE") == (None if platform else "false")

@@ -1,5 +1,6 @@
 """Write ``parallax.weights.init_weights(MODEL, SEED)`` as the checkpoint MaxText loads with
-``load_parameters_path``; run in MaxText's environment (Python 3.12+), on the CPU:
+``load_parameters_path``; run in MaxText's environment (Python 3.12+), on the CPU (the te_* modes
+on the GPU: ``launch.weights_env``):
 
     python -m parallax.engines.maxtext.initial_weights CONFIG.yml OUT_DIR MODEL SEED
     python -m parallax.engines.maxtext.initial_weights --tree CONFIG.yml    # MaxText's Param tree

@@ -27,6 +27,8 @@ from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
 from parallax.gpu import pip_cudnn_folder
+from parallax.precision import registry
+from parallax.precision.maxtext import MAXTEXT_TE
 
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
                  "training loop, each step's loss fetched while the next runs")
@@ -232,18 +234,29 @@ def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
             "method": WEIGHTS_METHOD, "log_file": str(where.root / "initial_weights.log"), "cached_from": None}
 
 
+def weights_env(run: RunConfig, env: dict) -> dict:
+    """The environment of initial_weights.py: the CPU, except for the modes of TE's JAX extension.
+    Their scales and amax histories come from a concrete init, which runs TE's quantize on the
+    device, and TE's primitives have no CPU lowering (on the H200, 2026-12-02: ``MLIR translation
+    rule for primitive 'te_dbias_quantize_ffi' not found for platform cpu``). Those run on the
+    run's GPU, before MaxText starts there, without JAX's preallocation."""
+    if registry.get("maxtext", run.recipe or run.precision).backend.name == MAXTEXT_TE.name:
+        return {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    return {**env, "JAX_PLATFORMS": "cpu"}
+
+
 def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Path, env: dict) -> int | None:
-    """Run initial_weights.py (on the CPU: MaxText's abstract model, our weights converted and
-    checked against it, saved by MaxText's own checkpoint writer) into ``out_dir``; return the
-    parameter count it printed (None if it printed none). A failure stops the run: MaxText would
-    train from other weights."""
+    """Run initial_weights.py (MaxText's abstract model, our weights converted and checked against
+    it, saved by MaxText's own checkpoint writer; on the CPU, see ``weights_env``) into
+    ``out_dir``; return the parameter count it printed (None if it printed none). A failure stops
+    the run: MaxText would train from other weights."""
     from parallax.engines.maxtext import initial_weights
 
     log_path = where.root / "initial_weights.log"
     command = [sys.executable, "-m", "parallax.engines.maxtext.initial_weights", str(yml),
                str(out_dir.resolve()), run.model, str(run.seed)]
     try:
-        done = subprocess.run(command, env={**env, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True,
+        done = subprocess.run(command, env=weights_env(run, env), capture_output=True, text=True,
                               timeout=WEIGHTS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise MaxTextFailed(f"initial_weights.py did not finish in {WEIGHTS_TIMEOUT_S} s", "") from None
