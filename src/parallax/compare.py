@@ -757,12 +757,13 @@ def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
         if not steps:
             continue
         best = min(steps, key=lambda k: bf16[k])
-        paired = _paired_batch_differences(cell, base)
+        paired, seeds = _paired_batch_differences(cell, base)
         cis = [_batch_ci(paired.get(k), n_boot, level, _cell_seed(fw, rec, *_gpu_part(cell), "eval", str(k)))
                for k in steps]
         out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "gpus": g, "baseline": base.recipe,
                     "steps": steps, "delta": [ours[k] - bf16[k] for k in steps], "ci": cis,
-                    "batches": len(paired.get(best, [])) or None,
+                    "batches": len(paired.get(best, [])) or None, "seeds": len(seeds.get(best, {})) or None,
+                    "by_seed_at_best": {str(k): v for k, v in seeds.get(best, {}).items()} or None,
                     "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best],
                     "ci_at_best": cis[steps.index(best)]})
     return out
@@ -778,15 +779,18 @@ def _batch_losses(cell: CellData) -> dict:
     return found
 
 
-def _paired_batch_differences(a: CellData, b: CellData) -> dict:
-    """{step: the batch-by-batch differences a − b, pooled over the seeds both ran}."""
+def _paired_batch_differences(a: CellData, b: CellData) -> tuple[dict, dict]:
+    """({step: the batch-by-batch differences a − b, pooled over the seeds both ran},
+    {step: {seed: the mean of that seed's differences}})."""
     ours, theirs = _batch_losses(a), _batch_losses(b)
     out: dict = {}
+    seeds: dict = {}
     for key in sorted(set(ours) & set(theirs)):
         mine, base = np.mean(ours[key], axis=0), np.mean(theirs[key], axis=0)
         if mine.shape == base.shape:
             out.setdefault(key[1], []).extend((mine - base).tolist())
-    return out
+            seeds.setdefault(key[1], {})[key[0]] = float(np.mean(mine - base))
+    return out, seeds
 
 
 def _batch_ci(diffs, n_boot: int, level: float, seed: int) -> list[float] | None:

@@ -362,6 +362,23 @@ def test_validation_deltas_pair_batch_losses_for_an_interval(tmp_path):
     assert "paired differences of the 4 validation batches" in text
 
 
+def test_validation_deltas_over_two_seeds_name_each_seeds_delta(tmp_path):
+    def evals(batches):
+        return [{"step": 9, "loss": float(np.mean(batches)), "perplexity": 1.0, "batch_losses": batches}]
+
+    for seed, (bf16, fp8) in enumerate([([3.0, 3.2], [3.1, 3.3]), ([3.0, 3.4], [2.9, 3.3])]):
+        write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10, evals=evals(bf16))
+        write(tmp_path, "torch", "fp8", seed, [80.0] * 10, [3.0] * 10, evals=evals(fp8))
+    record = build_comparison(tmp_path, n_boot=500)
+    [row] = record["eval_deltas"]
+    assert (row["batches"], row["seeds"]) == (4, 2)
+    assert row["by_seed_at_best"] == {"0": pytest.approx(0.1), "1": pytest.approx(-0.1)}
+    assert row["delta_at_best"] == pytest.approx(0.0)
+    text = markdown.render(record)
+    assert "pooled over 2 seeds: batch-to-batch variation, not a seed-to-seed interval" in text
+    assert "torch te-fp8-delayed seed 0 +0.1000, seed 1 -0.1000" in text
+
+
 def test_maxtexts_own_figures_sit_beside_ours():
     from parallax.report import markdown
 

@@ -262,8 +262,15 @@ def _eval_deltas(record: dict) -> str:
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
     batches = sorted({r["batches"] for r in rows if r.get("batches")})
+    seeds = max((r.get("seeds") or 1 for r in rows), default=1)
+    spread = ("batch-to-batch variation only, one seed" if seeds == 1 else
+              f"pooled over {seeds} seeds: batch-to-batch variation, not a seed-to-seed interval; "
+              "each seed's own ΔLoss at that step: " + "; ".join(
+                  f"{r['framework']} {r['recipe']} " + ", ".join(
+                      f"seed {k} {f.delta(v)}" for k, v in (r.get("by_seed_at_best") or {}).items())
+                  for r in rows if r.get("by_seed_at_best")))
     interval = (f"its 95% interval bootstraps the paired differences of the {', '.join(map(str, batches))} "
-                "validation batches (batch-to-batch variation only, one seed)" if batches else
+                f"validation batches ({spread})" if batches else
                 "no interval: these runs recorded each evaluation's mean, not its batches")
     note = ("Validation loss of the recipe minus its framework's bf16 on the same validation batches "
             f"(mean over runs), at each evaluation; the first column at the step where bf16's validation "
