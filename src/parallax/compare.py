@@ -508,7 +508,18 @@ def _maxtext_own(ok: list[LoadedRun]) -> dict:
     TFLOP/s per device, its FLOPs accounting of a step, its parameter count) and of our clock,
     for the report's side-by-side table."""
     own = [(r.run.get("engine_extra") or {}).get("maxtext") or {} for r in ok]
-    return {key: _median_or_none([m.get(key) for m in own]) for key in MAXTEXT_OWN}
+    out = {key: _median_or_none([m.get(key) for m in own]) for key in MAXTEXT_OWN}
+    # each run's figures against that run's own tokens/s: runs of one cell may come from machines
+    # whose MaxText input pipelines differ by 15%, so a median of theirs against the cell's pooled
+    # figure would mix machines
+    for key, name in (("tokens_per_s_median", "logged_vs_ours"), ("wallclock_tokens_per_s_median", "clock_vs_ours")):
+        out[name] = [m[key] / tps - 1 for r, m in zip(ok, own)
+                     if m.get(key) is not None and (tps := _run_tokens_per_s(r))]
+    return out
+
+
+def _run_tokens_per_s(run: LoadedRun) -> float | None:
+    return (run.run.get("throughput") or {}).get("tokens_per_s")
 
 
 def _median_or_none(values):

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -377,6 +378,26 @@ def test_validation_deltas_over_two_seeds_name_each_seeds_delta(tmp_path):
     text = markdown.render(record)
     assert "pooled over 2 seeds: batch-to-batch variation, not a seed-to-seed interval" in text
     assert "torch te-fp8-delayed seed 0 +0.1000, seed 1 -0.1000" in text
+
+
+def test_maxtexts_own_figures_are_compared_run_by_run():
+    """Two machines: each run's figures against that run's tokens/s, not the cell's pooled one."""
+    from parallax.compare import LoadedRun, _maxtext_own
+
+    def mt_run(tps, logged, clock):
+        own = {"tokens_per_s_median": logged, "wallclock_tokens_per_s_median": clock}
+        return LoadedRun(Path("r"), {"status": "ok", "throughput": {"tokens_per_s": tps},
+                                     "engine_extra": {"maxtext": own}})
+
+    own = _maxtext_own([mt_run(460_000.0, 460_000.0, 455_400.0), mt_run(391_000.0, 391_000.0, 391_391.0),
+                        mt_run(459_000.0, 459_000.0, 458_541.0)])
+    assert own["tokens_per_s_median"] == 459_000.0 and own["logged_vs_ours"] == [0.0, 0.0, 0.0]
+    assert own["clock_vs_ours"] == pytest.approx([-0.01, 0.001, -0.001])
+    cell = {"framework": "maxtext", "recipe": "fp8_gpu", "precision": "fp8", "tokens_per_s": {"value": 440_000.0},
+            "maxtext_own": {**own, "tflops_per_step": 20.0, "parallax_maxtext_accounting_tflops_per_step": 20.0,
+                            "tflops_per_s_median": 280.0, "parameters": 7.0}}
+    [row] = [line for line in markdown._maxtext_own({"cells": [cell]}).splitlines() if line.startswith("| fp8 ")]
+    assert "| 459,000 (+0.00%) | 455,400 (-0.10%; runs -1.00% to +0.10%) |" in row  # not +4.32% against 440,000
 
 
 def test_maxtexts_own_figures_sit_beside_ours():

@@ -307,7 +307,8 @@ def _maxtext_own(record: dict) -> str:
         if not own or not ours:
             continue
         logged, clock = own["tokens_per_s_median"], own["wallclock_tokens_per_s_median"]
-        rows.append([f.precision_label(c), f"{ours:,.0f}", _beside(logged, ours), _beside(clock, ours),
+        rows.append([f.precision_label(c), f"{ours:,.0f}", _per_run(logged, own.get("logged_vs_ours"), ours),
+                     _per_run(clock, own.get("clock_vs_ours"), ours),
                      _beside(own["tflops_per_step"], own["parallax_maxtext_accounting_tflops_per_step"], ",.3f"),
                      f.num(own["tflops_per_s_median"]),
                      f"{own['parameters']:,.0f}" if own["parameters"] is not None else f.NA])
@@ -319,6 +320,8 @@ def _maxtext_own(record: dict) -> str:
             "(median step). MaxText's: the median of its logged `perf/per_device_tokens_per_sec` and "
             "`perf/per_device_tflops_per_sec` over the measured steps, and its `perf/per_device_tflops`. Our clock: "
             "the median interval between MaxText's `completed step` lines reaching us, independent of its timer. "
+            "The percentages compare each run with its own tokens/s (median over the runs, and their range where "
+            "they differ), not with the cell's pooled figure. "
             "Parameters: MaxText's own count of its model (`count_params.py`).")
     return "## MaxText's own figures\n\n" + table(header, rows) + "\n\n" + note + "\n\n" + MAXTEXT_DIFFERENCES
 
@@ -329,6 +332,16 @@ MAXTEXT_DIFFERENCES = (
     "AdamW moves its query projection √head_dim times as far a step (8× for head_dim 64) and its gradient norm "
     "counts the query's gradient that many times. Its losses match ours closely; its gradient norms do not "
     "(docs/maxtext.md).")
+
+
+def _per_run(theirs, diffs, ours) -> str:
+    """MaxText's median figure with each run's difference from its own tokens/s (median, range)."""
+    if theirs is None or not diffs:
+        return _beside(theirs, ours)
+    ordered = sorted(diffs)
+    mid = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+    spread = "" if max(diffs) - min(diffs) < 5e-5 else f"; runs {min(diffs):+.2%} to {max(diffs):+.2%}"
+    return f"{theirs:,.0f} ({mid:+.2%}{spread})"
 
 
 def _beside(theirs, ours, spec: str = ",.0f") -> str:
