@@ -501,6 +501,10 @@ def test_concurrent_cells_have_loss_but_no_throughput_in_the_report(tmp_path, mo
         assert cell["final_loss"]["value"] is not None
     assert record["speedups"] == []
     assert {d["framework"] for d in record["loss_deltas"]} == {"torch", "jax"}
+    from parallax.report import markdown
+    text = markdown.render(record)
+    assert "No throughput to compare: the cells' speed was not measured" in text
+    assert "No cell finished with a result." not in text  # every cell did
 
 
 def test_interrupt_stops_every_concurrent_cell(tmp_path, monkeypatch):

@@ -108,7 +108,10 @@ def _compiled(cfg: dict) -> str:
 
 def _conclusions(record: dict) -> str:
     c = record["conclusions"]
-    lines = [] if c["fastest"] else ["- No cell finished with a result."]
+    ok = any((cell.get("counts") or {}).get("ok") for cell in record["cells"])
+    lines = [] if c["fastest"] else [
+        "- No throughput to compare: the cells' speed was not measured (see the note below)." if ok
+        else "- No cell finished with a result."]
     for e in c["fastest"]:
         label = e["precision"] + (" (emulated)" if e["native"] is False else "") + f.gpus_text(e.get("gpus"))
         stack = f"{e['framework']} {e.get('recipe', '')}".strip()
