@@ -286,15 +286,15 @@ def locked(output_dir: Path):
         os.close(fd)
 
 
-# What a resumed benchmark may add to: more frameworks and recipes, so more cells (the rest stays)
-EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells")
+# What a resumed benchmark may add to: more frameworks, recipes, seeds or repeats, so more runs (the rest stays)
+EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats")
 
 
 def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
                       display: Display | None = None) -> None:
     """Write matrix.json, or make sure the one there is this matrix and --resume was given. With
-    --resume the matrix may also extend the stored one by more cells (a recipe or framework
-    added, everything else the same): matrix.json is then rewritten and the new cells run."""
+    --resume the matrix may also extend the stored one by more runs (a framework, recipe, seed or
+    repeat added, everything else the same): matrix.json is then rewritten and the new runs run."""
     path = output_dir / MATRIX_FILE
     wanted = json.loads(json.dumps(matrix.to_dict()))
     if not path.exists():
@@ -312,9 +312,10 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
             stored["run"] = {**{k: v for k, v in defaults.items() if k not in stored["run"]}, **stored["run"]}
     added = added_cells(stored, wanted)
     if added and resume:
+        names = list(dict.fromkeys(f"{c.framework} {c.recipe}" for c in added))
         (display or NullDisplay()).warning(
-            f"{output_dir}: extending the benchmark by {len(added)} cell(s) "
-            f"({', '.join(f'{fw} {rec}' for fw, rec, _ in added)}); the runs already there are kept")
+            f"{output_dir}: extending the benchmark by {len(added)} run(s) of {', '.join(names)}; "
+            "the runs already there are kept")
         atomic_write_json(path, wanted)
         return
     if stored != wanted:
@@ -328,17 +329,20 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
             "the missing cells, or choose another --output-dir")
 
 
-def added_cells(stored, wanted: dict) -> list[tuple]:
-    """The cells ``wanted`` adds to ``stored`` when it only adds cells (every other key equal,
-    every stored cell still there); otherwise []."""
+def added_cells(stored, wanted: dict) -> list[Cell]:
+    """The runs ``wanted`` adds to ``stored`` when it only adds runs (every other key equal,
+    every stored run still one of its runs); otherwise []."""
     if not isinstance(stored, dict) or any(stored.get(k) != wanted.get(k) for k in
                                            set(stored) | set(wanted) if k not in EXTENSIBLE_KEYS):
         return []
-    old = [tuple(c) for c in stored.get("cells") or []]
-    new = [tuple(c) for c in wanted["cells"]]
-    if not set(stored.get("frameworks") or []) <= set(wanted["frameworks"]) or not set(old) <= set(new):
+    try:
+        old = {c.id for c in Matrix.from_dict(stored).cells()}
+    except (KeyError, TypeError, ValueError, ParallaxError):
         return []
-    return [c for c in new if c not in old]
+    new = Matrix.from_dict(wanted).cells()
+    if not old <= {c.id for c in new}:
+        return []
+    return [c for c in new if c.id not in old]
 
 
 ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"

@@ -227,10 +227,25 @@ def test_a_resumed_benchmark_may_add_cells_and_keeps_the_runs_there(tmp_path, mo
     assert sorted(calls.read_text().splitlines()) == ["jax bf16 0", "jax flax-fp8-delayed 0", "jax flax-fp8-direct 0"]
     assert (tmp_path / "out" / "runs" / "torch-bf16-seed0-rep0" / "run.json").read_text() == first
     warnings = [e[1] for e in rec.events if e[0] == "warning"]
-    assert len(warnings) == 1 and "extending the benchmark by 3 cell(s)" in warnings[0]
-    assert "jax flax-fp8-direct" in warnings[0]
+    assert len(warnings) == 1 and "extending the benchmark by 3 run(s) of jax bf16, jax flax-fp8-delayed, " \
+        "jax flax-fp8-direct" in warnings[0]
     stored = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert stored["frameworks"] == ["torch", "jax"] and len(stored["cells"]) == 5
+
+
+def test_a_resumed_benchmark_may_add_seeds_and_repeats(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",)), {}, monkeypatch)
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    results = run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",), seeds=(0, 1), repeats=2), {},
+                  monkeypatch, resume=True)
+    assert {r.cell.id: r.reused for r in results} == {
+        "torch-bf16-seed0-rep0": True, "torch-bf16-seed1-rep0": False,
+        "torch-bf16-seed0-rep1": False, "torch-bf16-seed1-rep1": False}
+    assert sorted(calls.read_text().splitlines()) == ["torch bf16 0", "torch bf16 1", "torch bf16 1"]
+    with pytest.raises(ParallaxError, match="different benchmark configuration"):  # fewer seeds again: refused
+        run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",), seeds=(1,), repeats=2), {},
+            monkeypatch, resume=True)
 
 
 def test_a_resumed_benchmark_may_not_drop_cells_or_change_anything_else(tmp_path, monkeypatch):

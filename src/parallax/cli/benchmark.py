@@ -103,7 +103,7 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
 @click.option("--report", is_flag=True, help="Write report.md, plots and a CSV/JSON export at the end.")
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet "
-              "(cells added to the same configuration too).")
+              "(and runs added to the same configuration: more recipes, seeds or repeats).")
 @click.option("--concurrent", type=int, default=1, show_default=True,
               help="Cells run at once on the GPU. Above 1, for loss studies only: their throughput "
                    "is not measured (the report shows none).")
