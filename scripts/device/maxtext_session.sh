@@ -68,6 +68,10 @@
 #            time from CUDA-graph replays), profile_step.py of torch's and jax's emulated-nvfp4
 #            steps, and bf16 + emulated-nvfp4 of both engines, REPEATS repeats (the emulation cost).
 #
+#   nvfp4long  after nvfp4: bf16 and emulated-nvfp4 of both engines, 1,000 steps, NVFP4_SEEDS (0,1),
+#            evaluation every 100 steps on 5 batches, 8 runs sharing the GPU (loss only; ~670 s for 8 runs).
+#            NVFP4_FROM: a committed benchmark to resume, so that more seeds only run the new ones.
+#
 #   quantbench  while TE builds (or after the matrix): scripts/device/quant_bench.py alone, the
 #            NVFP4 kernels' device time from CUDA-graph replays against torch.compile (~1-2 min; its
 #            device times are the GPU's own, its Python-driven times may be slowed by the build).
@@ -340,6 +344,18 @@ run_nvfp4() {
     report_of "$n/bench"
 }
 
+run_nvfp4long() {  # issue 11's loss penalty: 1,000 steps, both engines, several seeds sharing the GPU
+    local n=$E/nvfp4long
+    if [[ -n ${NVFP4_FROM:-} && ! -d $n/bench ]]; then  # e.g. docs/results/2026-12-02-h200-b/nvfp4long/bench
+        mkdir -p "$n" && cp -a "$NVFP4_FROM" "$n/bench" && log "nvfp4long: resuming $NVFP4_FROM"
+    fi
+    part nvfp4long "${NVFP4_LONG_S:-900}" python3 -m parallax benchmark --frameworks torch,jax --precisions bf16 \
+        --recipes emulated-nvfp4 --model llama-100m --seeds "${NVFP4_SEEDS:-0,1}" --batch-size 32 --seq-len 1024 \
+        --steps 1000 --warmup 20 --repeats 1 --data "$DATA" --epochs 40 --eval-every 100 --eval-batches 5 \
+        --concurrent 8 --timeout-per-run 670 --output-dir "$n/bench" --resume --report
+    report_of "$n/bench"
+}
+
 run() { "run_$1"; DONE_PARTS+="$1 "; }
 
 # ------------------------------------------------------------------------------ setup, then the parts
@@ -381,6 +397,7 @@ pipeline() {
         want matrix && run matrix
     fi
     want nvfp4 && run nvfp4
+    want nvfp4long && run nvfp4long
     for p in $NO_TE_PARTS; do
         want $p && [[ $DONE_PARTS != *" $p "* ]] && run $p
     done

@@ -401,3 +401,18 @@ def test_profile_jax_adds_jax_recipes_each_compared_with_bf16_and_profile_maxtex
     compare = parts["profile-compare-jax-flax-fp8-direct"]
     assert compare[-4:-2] == [str(tmp_path / "profile" / "profile_jax_bf16.json"),
                               str(tmp_path / "profile" / "profile_jax_flax-fp8-direct.json")]
+
+
+def test_nvfp4long_resumes_a_committed_benchmark_with_more_seeds(tmp_path):
+    committed = tmp_path / "committed"
+    (committed / "runs").mkdir(parents=True)
+    session = tmp_path / "session"
+    (session / "carry" / "tinystories").mkdir(parents=True)
+    parts = {name: argv for name, _, argv in dry_run(session, PARTS="nvfp4long", NVFP4_FROM=str(committed),
+                                                     NVFP4_SEEDS="0,1,2,3")}
+    assert (session / "nvfp4long" / "bench" / "runs").is_dir()
+    ctx = parallax_context(parts["nvfp4long"])
+    assert ctx.params["seeds"] == "0,1,2,3" and ctx.params["steps"] == 1000 and ctx.params["concurrent"] == 8
+    assert (ctx.params["eval_every"], ctx.params["eval_batches"], ctx.params["resume"]) == (100, 5, True)
+    _, cells = benchmark_cells(parts["nvfp4long"])
+    assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
