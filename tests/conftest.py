@@ -1,11 +1,43 @@
-"""Shared test setup: tests marked ``gpu`` run only where an NVIDIA GPU answers, and the
-TinyStories samples prepared once per session for the data tests."""
+"""Shared test setup: tests marked ``gpu`` run only where an NVIDIA GPU answers, the
+TinyStories samples prepared once per session for the data tests, and JAX's compilation cache
+in a folder of the test session."""
 
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import tempfile
 
 import pytest
+
+JAX_CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+
+
+def pytest_configure(config):
+    """JAX's persistent compilation cache in a new, empty folder for this session, set before
+    any test module imports JAX and inherited by the interpreters the tests start: a step that
+    several tests or processes compile from the same HLO, flags and devices (the parity CLI and
+    the parity tests' tiny float32 step, the engine runs of tiny that differ only in what a test
+    reads of them, the two JAX processes of the failing-process test after the rendezvous test's)
+    compiles once. XLA builds the same executable either way, so what a test asserts does not
+    depend on the order. The first compile of every step in a session is a real one; the cache
+    never outlives the session. Scripts that need XLA to compile (an HLO dump) drop the variable
+    themselves, as scripts/device/profile_step.py does."""
+    config._parallax_jax_env = {name: os.environ.get(name) for name in JAX_CACHE_ENV}
+    config._parallax_jax_cache = tempfile.mkdtemp(prefix="parallax-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = config._parallax_jax_cache
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+def pytest_unconfigure(config):
+    for name, value in getattr(config, "_parallax_jax_env", {}).items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if getattr(config, "_parallax_jax_cache", None):
+        shutil.rmtree(config._parallax_jax_cache, ignore_errors=True)
 
 
 @functools.lru_cache(maxsize=1)

@@ -36,17 +36,41 @@ def fake_gpu(monkeypatch, name="NVIDIA H200", cc="9.0", packages=GPU_PACKAGES):
     monkeypatch.setattr(envinfo, "package_versions", lambda names=envinfo.PACKAGES: dict(packages))
 
 
-@pytest.fixture
-def maxtext_here(tmp_path, monkeypatch):
+def install_maxtext_here(folder: Path, monkeypatch) -> Path:
     """The fake MaxText importable here and in the subprocess, Python's version check lowered to
-    this interpreter (CI is 3.11; the real check has its own test)."""
-    root = fake_maxtext.install(tmp_path / "site")
+    this interpreter (CI is 3.11; the real check has its own test), Parallax's cache (parameter
+    counts, converted weights) in ``folder``/cache."""
+    root = fake_maxtext.install(folder / "site")
     monkeypatch.syspath_prepend(str(root))
     monkeypatch.setenv("PYTHONPATH", str(root))
     monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
-    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))  # the parameter counts' cache
+    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(folder / "cache"))
     fake_gpu(monkeypatch)
     return root
+
+
+@pytest.fixture
+def maxtext_here(tmp_path, monkeypatch):
+    return install_maxtext_here(tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory):
+    """``trained_once(*args)``: the folder of ``train(folder, *args)`` with the fake MaxText and a
+    cache of its own (so the weights and the count are written, not read), run once for the
+    tests that only read what that same command wrote."""
+    made = {}
+
+    def run(*args: str) -> Path:
+        if args not in made:
+            folder = tmp_path_factory.mktemp("maxtext-run")
+            with pytest.MonkeyPatch.context() as mp:
+                install_maxtext_here(folder, mp)
+                assert train(folder, *args) == 0
+            made[args] = folder
+        return made[args]
+
+    return run
 
 
 def summary_text(result: dict) -> str:
@@ -127,9 +151,8 @@ def test_cpu_device_and_no_gpu_are_one_line(tmp_path, capsys, maxtext_here, monk
                                       "no NVIDIA GPU found (driver said no)")
 
 
-def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(tmp_path, capsys, maxtext_here):
-    assert train(tmp_path) == 0
-    run_dir = tmp_path / "run"
+def test_train_runs_maxtext_and_records_its_metrics_as_our_steps(trained_once):
+    run_dir = trained_once() / "run"
     result = json.loads((run_dir / "run.json").read_text())
     assert result["status"] == "ok"
     assert (result["framework"]["name"], result["framework"]["version"], result["framework"]["tuning"]) == (
@@ -210,11 +233,10 @@ def test_maxtext_starts_from_parallax_weights_of_the_runs_seed(tmp_path, capsys,
     assert "restoring params from " + str(weights_dir) in (run_dir / "maxtext" / "train.log").read_text()
 
 
-def test_the_defaults_tuning_writes_the_layers_stacked_on_the_scan_axis(tmp_path, capsys, maxtext_here):
+def test_the_defaults_tuning_writes_the_layers_stacked_on_the_scan_axis(trained_once):
     import numpy as np
 
-    assert train(tmp_path, "--recipe", "bf16-defaults") == 0
-    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    result = json.loads((trained_once("--recipe", "bf16-defaults") / "run" / "run.json").read_text())
     saved = np.load(Path(result["framework"]["initial_weights"]["load_parameters_path"]) / "items" / "params.npz")
     assert saved["params/params/decoder/layers/self_attention/query/kernel"].shape == (64, 2, 4, 16)
 
@@ -239,15 +261,15 @@ def test_the_parameter_count_of_a_model_is_made_once(tmp_path, capsys, maxtext_h
     assert len(list((tmp_path / "cache" / "maxtext-parameters").glob("*.json"))) == 1
 
 
-def test_the_weights_child_counts_the_parameters_so_no_count_runs_after_training(tmp_path, capsys, maxtext_here):
+def test_the_weights_child_counts_the_parameters_so_no_count_runs_after_training(trained_once):
     """initial_weights.py builds MaxText's abstract model anyway: its count is kept, and the
     ~25 s count_params.py after training (which once pushed a cold fp8 run past its limit) is not run."""
-    assert train(tmp_path) == 0
-    result = json.loads((tmp_path / "run" / "run.json").read_text())["engine_extra"]["maxtext"]
+    run_dir = trained_once() / "run"
+    result = json.loads((run_dir / "run.json").read_text())["engine_extra"]["maxtext"]
     assert (result["parameters"], result["parameters_exact_agree"]) == (1_362_240, True)
     assert "counted by initial_weights.py)" in result["parameters_method"]
-    assert "parallax-maxtext-parameters: 1362240" in (tmp_path / "run" / "maxtext" / "initial_weights.log").read_text()
-    assert not (tmp_path / "run" / "maxtext" / "count_params.log").exists()
+    assert "parallax-maxtext-parameters: 1362240" in (run_dir / "maxtext" / "initial_weights.log").read_text()
+    assert not (run_dir / "maxtext" / "count_params.log").exists()
 
 
 def test_a_run_no_longer_than_the_lr_warmup_gets_a_schedule_maxtext_accepts(tmp_path, capsys, maxtext_here):
@@ -299,9 +321,8 @@ def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, 
     assert (mt["parameters_logged_billion"], mt["parameters_agree"]) == (0.001, True)
 
 
-def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(tmp_path, capsys, maxtext_here):
-    assert train(tmp_path, "--recipe", "bf16-defaults") == 0
-    run_dir = tmp_path / "run"
+def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(trained_once):
+    run_dir = trained_once("--recipe", "bf16-defaults") / "run"
     result = json.loads((run_dir / "run.json").read_text())
     assert result["status"] == "ok" and result["precision"]["recipe"] == "bf16-defaults"
     assert result["precision"]["details"]["params"]["tuning"] == "defaults"
@@ -407,12 +428,12 @@ def test_export_configs_unknown_recipe_is_one_line(tmp_path, capsys):
         "parallax: error: no framework of maxtext has a recipe 'te-fp8-delayed'")
 
 
-def test_the_report_puts_maxtexts_own_figures_beside_ours(tmp_path, capsys, maxtext_here):
-    assert train(tmp_path) == 0
-    result = json.loads((tmp_path / "run" / "run.json").read_text())
+def test_the_report_puts_maxtexts_own_figures_beside_ours(tmp_path, capsys, trained_once):
+    results = trained_once()
+    result = json.loads((results / "run" / "run.json").read_text())
     mt = result["engine_extra"]["maxtext"]
     assert mt["wallclock_tokens_per_s_median"] > 0
-    assert main(["compare", "--results-dir", str(tmp_path), "--output-report", str(tmp_path / "report.md")]) == 0
+    assert main(["compare", "--results-dir", str(results), "--output-report", str(tmp_path / "report.md")]) == 0
     text = (tmp_path / "report.md").read_text()
     section = text[text.index("## MaxText's own figures"):].split("\n\n")[1]
     row = section.splitlines()[2]

@@ -44,11 +44,6 @@ LOSS_TOL = 1.5e-3
 NVFP4_TOL = 5e-3
 
 
-def drive(specs: list[dict], devices: int = 2, env: dict | None = None, timeout: int = 900) -> list[dict]:
-    """The driver's results for ``specs`` in one fresh interpreter with ``devices`` CPU devices."""
-    return drive_side_by_side([specs], devices, env, timeout)[0]
-
-
 def drive_side_by_side(groups: list[list[dict]], devices: int = 2, env: dict | None = None,
                        timeout: int = 900) -> list[list[dict]]:
     """``drive`` of each group in its own interpreter, all at once: XLA compiles the runs' steps on
@@ -202,12 +197,16 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def trained() -> dict:
-    """{(recipe, "1" | "ddp" | "fsdp"): driver result} for bf16 and flax-fp8-delayed, in one process
-    with 2 CPU devices (the 1-device runs use the first)."""
-    # one interpreter per recipe: flax-fp8-delayed's XLA flags (--xla_allow_excess_precision=false
+    """{(recipe, "1" | "ddp" | "fsdp"): driver result} for bf16 and flax-fp8-delayed, and
+    {("emulated-nvfp4-all", "1" | "ddp"): ...}, in processes with 2 CPU devices (the 1-device
+    runs use the first)."""
+    # one interpreter per recipe with XLA flags: flax-fp8-delayed's (--xla_allow_excess_precision=false
     # changes the CPU's numerics too) apply only in a process where they are set before JAX
-    # starts, as in a real run; the three runs of a recipe then share them
-    groups = [[(recipe, name) for name in RUNS] for recipe in ("bf16", "flax-fp8-delayed")]
+    # starts, as in a real run; the three runs of a recipe then share them. The emulated NVFP4
+    # recipe has none: its two runs follow bf16's, so that the two interpreters take about as
+    # long (~50 s each on 2 cores) and the second core is not idle while one of them runs alone.
+    groups = [[("bf16", name) for name in RUNS] + [("emulated-nvfp4-all", name) for name in ("1", "ddp")],
+              [("flax-fp8-delayed", name) for name in RUNS]]
     results = drive_side_by_side([[{"recipe": recipe, **RUNS[name]} for recipe, name in g] for g in groups])
     return {key: result for g, rs in zip(groups, results) for key, result in zip(g, rs, strict=True)}
 
@@ -263,8 +262,10 @@ def test_the_parallel_record_says_what_ran(trained):
 
 
 @pytest.mark.slow
-def test_emulated_nvfp4_trains_on_two_devices():
-    one, two = drive([{"recipe": "emulated-nvfp4-all"}, {"recipe": "emulated-nvfp4-all", "gpus": 2, "batch_size": 4}])
+def test_emulated_nvfp4_trains_on_two_devices(trained):
+    one, two = trained[("emulated-nvfp4-all", "1")], trained[("emulated-nvfp4-all", "ddp")]
+    assert (one["spec"], two["spec"]) == ({"recipe": "emulated-nvfp4-all"},
+                                          {"recipe": "emulated-nvfp4-all", "gpus": 2, "batch_size": 4})
     assert two["loss"][0] == pytest.approx(one["loss"][0], abs=1e-5)
     np.testing.assert_allclose(two["loss"], one["loss"], atol=NVFP4_TOL, rtol=0)
 
@@ -340,7 +341,9 @@ def test_two_processes_over_a_real_rendezvous_train_like_one(trained):
 def test_a_failing_process_ends_both_with_its_error_in_its_log():
     timeout_s = 5  # jax.distributed's shutdown barrier: the healthy process ends this long after the failure
     t0 = time.monotonic()
-    ended = finish(start_processes({"gpus": 2, "batch_size": 4, "steps": 8, "fail_at": [1, 3],
+    # The rendezvous test's run (5 steps) but for the failure: its steps come from the session's
+    # JAX compilation cache, so both processes reach the failure ~7 s sooner.
+    ended = finish(start_processes({"gpus": 2, "batch_size": 4, "fail_at": [1, 3],
                                     "shutdown_timeout_s": timeout_s}), timeout=300)
     elapsed = time.monotonic() - t0
     (code0, out0, err0), (code1, _, err1) = ended

@@ -95,16 +95,29 @@ def test_the_fp8_op_changes_no_parameter_of_the_tree():
 
 @functools.cache
 def _step_setup(op):
-    """The model, state, optimizer and jitted step of ``op``, built once: its step compiles
-    once (~15 s on 2 cores) for the tests that read it."""
+    """The model, state, optimizer and step of ``op``, built once: the engine's own jitted step
+    (runtime.jit_train_step, as the engine builds it for one device) of the engine's model at the
+    engine runs' settings below (fp8_run), so its step compiles once (~15 s on 2 cores) for the
+    tests that read it and for the engine run of the same recipe (the session's JAX compilation
+    cache, tests/conftest.py). The step donates params, extra and optimizer state: the tests
+    hand it copies (``_inputs``)."""
     model = Llama(TINY, dtype=jnp.bfloat16, dot_general_cls=op)
     device = jax.devices("cpu")[0]
     params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)
     extra = runtime.init_extra(model, (COLLECTION,), BATCH[:, :-1].shape, device)
     tx = runtime.make_optimizer(OptimConfig(lr=3e-3, lr_warmup_steps=0), STEPS)
     watched = runtime.quantized_kernels(TINY, op)
-    step = jax.jit(lambda *s: runtime.train_step(model, tx, tuple(watched), *s))
+    step = runtime.jit_train_step(model, tx, watched)
     return model, params, extra, tx, step
+
+
+def _inputs(params, extra, tx):
+    """(params, extra, opt_state, batch) for a first step: copies for the step to donate (the
+    cached originals stay readable), every array on the device as the engine places them (an
+    uncommitted one would lower to another program than the engine's)."""
+    device = jax.devices("cpu")[0]
+    own = jax.tree.map(jnp.copy, (params, extra))
+    return (*own, jax.device_put(tx.init(params), device), jax.device_put(jnp.asarray(BATCH), device))
 
 
 def _fp8_leaves(extra, layer="layers_0", linear="wq"):
@@ -118,8 +131,8 @@ def test_the_step_overwrites_amax_history_and_scales_with_their_gradient(name):
     before = _fp8_leaves(extra)
     assert all((v == 1.0).all() for k, v in before.items() if k.endswith("scale"))
     assert all((v == 0.0).all() for k, v in before.items() if k.endswith("history"))
-    batch = jnp.asarray(BATCH)
-    params1, extra1, opt1, _ = step(params, extra, tx.init(params), batch)
+    *first, batch = _inputs(params, extra, tx)
+    params1, extra1, opt1, _ = step(*first, batch)
     after1 = _fp8_leaves(extra1)
     for key in ("input_amax_history", "kernel_amax_history", "output_grad_amax_history"):
         assert after1[key][0] > 0 and (after1[key][1:] == 0).all(), key  # this step's amax, first
@@ -134,8 +147,8 @@ def test_the_step_overwrites_amax_history_and_scales_with_their_gradient(name):
 
 def test_the_grad_norm_and_clipping_exclude_the_fp8_meta():
     model, params, extra, tx, step = _step_setup(nn.Fp8DotGeneralOp)  # the delayed op's step test compiled it
-    batch = jnp.asarray(BATCH)
-    _, _, _, metrics = step(params, extra, tx.init(params), batch)
+    *first, batch = _inputs(params, extra, tx)
+    _, _, _, metrics = step(*first, batch)
     grads_p, grads_e = jax.jit(jax.grad(lambda p, e: loss_fn(model, p, batch, e), argnums=(0, 1)))(params, extra)
     assert float(metrics[1]) == pytest.approx(float(optax.tree.norm(grads_p)), rel=1e-5)
     # the meta 'gradients' are amaxes and scales: counted in, they would dominate the norm

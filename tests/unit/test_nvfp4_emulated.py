@@ -246,8 +246,10 @@ def test_the_tiny_preset_trains_emulated_in_both_engines(framework, tmp_path):
     from parallax.config import RunConfig
     from parallax.train import run_training
 
+    # 2 x 32 tokens (four 16-blocks), not the preset's 8 x 128: the same run through the same
+    # paths, its CPU steps 8x cheaper (torch 20 s -> 15 s, JAX 17 s -> 10 s on 2 cores)
     run = RunConfig.for_preset("tiny", framework=framework, precision="nvfp4", steps=3, warmup=1, device="cpu",
-                               output_dir=str(tmp_path)).validate()
+                               batch_size=2, seq_len=32, output_dir=str(tmp_path)).validate()
     assert run.recipe == "emulated-nvfp4"
     result = run_training(run)
     data = json.loads((tmp_path / "run.json").read_text())
