@@ -79,7 +79,8 @@ def test_the_failure_line_is_the_exception_not_jaxs_note(tail, line):
 
 
 @pytest.mark.parametrize("recipe, platform", [("bf16", "cpu"), ("fp8_gpu", "cpu"), ("fp8", "cpu"),
-                                              ("te_fp8_delayedscaling", None), ("te_nvfp4", None)])
+                                              ("te_fp8_delayedscaling", None), ("te_nvfp4", None),
+                                              (None, None)])  # --precision nvfp4 alone: its default, te_nvfp4
 def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, tmp_path, monkeypatch):
     """TE's primitives have no CPU lowering, and the te_* modes' concrete init runs TE's quantize."""
     from parallax.config import RunConfig
@@ -90,7 +91,7 @@ def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, t
         return subprocess.CompletedProcess(command, 0, "parallax-maxtext-weights: x\nparallax-maxtext-parameters: 7\n", "")
 
     monkeypatch.setattr(launch.subprocess, "run", fake_run)
-    fmt = {"bf16": "bf16", "te_nvfp4": "nvfp4"}.get(recipe, "fp8")
+    fmt = {"bf16": "bf16", "te_nvfp4": "nvfp4", None: "nvfp4"}.get(recipe, "fp8")
     run = RunConfig(framework="maxtext", precision=fmt, recipe=recipe, model="tiny")
     given = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "3"}
     (tmp_path / "maxtext").mkdir()

@@ -27,7 +27,6 @@ from parallax.config import RunConfig
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
 from parallax.gpu import pip_cudnn_folder
-from parallax.precision import registry
 from parallax.precision.maxtext import MAXTEXT_TE
 
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
@@ -240,7 +239,7 @@ def weights_env(run: RunConfig, env: dict) -> dict:
     device, and TE's primitives have no CPU lowering (on the H200, 2026-12-02: ``MLIR translation
     rule for primitive 'te_dbias_quantize_ffi' not found for platform cpu``). Those run on the
     run's GPU, before MaxText starts there, without JAX's preallocation."""
-    if registry.get("maxtext", run.recipe or run.precision).backend.name == MAXTEXT_TE.name:
+    if run.recipe_spec.backend.name == MAXTEXT_TE.name:
         return {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     return {**env, "JAX_PLATFORMS": "cpu"}
 
