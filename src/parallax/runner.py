@@ -310,7 +310,7 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
         if isinstance(stored.get("run"), dict):  # RunConfig fields added since take their defaults
             defaults = {k: v for k, v in RunConfig().to_dict().items() if k not in CELL_FIELDS}
             stored["run"] = {**{k: v for k, v in defaults.items() if k not in stored["run"]}, **stored["run"]}
-    added = added_cells(stored, wanted)
+    added = added_cells(stored, wanted, matrix.cells())
     if added and resume:
         names = list(dict.fromkeys(f"{c.framework} {c.recipe}" for c in added))
         (display or NullDisplay()).warning(
@@ -329,9 +329,10 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
             "the missing cells, or choose another --output-dir")
 
 
-def added_cells(stored, wanted: dict) -> list[Cell]:
-    """The runs ``wanted`` adds to ``stored`` when it only adds runs (every other key equal,
-    every stored run still one of its runs); otherwise []."""
+def added_cells(stored, wanted: dict, cells: list[Cell]) -> list[Cell]:
+    """The runs of ``cells`` (the matrix ``wanted`` describes) that ``stored`` lacks, when the
+    matrix only adds runs (every other key equal, every stored run still one of its runs);
+    otherwise []."""
     if not isinstance(stored, dict) or any(stored.get(k) != wanted.get(k) for k in
                                            set(stored) | set(wanted) if k not in EXTENSIBLE_KEYS):
         return []
@@ -339,10 +340,9 @@ def added_cells(stored, wanted: dict) -> list[Cell]:
         old = {c.id for c in Matrix.from_dict(stored).cells()}
     except (KeyError, TypeError, ValueError, ParallaxError):
         return []
-    new = Matrix.from_dict(wanted).cells()
-    if not old <= {c.id for c in new}:
+    if not old <= {c.id for c in cells}:
         return []
-    return [c for c in new if c.id not in old]
+    return [c for c in cells if c.id not in old]
 
 
 ENV_SNIPPET = ("import json, sys\nfrom parallax.envinfo import environment\n"
