@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from datetime import datetime, timezone
 
 from parallax import __version__
@@ -341,8 +342,7 @@ def _per_run(theirs, diffs, ours) -> str:
     """MaxText's median figure with each run's difference from its own tokens/s (median, range)."""
     if theirs is None or not diffs:
         return _beside(theirs, ours)
-    ordered = sorted(diffs)
-    mid = (ordered[(len(ordered) - 1) // 2] + ordered[len(ordered) // 2]) / 2
+    mid = statistics.median(diffs)
     spread = "" if max(diffs) - min(diffs) < 5e-5 else f"; runs {min(diffs):+.2%} to {max(diffs):+.2%}"
     return f"{theirs:,.0f} ({mid:+.2%}{spread})"
 
