@@ -265,11 +265,14 @@ run_capture() {
     part capture-direct-read 60 python3 -c "$check" "$c/direct/metrics.jsonl"
 }
 
+resume_from() {  # resume_from SRC DEST: a benchmark committed to the tree becomes DEST once (--resume runs the rest)
+    [[ -n $1 && ! -d $2 ]] || return 0
+    mkdir -p "$(dirname "$2")" && cp -a "$1" "$2" && log "$(basename "$(dirname "$2")"): resuming $1"
+}
+
 run_matrix() {
     local todo=0 p limit
-    if [[ -n ${MATRIX_FROM:-} && ! -d $E/matrix/bench ]]; then  # resume a benchmark committed to the tree
-        mkdir -p "$E/matrix" && cp -a "$MATRIX_FROM" "$E/matrix/bench" && log "matrix: resuming $MATRIX_FROM"
-    fi
+    resume_from "${MATRIX_FROM:-}" "$E/matrix/bench"
     for p in $NO_TE_PARTS nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
@@ -346,9 +349,7 @@ run_nvfp4() {
 
 run_nvfp4long() {  # issue 11's loss penalty: 1,000 steps, both engines, several seeds sharing the GPU
     local n=$E/nvfp4long
-    if [[ -n ${NVFP4_FROM:-} && ! -d $n/bench ]]; then  # e.g. docs/results/2026-12-02-h200-b/nvfp4long/bench
-        mkdir -p "$n" && cp -a "$NVFP4_FROM" "$n/bench" && log "nvfp4long: resuming $NVFP4_FROM"
-    fi
+    resume_from "${NVFP4_FROM:-}" "$n/bench"  # e.g. docs/results/2026-12-02-h200-b/nvfp4long/bench
     part nvfp4long "${NVFP4_LONG_S:-900}" python3 -m parallax benchmark --frameworks torch,jax --precisions bf16 \
         --recipes emulated-nvfp4 --model llama-100m --seeds "${NVFP4_SEEDS:-0,1}" --batch-size 32 --seq-len 1024 \
         --steps 1000 --warmup 20 --repeats 1 --data "$DATA" --epochs 40 --eval-every 100 --eval-batches 5 \
