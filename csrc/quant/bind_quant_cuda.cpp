@@ -5,10 +5,12 @@
 // these functions only queue the kernels on that stream and never synchronise.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "quant/nvfp4.h"
 #include "quant/quant_cuda.h"
@@ -71,6 +73,31 @@ void bind_quant_cuda(nb::module_& m) {
       "stochastic"_a, "seed"_a, "seed_counter"_a, "rht"_a, "rht_seed"_a, "stream"_a,
       "quant_nvfp4_cuda with the SR seed step_seed(seed, *seed_counter), the counter a device uint32 read by "
       "the kernel (see csrc/quant/quant_cuda.h).");
+
+  m.def(
+      "quant_nvfp4_parts_cuda",
+      [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t scale_ws, size_t rows, size_t cols, int mode,
+         bool stochastic, const std::vector<uint64_t>& seeds, uintptr_t seed_counter, bool rht, uint64_t rht_seed,
+         uintptr_t stream) {
+        check(px_nvfp4_qdq_parts_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<float>(scale_ws), rows,
+                                      cols, seeds.size(), mode, stochastic, seeds.data(),
+                                      ptr<const uint32_t>(seed_counter), rht, rht_seed, stream_of(stream)),
+              "quant_nvfp4_parts_cuda");
+      },
+      "x"_a, "dtype"_a, "y"_a, "scale_ws"_a, "rows"_a, "cols"_a, "mode"_a, "stochastic"_a, "seeds"_a,
+      "seed_counter"_a, "rht"_a, "rht_seed"_a, "stream"_a,
+      "Queue NVFP4 quantize-dequantize of len(seeds) equal column parts of x, each as its own tensor with its own "
+      "seed (scale_ws: float[2 * parts]; seed_counter 0 = none). See csrc/quant/quant_cuda.h.");
+
+  m.def(
+      "quant_cuda_set_schedule",
+      [](bool fused, bool hold) { check(px_quant_cuda_set_schedule(fused, hold), "quant_cuda_set_schedule"); },
+      "fused"_a, "hold"_a,
+      "How NVFP4 1x16 runs from now on, process-wide: fused (one read of x, the default) or the amax and quantize "
+      "kernels; hold: the single-read kernel keeps groups in shared memory. Every schedule gives the same bits.");
+
+  m.def("quant_cuda_last_schedule", &px_quant_cuda_last_schedule,
+        "The 1x16 schedule the last NVFP4 1x16 call of this thread queued: 1 single-read, 0 two kernels, -1 none.");
 
   m.def(
       "hadamard16_cuda",

@@ -40,12 +40,13 @@ PX_HD void store_u32(uint16_t* p, uint32_t w) {
 #endif
 }
 
-// The unit's two blocks as float32: a = column col, b = column col + 1 (col even, cols even).
+// The unit's two blocks as float32: a = column col, b = column col + 1 (col even, cols even);
+// ld: the elements from one row to the next (cols for a dense tensor, more for a column part).
 template <bool kBf16>
-PX_HD void load_column_pair(const void* x, size_t cols, size_t row0, size_t col, float a[16], float b[16]) {
+PX_HD void load_column_pair(const void* x, size_t ld, size_t row0, size_t col, float a[16], float b[16]) {
   PX_UNROLL
   for (int k = 0; k < 16; ++k) {
-    const size_t i = (row0 + static_cast<size_t>(k)) * cols + col;
+    const size_t i = (row0 + static_cast<size_t>(k)) * ld + col;
     if constexpr (kBf16) {
       const uint32_t w = load_u32(static_cast<const uint16_t*>(x) + i);
       a[k] = bf16_to_f32(static_cast<uint16_t>(w & 0xFFFFu));
@@ -74,9 +75,9 @@ PX_HD uint32_t amax_of_key(int32_t key) { return key > 0x00800000 ? static_cast<
 
 // A unit's blocks after the transform (kRht: signs s), folded into the amax key.
 template <bool kBf16, bool kRht>
-PX_HD int32_t unit_amax_key(const void* x, size_t cols, size_t row0, size_t col, const float s[16], int32_t key) {
+PX_HD int32_t unit_amax_key(const void* x, size_t ld, size_t row0, size_t col, const float s[16], int32_t key) {
   float a[16], b[16];
-  load_column_pair<kBf16>(x, cols, row0, col, a, b);
+  load_column_pair<kBf16>(x, ld, row0, col, a, b);
   if (kRht) {
     hadamard16_group(a, s, false);
     hadamard16_group(b, s, false);
@@ -113,12 +114,13 @@ PX_HD void block_values(const float v[16], const FastScale* table, float sg, uin
   for (int k = 0; k < 16; ++k) out[k] = kBf16 ? (y[k >> 1] >> (16 * (k & 1))) & 0xFFFFu : y[k];
 }
 
-// One unit: both blocks quantize-dequantized and written to y at their places.
+// One unit: both blocks quantize-dequantized and written to y at their places (x and y rows ld
+// elements apart; the SR index counts the part's own rows and columns).
 template <bool kBf16, bool kRht, bool kSr>
-PX_HD void unit_qdq(const void* x, void* y, size_t rows, size_t cols, size_t row0, size_t col, const float s[16],
+PX_HD void unit_qdq(const void* x, void* y, size_t rows, size_t ld, size_t row0, size_t col, const float s[16],
                     const FastScale* table, float sg, uint64_t key) {
   float a[16], b[16];
-  load_column_pair<kBf16>(x, cols, row0, col, a, b);
+  load_column_pair<kBf16>(x, ld, row0, col, a, b);
   if (kRht) {
     hadamard16_group(a, s, false);
     hadamard16_group(b, s, false);
@@ -128,7 +130,7 @@ PX_HD void unit_qdq(const void* x, void* y, size_t rows, size_t cols, size_t row
   block_values<kBf16, kSr>(b, table, sg, key, (col + 1) * rows + row0, yb);
   PX_UNROLL
   for (int k = 0; k < 16; ++k) {
-    const size_t i = (row0 + static_cast<size_t>(k)) * cols + col;
+    const size_t i = (row0 + static_cast<size_t>(k)) * ld + col;
     if constexpr (kBf16) {
       store_u32(static_cast<uint16_t*>(y) + i, ya[k] | (yb[k] << 16));
     } else {

@@ -11,14 +11,17 @@
 // lanes past the end only take part in the shuffles), so the full-mask shuffles are safe.
 #include "quant/quant_cuda.h"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 
 #include "quant/qdq_columns.h"
 #include "quant/qdq_math.h"
+#include "quant/qdq_schedule.h"
 
 namespace {
 
@@ -151,26 +154,55 @@ __device__ __forceinline__ void hadamard_half(float v[8], int half, uint32_t neg
 // block, or one row of a 16x16 tile): two 16-byte loads for bf16, four for float32, and every
 // per-block step in registers. See qdq_math.h's "fast paths" for the arithmetic.
 
-// One 16-byte load of a group: streamed (__ldcs, read once: the quantize pass), or through the
-// read-only path (kKeep, __ldg: the amax pass, whose lines the quantize pass reads again from L2).
-template <bool kKeep, typename V>
-__device__ __forceinline__ V load16(const V* p) {
-  if constexpr (kKeep) return __ldg(p);
-  else return __ldcs(p);
+// How a group's 16-byte loads treat the caches: streamed (kStream, __ldcs: read once, the
+// quantize passes), through the read-only path (kKeep, __ldg: the amax pass, whose lines the
+// quantize pass reads again from L2), or marked to stay in L2 (kLast: the single-read kernel's
+// first pass over the groups it does not keep in shared memory, with an evict_last policy).
+enum Load { kStream, kKeep, kLast };
+
+__device__ __forceinline__ uint64_t evict_last_policy() {
+  uint64_t pol = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+#endif
+  return pol;
 }
 
+template <Load kLoad>
+__device__ __forceinline__ uint4 load16(const uint4* p, uint64_t pol) {
+  if constexpr (kLoad == kKeep) return __ldg(p);
+  else if constexpr (kLoad == kStream) return __ldcs(p);
+  else {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p), "l"(pol));
+    return r;
+#else
+    return __ldg(p);
+#endif
+  }
+}
+
+// A group of 16 in registers as loaded: kWords 16-byte words, word k read and written whole
+// (load, and the single-read kernel's copies to and from shared memory).
 template <typename T>
 struct Group;
 
 template <>
 struct Group<uint16_t> {  // bfloat16: 8 words, element 2j in the low half of w[j]
+  static constexpr int kWords = 2;
   uint32_t w[8];
-  template <bool kKeep = false>
-  __device__ __forceinline__ void load(const void* base, size_t i) {
+  template <Load kLoad = kStream>
+  __device__ __forceinline__ void load(const void* base, size_t i, uint64_t pol = 0) {
     const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(base) + i);
-    const uint4 a = load16<kKeep>(p), b = load16<kKeep>(p + 1);
-    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-    w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) set_word(k, load16<kLoad>(p + k, pol));
+  }
+  __device__ __forceinline__ uint4 word(int k) const { return make_uint4(w[4 * k], w[4 * k + 1], w[4 * k + 2], w[4 * k + 3]); }
+  __device__ __forceinline__ void set_word(int k, uint4 a) {
+    w[4 * k] = a.x; w[4 * k + 1] = a.y; w[4 * k + 2] = a.z; w[4 * k + 3] = a.w;
   }
   __device__ __forceinline__ void to_float(float v[16]) const {
 #pragma unroll
@@ -183,15 +215,21 @@ struct Group<uint16_t> {  // bfloat16: 8 words, element 2j in the low half of w[
 
 template <>
 struct Group<float> {
+  static constexpr int kWords = 4;
   float v[16];
-  template <bool kKeep = false>
-  __device__ __forceinline__ void load(const void* base, size_t i) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(base) + i);
+  template <Load kLoad = kStream>
+  __device__ __forceinline__ void load(const void* base, size_t i, uint64_t pol = 0) {
+    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const float*>(base) + i);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const float4 a = load16<kKeep>(p + k);
-      v[4 * k] = a.x; v[4 * k + 1] = a.y; v[4 * k + 2] = a.z; v[4 * k + 3] = a.w;
-    }
+    for (int k = 0; k < kWords; ++k) set_word(k, load16<kLoad>(p + k, pol));
+  }
+  __device__ __forceinline__ uint4 word(int k) const {
+    return make_uint4(__float_as_uint(v[4 * k]), __float_as_uint(v[4 * k + 1]), __float_as_uint(v[4 * k + 2]),
+                      __float_as_uint(v[4 * k + 3]));
+  }
+  __device__ __forceinline__ void set_word(int k, uint4 a) {
+    v[4 * k] = __uint_as_float(a.x); v[4 * k + 1] = __uint_as_float(a.y);
+    v[4 * k + 2] = __uint_as_float(a.z); v[4 * k + 3] = __uint_as_float(a.w);
   }
   __device__ __forceinline__ void to_float(float o[16]) const {
 #pragma unroll
@@ -246,23 +284,17 @@ __device__ __forceinline__ void block_max_into(uint32_t m, float* ws) {
   }
 }
 
-// amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
-// caller) with an atomic max on the bits: non-negative floats order like their bit patterns
-// and max is exact, so the result does not depend on the order of the blocks. Magnitudes are
-// compared as integers with a key that puts NaN and inf below every finite value: bits + 2^23
-// (float32; a non-finite magnitude >= 0x7F800000 then has the sign bit, so a signed max drops
-// it) or, per 16-bit lane, bits + 0x80 (bfloat16, two lanes per instruction).
+// The amax over the finite values of groups (optionally transformed), as integer keys that
+// put NaN and inf below every finite value: float32, max of bits + 2^23 (a non-finite magnitude
+// >= 0x7F800000 then has the sign bit, so a signed max drops it); bfloat16 without the
+// transform, per 16-bit lane max of bits + 0x80 (two lanes per instruction).
 template <typename T, bool kRht>
-__global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups, const Signs sgn,
-                                                       float* __restrict__ ws) {
-  constexpr bool kLanes = sizeof(T) == 2 && !kRht;
-  pdl_launch_dependents();
-  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  int32_t key = 0;        // float32 key: max of bits + 0x00800000 over finite magnitudes
-  uint32_t lanes = 0;     // bf16 keys, two s16 lanes
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    Group<T> in;
-    in.template load<true>(x, g * 16);
+struct AmaxAcc {
+  static constexpr bool kLanes = sizeof(T) == 2 && !kRht;
+  int32_t key = 0;     // float32 key: max of bits + 0x00800000 over finite magnitudes
+  uint32_t lanes = 0;  // bf16 keys, two s16 lanes
+
+  __device__ __forceinline__ void add(const Group<T>& in, const Signs& sgn) {
     if constexpr (kLanes) {
 #pragma unroll
       for (int j = 0; j < 8; ++j) lanes = q::max_s16x2(lanes, (in.w[j] & 0x7FFF7FFFu) + 0x00800080u);
@@ -274,14 +306,41 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__
       for (int k = 0; k < 16; ++k) key = max(key, static_cast<int32_t>((__float_as_uint(v[k]) & 0x7FFFFFFFu) + 0x00800000u));
     }
   }
-  uint32_t m;  // the float bits of the largest finite magnitude
-  if constexpr (kLanes) {
-    const int32_t l = max(static_cast<int32_t>(static_cast<int16_t>(lanes & 0xFFFFu)), static_cast<int32_t>(static_cast<int16_t>(lanes >> 16)));
-    m = l > 0x80 ? static_cast<uint32_t>(l - 0x80) << 16 : 0u;
-  } else {
-    m = key > 0x00800000 ? static_cast<uint32_t>(key - 0x00800000) : 0u;
+
+  // The float bits of the largest finite magnitude added (0 if none).
+  __device__ __forceinline__ uint32_t bits() const {
+    if constexpr (kLanes) {
+      const int32_t l = max(static_cast<int32_t>(static_cast<int16_t>(lanes & 0xFFFFu)),
+                            static_cast<int32_t>(static_cast<int16_t>(lanes >> 16)));
+      return l > 0x80 ? static_cast<uint32_t>(l - 0x80) << 16 : 0u;
+    } else {
+      return key > 0x00800000 ? static_cast<uint32_t>(key - 0x00800000) : 0u;
+    }
   }
-  block_max_into(__reduce_max_sync(kFull, m), ws);
+};
+
+// The element offset of group g in a tensor of that layout: dense tensors may have 2^32 groups
+// or more, strided ones (px_nvfp4_qdq_parts_cuda) fewer than 2^31 (checked by the host).
+__device__ __forceinline__ size_t group_offset(const q::GroupLayout& l, size_t g) {
+  return l.dense ? g * 16 : l.offset(static_cast<uint32_t>(g));
+}
+
+// amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
+// caller) with an atomic max on the bits: non-negative floats order like their bit patterns
+// and max is exact, so the result does not depend on the order of the blocks.
+template <typename T, bool kRht>
+__global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups,
+                                                       const q::GroupLayout layout, const Signs sgn,
+                                                       float* __restrict__ ws) {
+  pdl_launch_dependents();
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  AmaxAcc<T, kRht> acc;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    Group<T> in;
+    in.template load<kKeep>(x, group_offset(layout, g));
+    acc.add(in, sgn);
+  }
+  block_max_into(__reduce_max_sync(kFull, acc.bits()), ws);
 }
 
 // ---- NVFP4 quantize-dequantize ---------------------------------------------------------------
@@ -299,6 +358,8 @@ struct Nvfp4Args {
   uint64_t seed;              // with counter: the per-run seed ...
   const uint32_t* counter;    // ... and the device step counter (NULL: key as given)
   Signs sgn;                  // Hadamard signs
+  size_t ld = 0;              // elements from one row of x (and of y) to the next: cols, or more
+  q::GroupLayout layout{};    // 1x16: where group g of x and y is (from cols and ld)
 };
 
 // The generic path (qdq::generic_group), out of line: it is rare (only tensors whose amax is
@@ -307,7 +368,7 @@ struct Nvfp4Args {
 // path's stay in registers.
 template <typename T>
 __device__ __noinline__ void generic_group_store(const float v[16], uint32_t amax_bits, float sg, bool stochastic,
-                                                  uint64_t key, size_t i, uint64_t index, void* y,
+                                                  uint64_t key, size_t yi, size_t i, uint64_t index, void* y,
                                                   uint8_t* codes_out) {
   float yf[16];
   uint32_t codes[2], w[kOutWords<T>];
@@ -317,7 +378,7 @@ __device__ __noinline__ void generic_group_store(const float v[16], uint32_t ama
   } else {
     for (int k = 0; k < 16; ++k) w[k] = __float_as_uint(yf[k]);
   }
-  if (y) store_group<T>(y, i, w);
+  if (y) store_group<T>(y, yi, w);
   if (codes_out) __stcs(reinterpret_cast<uint2*>(codes_out + i / 2), make_uint2(codes[0], codes[1]));
 }
 
@@ -352,9 +413,10 @@ struct GroupQdq {
     return sc > 0x7Fu || table[sc].flags == q::kFlagGeneric;
   }
 
-  // The generic path: stores the group's values and codes.
-  __device__ __forceinline__ void generic_store(const Group<T>& in, uint32_t amax_b, float sg, uint64_t key, size_t i,
-                                                uint64_t index, const Nvfp4Args& args) const {
+  // The generic path: stores the group's values (at element yi of y) and codes (of the group
+  // whose index in its tensor is i).
+  __device__ __forceinline__ void generic_store(const Group<T>& in, uint32_t amax_b, float sg, uint64_t key, size_t yi,
+                                                size_t i, uint64_t index, const Nvfp4Args& args) const {
     float v[16];
     if constexpr (kPairs) {
       in.to_float(v);
@@ -362,7 +424,7 @@ struct GroupQdq {
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = __uint_as_float(u[k]);
     }
-    generic_group_store<T>(v, amax_b, sg, kSr, key, i, index, args.y, args.codes);
+    generic_group_store<T>(v, amax_b, sg, kSr, key, yi, i, index, args.y, args.codes);
   }
 
   // Codes and output words of a fast or dead block (generic() false) of scale code sc.
@@ -393,42 +455,122 @@ __device__ __forceinline__ uint64_t sr_key(const Nvfp4Args& a) {
 template <typename T, bool kTile, bool kRht, bool kSr>
 constexpr int kMinBlocks = (kTile && sizeof(T) == 2 && !kRht && !kSr) ? 5 : 0;
 
+// One 1x16 group g (its index in the launch's chunk; its 16 elements start at element off of x
+// and of y): the scale, the codes and the values written.
+template <typename T, bool kRht, bool kSr>
+__device__ __forceinline__ void qdq_1x16_group(const Group<T>& in, uint32_t g, size_t off, const q::FastScale* table,
+                                               float sg, uint64_t key, const Nvfp4Args& a) {
+  using G = GroupQdq<T, kRht, kSr>;
+  const size_t i = static_cast<size_t>(g) * 16;
+  G r;
+  r.prepare(in, a.sgn);
+  const uint32_t sc = q::block_code(r.amax_bits, sg);
+  if (a.scales) a.scales[g] = static_cast<uint8_t>(sc);
+  if (G::generic(table, sc)) {
+    r.generic_store(in, r.amax_bits, sg, key, off, i, a.index_base + i, a);
+  } else {
+    uint32_t codes[2], y[kOutWords<T>];
+    r.quantize(in, table, sc, key, a.index_base + i, codes, y);
+    if (a.y) store_group<T>(a.y, off, y);
+    if (a.codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
+  }
+}
+
+// The tensor's s_global from the amax in ws[0] (block 0 records it in ws[1]) and this block's
+// scale table; the stochastic-rounding key of the launch.
+template <typename T, bool kRht, bool kSr>
+__device__ __forceinline__ float start_quantize(const Nvfp4Args& a, q::FastScale* table, uint64_t& key) {
+  const float sg = q::global_scale(__ldcg(a.ws));
+  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
+  build_table<T, kRht, kSr>(table, sg);
+  __syncthreads();
+  key = kSr ? sr_key(a) : 0;
+  return sg;
+}
+
 // 1x16: thread t of the grid takes groups G-1-t, G-1-t-stride, ...: the reverse of the amax
 // kernel's order, so that the first groups read here are the last it read (still in L2). Group
 // indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups).
 template <typename T, bool kRht, bool kSr>
 __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) nvfp4_1x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
-  using G = GroupQdq<T, kRht, kSr>;
   const uint32_t groups = a.groups;
   const uint32_t stride = gridDim.x * blockDim.x;
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   Group<T> in;
-  if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);  // in flight while the amax completes
+  if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));  // in flight while the amax completes
   pdl_wait();
-  const float sg = q::global_scale(a.ws[0]);
-  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
-  build_table<T, kRht, kSr>(table, sg);
-  __syncthreads();
-  const uint64_t key = kSr ? sr_key(a) : 0;
-  const bool want_y = a.y != nullptr, want_codes = a.codes != nullptr, want_scales = a.scales != nullptr;
+  uint64_t key;
+  const float sg = start_quantize<T, kRht, kSr>(a, table, key);
   while (t < groups) {
     const uint32_t g = groups - 1 - t;
-    const size_t i = static_cast<size_t>(g) * 16;
-    G r;
-    r.prepare(in, a.sgn);
-    const uint32_t sc = q::block_code(r.amax_bits, sg);
-    if (want_scales) a.scales[g] = static_cast<uint8_t>(sc);
-    if (G::generic(table, sc)) {
-      r.generic_store(in, r.amax_bits, sg, key, i, a.index_base + i, a);
-    } else {
-      uint32_t codes[2], y[kOutWords<T>];
-      r.quantize(in, table, sc, key, a.index_base + i, codes, y);
-      if (want_y) store_group<T>(a.y, i, y);
-      if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
-    }
+    qdq_1x16_group<T, kRht, kSr>(in, g, group_offset(a.layout, g), table, sg, key, a);
     t += stride;
-    if (t < groups) in.load(a.x, static_cast<size_t>(groups - 1 - t) * 16);
+    if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));
+  }
+}
+
+// ---- NVFP4 1x16 in one read of x --------------------------------------------------------------
+//
+// The two-kernel path reads x twice: the amax kernel, then the quantize kernel (the per-tensor
+// scale must be known before any block is quantized). This kernel reads it once from DRAM: a
+// cooperative launch of as many blocks as are resident; each block takes a contiguous run of
+// groups (qdq::FusedSplit), keeps the first `hold_cap` of them in shared memory as it reads them
+// for the amax, reads the rest with an L2 evict_last policy, and after a grid-wide barrier (the
+// amax complete) quantizes the rest again, last read first (from L2, where they fit), then the
+// kept ones from shared memory. The same block reads its groups again, so they are found in its
+// own L2 partition. Bit for bit the two-kernel path's output: the amax is an order-independent
+// max, every group goes through the same qdq_1x16_group.
+
+template <typename T>
+__device__ __forceinline__ void keep_group(const Group<T>& in, uint4* held, uint32_t j) {
+#pragma unroll
+  for (int k = 0; k < Group<T>::kWords; ++k) held[q::held_slot(j, k, Group<T>::kWords, kThreads)] = in.word(k);
+}
+
+template <typename T>
+__device__ __forceinline__ void recall_group(Group<T>& in, const uint4* held, uint32_t j) {
+#pragma unroll
+  for (int k = 0; k < Group<T>::kWords; ++k) in.set_word(k, held[q::held_slot(j, k, Group<T>::kWords, kThreads)]);
+}
+
+template <typename T, bool kRht, bool kSr>
+__global__ void __launch_bounds__(kThreads) nvfp4_1x16_fused_kernel(const Nvfp4Args a, uint32_t hold_cap) {
+  extern __shared__ uint4 held[];
+  __shared__ q::FastScale table[128];
+  const uint32_t t = threadIdx.x;
+  const q::FusedSplit s = q::FusedSplit::of(a.groups, gridDim.x, blockIdx.x, hold_cap);
+  const uint64_t pol = evict_last_policy();
+  AmaxAcc<T, kRht> acc;
+#pragma unroll 4
+  for (uint32_t j = t; j < s.hold; j += kThreads) {
+    Group<T> in;
+    in.load(a.x, group_offset(a.layout, s.begin + j));
+    keep_group(in, held, j);
+    acc.add(in, a.sgn);
+  }
+#pragma unroll 4
+  for (uint32_t j = s.hold + t; j < s.size(); j += kThreads) {
+    Group<T> in;
+    in.template load<kLast>(a.x, group_offset(a.layout, s.begin + j), pol);
+    acc.add(in, a.sgn);
+  }
+  block_max_into(__reduce_max_sync(kFull, acc.bits()), a.ws);
+  cooperative_groups::this_grid().sync();
+  uint64_t key;
+  const float sg = start_quantize<T, kRht, kSr>(a, table, key);
+  for (uint32_t m = s.visits(s.hold, t, kThreads); m-- > 0;) {
+    const uint32_t g = s.begin + s.hold + t + m * kThreads;
+    const size_t off = group_offset(a.layout, g);
+    Group<T> in;
+    in.load(a.x, off);
+    qdq_1x16_group<T, kRht, kSr>(in, g, off, table, sg, key, a);
+  }
+  for (uint32_t j = t; j < s.hold; j += kThreads) {
+    Group<T> in;
+    recall_group(in, held, j);
+    const uint32_t g = s.begin + j;
+    qdq_1x16_group<T, kRht, kSr>(in, g, group_offset(a.layout, g), table, sg, key, a);
   }
 }
 
@@ -451,24 +593,24 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
     band = (units - 1 - t) / pairs;
     pair = (units - 1 - t) % pairs;
   }
-  auto at = [&](uint32_t b, uint32_t p, bool& live) {
+  // the group's index in its tensor (i: codes, SR) and its offset in x and y (off: rows ld apart)
+  auto at = [&](uint32_t b, uint32_t p, bool& live, size_t& off) {
     const uint32_t tile = 2 * p + side;
     live = tile < gpr;
-    return (static_cast<size_t>(b) * 16 + row) * a.cols + static_cast<size_t>(tile) * 16;
+    const size_t r = static_cast<size_t>(b) * 16 + row, c = static_cast<size_t>(tile) * 16;
+    off = r * a.ld + c;
+    return r * a.cols + c;
   };
   bool live = false;
-  size_t i = 0;
+  size_t i = 0, off = 0;
   Group<T> in;
   if (t < units) {
-    i = at(band, pair, live);
-    if (live) in.load(a.x, i);
+    i = at(band, pair, live, off);
+    if (live) in.load(a.x, off);
   }
   pdl_wait();
-  const float sg = q::global_scale(a.ws[0]);
-  if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
-  build_table<T, kRht, kSr>(table, sg);
-  __syncthreads();
-  const uint64_t key = kSr ? sr_key(a) : 0;
+  uint64_t key;
+  const float sg = start_quantize<T, kRht, kSr>(a, table, key);
   const bool want_y = a.y != nullptr, want_codes = a.codes != nullptr, want_scales = a.scales != nullptr && row == 0;
   while (t < units) {
     G r;
@@ -484,11 +626,11 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
     if (live) {
       if (want_scales) a.scales[static_cast<size_t>(band) * gpr + 2 * pair + side] = static_cast<uint8_t>(sc);
       if (G::generic(table, sc)) {
-        r.generic_store(in, m, sg, key, i, i, a);
+        r.generic_store(in, m, sg, key, off, i, i, a);
       } else {
         uint32_t codes[2], y[kOutWords<T>];
         r.quantize(in, table, sc, key, i, codes, y);
-        if (want_y) store_group<T>(a.y, i, y);
+        if (want_y) store_group<T>(a.y, off, y);
         if (want_codes) __stcs(reinterpret_cast<uint2*>(a.codes + i / 2), make_uint2(codes[0], codes[1]));
       }
     }
@@ -501,8 +643,8 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
         pair -= dpair;
         band -= dband;
       }
-      i = at(band, pair, live);
-      if (live) in.load(a.x, i);
+      i = at(band, pair, live, off);
+      if (live) in.load(a.x, off);
     }
   }
 }
@@ -515,32 +657,52 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
 // tensor amax pass before it is the plain amax kernel without the transform, this one's twin
 // below with it).
 
+// Unit u as (row0, col) of its band and column pair: pairs = cols / 2 units a band; a 32-bit
+// division without dividing where the units are fewer than 2^31 (every tensor in practice).
+struct UnitGrid {
+  size_t pairs, units;
+  q::FastDiv per_band;
+  __device__ __forceinline__ void at(size_t u, size_t& row0, size_t& col) const {
+    const size_t band = units < (size_t{1} << 31) ? per_band.div(static_cast<uint32_t>(u)) : u / pairs;
+    row0 = band * 16;
+    col = (u - band * pairs) * 2;
+  }
+};
+
+UnitGrid unit_grid(size_t rows, size_t cols) {
+  const size_t pairs = cols / 2;
+  return UnitGrid{pairs, rows / 16 * pairs, q::FastDiv::of(pairs && pairs < (size_t{1} << 31) ? static_cast<uint32_t>(pairs) : 1u)};
+}
+
 template <typename T, bool kRht>
-__global__ void __launch_bounds__(kThreads) amax_16x1_kernel(const void* __restrict__ x, size_t rows, size_t cols,
+__global__ void __launch_bounds__(kThreads) amax_16x1_kernel(const void* __restrict__ x, const UnitGrid grid, size_t ld,
                                                             const Signs sgn, float* __restrict__ ws) {
   pdl_launch_dependents();
-  const size_t pairs = cols / 2, units = rows / 16 * pairs;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   int32_t key = 0;
-  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride)
-    key = q::unit_amax_key<sizeof(T) == 2, kRht>(x, cols, u / pairs * 16, u % pairs * 2, sgn.s, key);
+  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < grid.units; u += stride) {
+    size_t row0, col;
+    grid.at(u, row0, col);
+    key = q::unit_amax_key<sizeof(T) == 2, kRht>(x, ld, row0, col, sgn.s, key);
+  }
   block_max_into(__reduce_max_sync(kFull, q::amax_of_key(key)), ws);
 }
 
 template <typename T, bool kRht, bool kSr>
-__global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a) {
+__global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a, const UnitGrid grid) {
   __shared__ q::FastScale table[128];
   pdl_wait();
-  const float sg = q::global_scale(a.ws[0]);
+  const float sg = q::global_scale(__ldcg(a.ws));
   if (blockIdx.x == 0 && threadIdx.x == 0) a.ws[1] = sg;
   if (threadIdx.x < 128) table[threadIdx.x] = q::fast_scale(threadIdx.x, sg, false, sizeof(T) == 2, !kSr);
   __syncthreads();
   const uint64_t key = kSr ? sr_key(a) : 0;
-  const size_t pairs = a.cols / 2, units = a.rows / 16 * pairs;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
-  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride)
-    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.cols, u / pairs * 16, u % pairs * 2, a.sgn.s, table,
-                                            sg, key);
+  for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < grid.units; u += stride) {
+    size_t row0, col;
+    grid.at(u, row0, col);
+    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.ld, row0, col, a.sgn.s, table, sg, key);
+  }
 }
 
 // ---- Hadamard transform alone ----------------------------------------------------------------
@@ -648,9 +810,10 @@ int persistent_grid(size_t threads) {
 }
 
 template <typename T, bool kRht>
-void launch_amax(const void* x, size_t groups, const Signs& s, float* ws, cudaStream_t st) {
+void launch_amax(const void* x, size_t groups, const q::GroupLayout& layout, const Signs& s, float* ws,
+                 cudaStream_t st) {
   constexpr auto k = amax_kernel<T, kRht>;
-  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, s, ws);
+  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
 }
 
 // Whether the quantize kernel is launched as a programmatic dependent of the amax kernel (its
@@ -663,10 +826,10 @@ bool use_pdl() {
   return on;
 }
 
-// Launches kernel k over grid with a; with programmatic stream serialization when use_pdl(),
-// falling back to a plain launch if the runtime refuses the attribute.
-template <typename K>
-void launch_dependent(K k, int grid, const Nvfp4Args& a, cudaStream_t st) {
+// Launches kernel k over grid with args; with programmatic stream serialization when
+// use_pdl(), falling back to a plain launch if the runtime refuses the attribute.
+template <typename K, typename... Args>
+void launch_dependent(K k, int grid, cudaStream_t st, const Args&... args) {
   if (use_pdl()) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(static_cast<unsigned>(grid));
@@ -678,10 +841,115 @@ void launch_dependent(K k, int grid, const Nvfp4Args& a, cudaStream_t st) {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, k, a) == cudaSuccess) return;
+    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
     (void)cudaGetLastError();  // not sticky: a launch-configuration error
   }
-  k<<<grid, kThreads, 0, st>>>(a);
+  k<<<grid, kThreads, 0, st>>>(args...);
+}
+
+// ---- the 1x16 schedule: one read (cooperative) or two kernels ----------------------------------
+
+std::atomic<int> g_fused{-1};  // -1: not yet read from PARALLAX_QUANT_FUSED
+std::atomic<int> g_hold{1};
+thread_local int g_last_schedule = -1;
+
+bool use_fused() {
+  int f = g_fused.load(std::memory_order_relaxed);
+  if (f < 0) {
+    const char* v = std::getenv("PARALLAX_QUANT_FUSED");
+    f = (v && v[0] == '0') ? 0 : 1;
+    int expected = -1;
+    g_fused.compare_exchange_strong(expected, f);
+    f = g_fused.load(std::memory_order_relaxed);
+  }
+  return f != 0;
+}
+
+// How the single-read kernel K runs on this device: resident blocks (0: it cannot, the device
+// has no cooperative launch) and the groups each may keep in shared memory (a multiple of one
+// pass of its threads), from the shared memory an SM has beside K's own, split evenly among the
+// blocks that its registers let reside. Measured once per device and kernel.
+struct FusedLaunch {
+  int blocks = 0;
+  uint32_t hold_cap = 0;
+};
+
+template <auto K>
+FusedLaunch measure_fused(size_t group_bytes) {
+  FusedLaunch f;
+  int dev = 0, coop = 0, per_sm = 0, smem_sm = 0, optin = 0, reserved = 0;
+  cudaFuncAttributes fa{};
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev) != cudaSuccess ||
+      !coop || cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, K, kThreads, 0) != cudaSuccess || per_sm <= 0 ||
+      cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, K) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return f;
+  }
+  const size_t pass = group_bytes * kThreads, own = fa.sharedSizeBytes + static_cast<size_t>(reserved);
+  size_t share = static_cast<size_t>(smem_sm) / static_cast<size_t>(per_sm);
+  share = share > own ? share - own : 0;
+  const size_t cap = static_cast<size_t>(optin) > fa.sharedSizeBytes ? optin - fa.sharedSizeBytes : 0;
+  size_t smem = (share < cap ? share : cap) / pass * pass;
+  if (smem > 0 && (cudaFuncSetAttribute(K, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)) != cudaSuccess ||
+                   cudaFuncSetAttribute(K, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
+                       cudaSuccess)) {
+    (void)cudaGetLastError();
+    smem = 0;
+  }
+  int with_smem = 0;  // the blocks that still reside with it (else keep none)
+  if (smem > 0 && (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&with_smem, K, kThreads, smem) != cudaSuccess ||
+                   with_smem < per_sm)) {
+    (void)cudaGetLastError();
+    smem = 0;
+  }
+  f.blocks = per_sm * sm_count();
+  f.hold_cap = static_cast<uint32_t>(smem / group_bytes);
+  return f;
+}
+
+template <auto K>
+const FusedLaunch& fused_launch(size_t group_bytes) {
+  static FusedLaunch cache[64];
+  static std::atomic<bool> ready[64];
+  static std::mutex measuring;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) dev = 0;
+  if (!ready[dev].load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(measuring);
+    if (!ready[dev].load(std::memory_order_relaxed)) {
+      cache[dev] = measure_fused<K>(group_bytes);
+      ready[dev].store(true, std::memory_order_release);
+    }
+  }
+  return cache[dev];
+}
+
+// The single-read 1x16 kernel as a cooperative launch; false (nothing queued) where it cannot run.
+template <typename T, bool kRht, bool kSr>
+bool launch_fused_1x16(const Nvfp4Args& a, cudaStream_t st) {
+  constexpr auto k = nvfp4_1x16_fused_kernel<T, kRht, kSr>;
+  constexpr size_t group_bytes = sizeof(Group<T>);
+  const FusedLaunch& f = fused_launch<k>(group_bytes);
+  if (f.blocks == 0) return false;
+  const uint32_t passes = (a.groups + kThreads - 1) / kThreads;  // no block without a group
+  const uint32_t blocks = passes < static_cast<uint32_t>(f.blocks) ? (passes ? passes : 1) : f.blocks;
+  const uint32_t hold = g_hold.load(std::memory_order_relaxed) ? f.hold_cap : 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(blocks);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = hold * group_bytes;
+  cfg.stream = st;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeCooperative;
+  attr[0].val.cooperative = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (cudaLaunchKernelEx(&cfg, k, a, hold) == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  return false;
 }
 
 template <typename T, bool kTile, bool kRht, bool kSr>
@@ -691,8 +959,8 @@ void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
     const size_t units = (a.rows / 16) * ((a.cols / 16 + 1) / 2);  // tile pairs, < 2^32 (2^41 elements)
     Nvfp4Args c = a;
     c.groups = static_cast<uint32_t>(units);
-    launch_dependent(k, persistent_grid<k>(units * 32), c, st);
-  } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements)
+    launch_dependent(k, persistent_grid<k>(units * 32), st, c);
+  } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements; dense)
     constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
     constexpr size_t kChunk = size_t{1} << 31;
     const size_t groups = a.rows * (a.cols / 16), esize = sizeof(T);
@@ -706,49 +974,11 @@ void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
       if (a.y) c.y = static_cast<char*>(a.y) + g0 * 16 * esize;
       if (a.codes) c.codes = a.codes + g0 * 8;
       if (a.scales) c.scales = a.scales + g0;
-      if (g0 == 0) launch_dependent(k, persistent_grid<k>(n), c, st);
+      if (g0 == 0) launch_dependent(k, persistent_grid<k>(n), st, c);
       else k<<<persistent_grid<k>(n), kThreads, 0, st>>>(c);
       g0 += n;
     } while (g0 < groups);
   }
-}
-
-template <typename T, bool kRht>
-void launch_amax_16x1(const void* x, size_t rows, size_t cols, const Signs& s, float* ws, cudaStream_t st) {
-  constexpr auto k = amax_16x1_kernel<T, kRht>;
-  k<<<persistent_grid<k>(rows / 16 * (cols / 2)), kThreads, 0, st>>>(x, rows, cols, s, ws);
-}
-
-template <typename T, bool kRht, bool kSr>
-void launch_16x1_as(const Nvfp4Args& a, cudaStream_t st) {
-  constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr>;
-  launch_dependent(k, persistent_grid<k>(a.rows / 16 * (a.cols / 2)), a, st);
-}
-
-template <typename T>
-void launch_16x1(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
-  if (rht) {
-    launch_amax_16x1<T, true>(a.x, a.rows, a.cols, a.sgn, a.ws, s);
-    sr ? launch_16x1_as<T, true, true>(a, s) : launch_16x1_as<T, true, false>(a, s);
-  } else {  // the tensor amax does not depend on the layout: the plain amax kernel
-    launch_amax<T, false>(a.x, a.rows * a.cols / 16, a.sgn, a.ws, s);
-    sr ? launch_16x1_as<T, false, true>(a, s) : launch_16x1_as<T, false, false>(a, s);
-  }
-}
-
-// 16x1 (mode 2): y only, rows % 16 == 0, cols even.
-int nvfp4_16x1(const Nvfp4Args& a, int dtype, bool rht, bool sr, cudaStream_t s) {
-  if (a.codes || a.scales) return fail(kPxQuantErrArg, "nvfp4 16x1: gives the dequantized values only (codes and scales must be NULL)");
-  if (!a.y && a.rows * a.cols > 0) return fail(kPxQuantErrArg, "nvfp4 16x1: y is NULL");
-  if (a.rows % 16 != 0)
-    return fail(kPxQuantErrShape, "nvfp4 16x1: rows (" + std::to_string(a.rows) + ") must be a multiple of 16");
-  if (a.cols % 2 != 0) return fail(kPxQuantErrShape, "nvfp4 16x1: cols (" + std::to_string(a.cols) + ") must be even");
-  if (int st = cuda_status(cudaMemsetAsync(a.ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
-  if (dtype == kPxQuantBF16)
-    launch_16x1<uint16_t>(a, rht, sr, s);
-  else
-    launch_16x1<float>(a, rht, sr, s);
-  return cuda_status(cudaGetLastError(), "nvfp4 16x1 kernel launch");
 }
 
 template <typename T>
@@ -764,6 +994,95 @@ void launch_nvfp4(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t
     case 6: launch_nvfp4_as<T, true, true, false>(a, s); break;
     default: launch_nvfp4_as<T, true, true, true>(a, s); break;
   }
+}
+
+template <typename T>
+bool launch_fused(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
+  const int v = (rht ? 2 : 0) | (sr ? 1 : 0);
+  switch (v) {
+    case 0: return launch_fused_1x16<T, false, false>(a, s);
+    case 1: return launch_fused_1x16<T, false, true>(a, s);
+    case 2: return launch_fused_1x16<T, true, false>(a, s);
+    default: return launch_fused_1x16<T, true, true>(a, s);
+  }
+}
+
+// 1x16 or 16x16 of one tensor (dense, or a column part of a wider one: a.ld > a.cols), its
+// workspace zeroed first: the single-read kernel for 1x16 where it can run, else the amax
+// kernel and the quantize kernel.
+template <typename T>
+void launch_rows(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t s) {
+  const size_t groups = a.rows * (a.cols / 16);
+  if (!tile && groups < (size_t{1} << 31) && use_fused()) {
+    Nvfp4Args c = a;
+    c.groups = static_cast<uint32_t>(groups);
+    if (launch_fused<T>(c, rht, sr, s)) {
+      g_last_schedule = 1;
+      return;
+    }
+  }
+  if (!tile) g_last_schedule = 0;
+  rht ? launch_amax<T, true>(a.x, groups, a.layout, a.sgn, a.ws, s)
+      : launch_amax<T, false>(a.x, groups, a.layout, a.sgn, a.ws, s);
+  launch_nvfp4<T>(a, tile, rht, sr, s);
+}
+
+template <typename T, bool kRht, bool kSr>
+void launch_16x1_as(const Nvfp4Args& a, const UnitGrid& g, cudaStream_t st) {
+  constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr>;
+  launch_dependent(k, persistent_grid<k>(g.units), st, a, g);
+}
+
+template <typename T, bool kRht>
+void launch_amax_16x1(const Nvfp4Args& a, const UnitGrid& g, cudaStream_t st) {
+  constexpr auto k = amax_16x1_kernel<T, kRht>;
+  k<<<persistent_grid<k>(g.units), kThreads, 0, st>>>(a.x, g, a.ld, a.sgn, a.ws);
+}
+
+// 16x1: the amax (the plain kernel where the layout allows, the tensor's amax not depending on
+// it), then the quantize kernel.
+template <typename T>
+void launch_16x1(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
+  const UnitGrid g = unit_grid(a.rows, a.cols);
+  if (rht) {
+    launch_amax_16x1<T, true>(a, g, s);
+    sr ? launch_16x1_as<T, true, true>(a, g, s) : launch_16x1_as<T, true, false>(a, g, s);
+    return;
+  }
+  if (a.ld == a.cols) launch_amax<T, false>(a.x, a.rows * a.cols / 16, a.layout, a.sgn, a.ws, s);
+  else launch_amax_16x1<T, false>(a, g, s);
+  sr ? launch_16x1_as<T, false, true>(a, g, s) : launch_16x1_as<T, false, false>(a, g, s);
+}
+
+// The shape checks of one tensor (or column part) of width cols; kPxQuantOk or the error.
+int check_nvfp4_shape(const Nvfp4Args& a, int mode) {
+  if (mode < 0 || mode > 2)
+    return fail(kPxQuantErrArg, "nvfp4: mode must be 0 (1x16), 1 (16x16) or 2 (16x1), got " + std::to_string(mode));
+  if (mode == 2) {
+    if (a.codes || a.scales)
+      return fail(kPxQuantErrArg, "nvfp4 16x1: gives the dequantized values only (codes and scales must be NULL)");
+    if (!a.y && a.rows * a.cols > 0) return fail(kPxQuantErrArg, "nvfp4 16x1: y is NULL");
+    if (a.rows % 16 != 0)
+      return fail(kPxQuantErrShape, "nvfp4 16x1: rows (" + std::to_string(a.rows) + ") must be a multiple of 16");
+    if (a.cols % 2 != 0) return fail(kPxQuantErrShape, "nvfp4 16x1: cols (" + std::to_string(a.cols) + ") must be even");
+    return kPxQuantOk;
+  }
+  if (a.cols % 16 != 0) return fail(kPxQuantErrShape, "nvfp4: cols (" + std::to_string(a.cols) + ") must be a multiple of 16");
+  if (mode == 1 && a.rows % 16 != 0)
+    return fail(kPxQuantErrShape, "nvfp4: rows (" + std::to_string(a.rows) + ") must be a multiple of 16 for 16x16 blocks");
+  return kPxQuantOk;
+}
+
+// One tensor or column part, checked: its workspace zeroed, then its kernels queued.
+int nvfp4_one(Nvfp4Args a, int dtype, int mode, bool rht, bool sr, cudaStream_t s) {
+  if (int st = check_nvfp4_shape(a, mode)) return st;
+  if (a.ld == 0) a.ld = a.cols;
+  a.layout = q::GroupLayout::of(a.cols, a.ld);
+  if (int st = cuda_status(cudaMemsetAsync(a.ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
+  const bool bf16 = dtype == kPxQuantBF16;
+  if (mode == 2) bf16 ? launch_16x1<uint16_t>(a, rht, sr, s) : launch_16x1<float>(a, rht, sr, s);
+  else bf16 ? launch_rows<uint16_t>(a, mode == 1, rht, sr, s) : launch_rows<float>(a, mode == 1, rht, sr, s);
+  return cuda_status(cudaGetLastError(), "nvfp4 kernel launch");
 }
 
 }  // namespace
@@ -783,32 +1102,45 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
   g_error.clear();
   if (int st = check_common(x, dtype, y, codes, rows * cols)) return st;
   if (!scale_ws) return fail(kPxQuantErrArg, "scale_ws (device float[2]) is required");
-  if (mode < 0 || mode > 2) return fail(kPxQuantErrArg, "nvfp4: mode must be 0 (1x16), 1 (16x16) or 2 (16x1), got " +
-                                                        std::to_string(mode));
-  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
   const Signs sg = rht ? signs_of(rht_seed) : Signs{};
-  if (mode == 2) {
-    const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
-    return nvfp4_16x1(a, dtype, rht != 0, stochastic != 0, s);
-  }
-  const bool mode_16x16 = mode == 1;
-  if (cols % 16 != 0) return fail(kPxQuantErrShape, "nvfp4: cols (" + std::to_string(cols) + ") must be a multiple of 16");
-  if (mode_16x16 && rows % 16 != 0)
-    return fail(kPxQuantErrShape, "nvfp4: rows (" + std::to_string(rows) + ") must be a multiple of 16 for 16x16 blocks");
-  const size_t groups = rows * (cols / 16);
-  if (int st = cuda_status(cudaMemsetAsync(scale_ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
-  if (dtype == kPxQuantBF16)
-    rht ? launch_amax<uint16_t, true>(x, groups, sg, scale_ws, s) : launch_amax<uint16_t, false>(x, groups, sg, scale_ws, s);
-  else
-    rht ? launch_amax<float, true>(x, groups, sg, scale_ws, s) : launch_amax<float, false>(x, groups, sg, scale_ws, s);
-  if (int st = cuda_status(cudaGetLastError(), "amax kernel launch")) return st;
   const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
-  if (dtype == kPxQuantBF16)
-    launch_nvfp4<uint16_t>(a, mode_16x16, rht != 0, stochastic != 0, s);
-  else
-    launch_nvfp4<float>(a, mode_16x16, rht != 0, stochastic != 0, s);
-  return cuda_status(cudaGetLastError(), "nvfp4 kernel launch");
+  return nvfp4_one(a, dtype, mode, rht != 0, stochastic != 0, reinterpret_cast<cudaStream_t>(stream));
 }
+
+int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, size_t rows, size_t cols, size_t parts,
+                            int mode, int stochastic, const uint64_t* seeds, const uint32_t* seed_counter, int rht,
+                            uint64_t rht_seed, CUstream_st* stream) {
+  g_error.clear();
+  if (int st = check_common(x, dtype, y, nullptr, rows * cols)) return st;
+  if (!scale_ws) return fail(kPxQuantErrArg, "scale_ws (device float[2 * parts]) is required");
+  if (!y && rows * cols > 0) return fail(kPxQuantErrArg, "nvfp4 parts: y is NULL");
+  if (parts == 0 || !seeds) return fail(kPxQuantErrArg, "nvfp4 parts: parts must be >= 1, with one seed each");
+  if (cols % parts != 0)
+    return fail(kPxQuantErrShape, "nvfp4 parts: cols (" + std::to_string(cols) + ") must split into " +
+                                      std::to_string(parts) + " equal parts");
+  const size_t w = cols / parts, esize = dtype == kPxQuantBF16 ? 2 : 4;
+  if ((w * esize) % 16 != 0)
+    return fail(kPxQuantErrAlign, "nvfp4 parts: a part's row (" + std::to_string(w) + " elements) must be a multiple of 16 bytes");
+  if (parts > 1 && mode != 2 && rows * (w / 16) >= (size_t{1} << 31))
+    return fail(kPxQuantErrShape, "nvfp4 parts: a part of more than 2^31 groups of 16 (split it by rows)");
+  const Signs sg = rht ? signs_of(rht_seed) : Signs{};
+  const cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  for (size_t p = 0; p < parts; ++p) {
+    Nvfp4Args a{static_cast<const char*>(x) + p * w * esize, y ? static_cast<char*>(y) + p * w * esize : nullptr,
+                nullptr, nullptr, scale_ws + 2 * p, rows, w, 0, 0, q::hash_key(seeds[p]), seeds[p], seed_counter, sg};
+    a.ld = cols;
+    if (int st = nvfp4_one(a, dtype, mode, rht != 0, stochastic != 0, s)) return st;
+  }
+  return kPxQuantOk;
+}
+
+int px_quant_cuda_set_schedule(int fused, int hold) {
+  g_fused.store(fused ? 1 : 0, std::memory_order_relaxed);
+  g_hold.store(hold ? 1 : 0, std::memory_order_relaxed);
+  return kPxQuantOk;
+}
+
+int px_quant_cuda_last_schedule(void) { return g_last_schedule; }
 
 int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,
                        CUstream_st* stream) {

@@ -55,6 +55,31 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
                               size_t rows, size_t cols, int mode, int stochastic, uint64_t seed,
                               const uint32_t* seed_counter, int rht, uint64_t rht_seed, CUstream_st* stream);
 
+// NVFP4 quantize-dequantize of the column parts of x: x [rows, cols] is `parts` equal blocks of
+// columns x[:, p*w : (p+1)*w] (w = cols / parts), and part p is quantized exactly as
+// px_nvfp4_qdq_counter_cuda quantizes a dense copy of it with seed seeds[p] (a host array of
+// `parts`): its own amax and s_global (scale_ws: device float[2 * parts], {amax, s_global} per
+// part), its own element indices for stochastic rounding; the result goes to the same columns
+// of y [rows, cols]. No copies of the parts are made. y only (no codes or scales); w * the
+// element size must be a multiple of 16 bytes, and for modes 0 and 1 with parts > 1 a part
+// must have fewer than 2^31 groups of 16. For the fused linears of the emulated recipe (wqkv,
+// w_gate_up), whose canonical parts are quantized alone.
+int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, size_t rows, size_t cols, size_t parts,
+                            int mode, int stochastic, const uint64_t* seeds, const uint32_t* seed_counter, int rht,
+                            uint64_t rht_seed, CUstream_st* stream);
+
+// How 1x16 runs (process-wide; every schedule gives the same bits, benchmarks and tests compare
+// them). fused 1 (the default; PARALLAX_QUANT_FUSED=0 in the environment starts with 0): one
+// read of x, a cooperative launch of the single-read kernel where the device allows it (it
+// falls back to the two kernels otherwise); 0: the amax kernel, then the quantize kernel. hold
+// 1 (default): the single-read kernel keeps what shared memory holds of x between its passes;
+// 0: it relies on L2 alone. Returns kPxQuantOk.
+int px_quant_cuda_set_schedule(int fused, int hold);
+
+// The 1x16 schedule the last NVFP4 1x16 call of this thread queued: 1 the single-read kernel,
+// 0 the two kernels, -1 none yet (tests check that the schedule asked for is the one that ran).
+int px_quant_cuda_last_schedule(void);
+
 // The 16x16 random Hadamard transform alone (nvfp4.h hadamard16): y = H(s ⊙ x) per group of
 // 16 along each row, or the inverse. cols % 16 == 0.
 int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,

@@ -243,3 +243,80 @@ TEST_F(QuantCuda, ArgumentErrorsQueueNothing) {
   EXPECT_EQ(px_hadamard16_cuda(dx.p, kPxQuantBF16, dy.p, 2, 8, 0, 0, nullptr), kPxQuantErrShape);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
+
+// Every 1x16 schedule (the single-read kernel keeping groups in shared memory or relying on L2
+// alone, and the two kernels) gives the CPU's bits; on a device with cooperative launch (every
+// GPU since Pascal) the single-read kernel is the one that ran when asked for.
+TEST_F(QuantCuda, Nvfp4EverySchedule) {
+  struct Schedule {
+    int fused, hold;
+  };
+  int coop = 0, dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev), cudaSuccess);
+  for (Schedule s : {Schedule{0, 0}, Schedule{1, 0}, Schedule{1, 1}}) {
+    SCOPED_TRACE("fused=" + std::to_string(s.fused) + " hold=" + std::to_string(s.hold));
+    ASSERT_EQ(px_quant_cuda_set_schedule(s.fused, s.hold), kPxQuantOk);
+    for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+      for (int v = 0; v < 4; ++v) {
+        check_nvfp4(t::edge_matrix(64, 256, 21), 64, 256, dt, false, v & 1, v & 2, stream_);
+        EXPECT_EQ(px_quant_cuda_last_schedule(), coop ? s.fused : 0);
+      }
+    // more groups than the resident blocks keep (every block's second pass reads from L2), a
+    // group count that is not a multiple of a block's threads, and one group
+    check_nvfp4(t::edge_matrix(8192, 2048, 22), 8192, 2048, QdqDtype::kBF16, false, false, false, stream_);
+    check_nvfp4(t::edge_matrix(4096, 1024, 23), 4096, 1024, QdqDtype::kF32, false, true, true, stream_);
+    check_nvfp4(t::edge_matrix(37, 48, 24), 37, 48, QdqDtype::kBF16, false, true, false, stream_);
+    check_nvfp4(t::edge_matrix(1, 16, 25), 1, 16, QdqDtype::kF32, false, false, false, stream_);
+  }
+  ASSERT_EQ(px_quant_cuda_set_schedule(1, 1), kPxQuantOk);
+}
+
+// The column parts of a wider tensor, each against the CPU on a dense copy of it with its own
+// seed: values and {amax, s_global} per part, in every mode; the columns outside are untouched.
+TEST_F(QuantCuda, Nvfp4PartsAreTheDenseParts) {
+  const size_t rows = 96, parts = 3, width = 128, cols = parts * width;
+  const std::vector<float> x = t::edge_matrix(rows, cols, 26);
+  const uint64_t seeds[parts] = {11, 1u << 20, 0x7FFFFFFFFFFFFFFFull};
+  for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+    for (int mode = 0; mode < 3; ++mode)
+      for (int v = 0; v < 4; ++v) {
+        const bool sr = v & 1, rht = v & 2;
+        SCOPED_TRACE("mode=" + std::to_string(mode) + " sr=" + std::to_string(sr) + " rht=" + std::to_string(rht) +
+                     (dt == QdqDtype::kBF16 ? " bf16" : " f32"));
+        const size_t w = dt == QdqDtype::kF32 ? 4 : 2;
+        const std::vector<uint8_t> in = as_dtype(x, dt);
+        Dev dx(in.size()), dy(in.size()), dws(2 * parts * 4);
+        ASSERT_EQ(cudaMemcpy(dx.p, in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(px_nvfp4_qdq_parts_cuda(dx.p, static_cast<int>(dt), dy.p, dws.as<float>(), rows, cols, parts, mode, sr,
+                                          seeds, nullptr, rht, 77, reinterpret_cast<CUstream_st*>(stream_)),
+                  kPxQuantOk)
+            << px_quant_cuda_error_message();
+        ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+        const std::vector<uint8_t> y = fetch<uint8_t>(dy, in.size());
+        const std::vector<float> ws = fetch<float>(dws, 2 * parts);
+        for (size_t p = 0; p < parts; ++p) {
+          std::vector<uint8_t> part(rows * width * w), ref(part.size()), got(part.size());
+          for (size_t r = 0; r < rows; ++r) {
+            std::memcpy(part.data() + r * width * w, in.data() + (r * cols + p * width) * w, width * w);
+            std::memcpy(got.data() + r * width * w, y.data() + (r * cols + p * width) * w, width * w);
+          }
+          float ws_ref[2];
+          nvfp4_qdq_cpu(part.data(), dt, ref.data(), nullptr, nullptr, ws_ref, rows, width, mode, sr, seeds[p], rht, 77);
+          EXPECT_EQ(count_diff_values(got, ref, dt, false), 0u) << "part " << p;
+          EXPECT_EQ(t::float_bits(ws[2 * p]), t::float_bits(ws_ref[0])) << "amax of part " << p;
+          EXPECT_EQ(t::float_bits(ws[2 * p + 1]), t::float_bits(ws_ref[1])) << "s_global of part " << p;
+        }
+      }
+  Dev dx(4096), dy(4096), dws(64);
+  EXPECT_EQ(px_nvfp4_qdq_parts_cuda(dx.p, kPxQuantF32, dy.p, dws.as<float>(), 16, 96, 4, 0, 0, seeds, nullptr, 0, 0,
+                                    nullptr),
+            kPxQuantErrShape);  // 96 columns into 4 parts of 24: not 16-wide blocks
+  EXPECT_EQ(px_nvfp4_qdq_parts_cuda(dx.p, kPxQuantF32, dy.p, dws.as<float>(), 16, 90, 2, 2, 0, seeds, nullptr, 0, 0,
+                                    nullptr),
+            kPxQuantErrAlign);  // 45 floats a part row: not 16-byte multiples
+  EXPECT_EQ(px_nvfp4_qdq_parts_cuda(dx.p, kPxQuantF32, dy.p, dws.as<float>(), 16, 64, 0, 0, 0, seeds, nullptr, 0, 0,
+                                    nullptr),
+            kPxQuantErrArg);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}

@@ -71,6 +71,7 @@
 #   nvfp4long  after nvfp4: bf16 and emulated-nvfp4 of both engines, 1,000 steps, NVFP4_SEEDS (0,1),
 #            evaluation every 100 steps on 5 batches, 8 runs sharing the GPU (loss only; ~670 s for 8 runs).
 #            NVFP4_FROM: a committed benchmark to resume, so that more seeds only run the new ones.
+#            The nvfp4 part's benchmark takes REPEATS (3) repeats, NVFP4_REPEATS where set.
 #
 #   quantbench  while TE builds (or after the matrix): scripts/device/quant_bench.py alone, the
 #            NVFP4 kernels' device time from CUDA-graph replays against torch.compile (~1-2 min; its
@@ -78,6 +79,12 @@
 #
 #   kernels16  right after the capture (~1 min): the CUDA quantization tests of the 16x1 mode
 #            and the emulated linears' GPU tests that use it, the first check of those kernels on a GPU.
+#
+#   kernels  right after the capture (~2 min): every CUDA quantization GPU test and the emulated
+#            linears' (the nvfp4 part then skips them); for new kernels, before anything uses them.
+#
+#   ncu      after quantbench, while TE builds (~1 min): the kernels' hardware counters under Nsight
+#            Compute (quant_bench.py --profile-only), where ncu is installed.
 #
 # Parts that need no TE (curves, then profile) run while TE builds; the matrix waits for TE,
 # and then the rest of curves/profile run. Each part is bounded by its own limit and by the time
@@ -176,7 +183,7 @@ settings() {  # settings BUDGET_S: the pipeline's knobs, from the environment
     SIZE=(--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024)
     DONE_PARTS=" "
     LIVE=$PWD
-    NO_TE_PARTS="quantbench curves profile"  # what may run while TE builds, else after the matrix
+    NO_TE_PARTS="quantbench ncu curves profile"  # what may run while TE builds, else after the matrix
 }
 
 left() {  # seconds to the deadline; a dry run spends none (its limits are the budget's arithmetic)
@@ -319,7 +326,20 @@ quant_bench() {  # quant_bench NAME LIMIT_S DIR: the kernels' device time (issue
     part "$1" "$2" env OUT="$3" python3 scripts/device/quant_bench.py
 }
 
-run_quantbench() { quant_bench quantbench 150 "$E/quantbench"; }  # without the rest of the nvfp4 part
+run_quantbench() { quant_bench quantbench 240 "$E/quantbench"; }  # without the rest of the nvfp4 part
+
+run_ncu() {  # the NVFP4 kernels' hardware counters (Nsight Compute), each native schedule and variant
+    if ! ((DRY)) && ! command -v ncu >/dev/null; then log "ncu: not on this machine"; return 0; fi
+    mkdir -p "$E/ncu"
+    LOG=$E/ncu/ncu.txt part ncu 150 ncu --clock-control none --set basic --section MemoryWorkloadAnalysis \
+        --section WarpStateStats -k 'regex:nvfp4|amax' --launch-count 60 \
+        python3 scripts/device/quant_bench.py --profile-only
+}
+
+run_kernels() {  # every CUDA quantization GPU test and the emulated linears' (new kernels first: before the rest)
+    part kernels 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
+        tests/gpu/test_nvfp4_emulated_gpu.py
+}
 
 run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them, never yet run on a GPU
     part kernels16 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
@@ -330,19 +350,17 @@ run_tejax() {
     part tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
 }
 
-run_nvfp4() {
+run_nvfp4() {  # the GPU tests and the kernel benchmark unless the kernels and quantbench parts ran them
     local n=$E/nvfp4
-    # first: the kernels against the CPU and both engines' emulated linears on the GPU (the 16x1
-    # kernels and the wgrad operands that use them had not run on a GPU on 2026-12-01)
-    part nvfp4-tests 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
-        tests/gpu/test_nvfp4_emulated_gpu.py
-    quant_bench nvfp4-quantbench 120 "$n/quantbench"
+    [[ $DONE_PARTS == *" kernels "* ]] || part nvfp4-tests 400 python3 -m pytest -q -p no:cacheprovider -m gpu \
+        tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py
+    [[ $DONE_PARTS == *" quantbench "* ]] || quant_bench nvfp4-quantbench 120 "$n/quantbench"
     part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
         --out "$n/profile"
     part nvfp4-profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe emulated-nvfp4 \
         --out "$n/profile"
     part nvfp4-bench 420 python3 -m parallax benchmark --frameworks torch,jax --precisions bf16 \
-        --recipes emulated-nvfp4 "${SIZE[@]}" --steps 60 --warmup 20 --repeats "${REPEATS:-3}" --data "$DATA" \
+        --recipes emulated-nvfp4 "${SIZE[@]}" --steps 60 --warmup 20 --repeats "${NVFP4_REPEATS:-${REPEATS:-3}}" --data "$DATA" \
         --epochs 20 --timeout-per-run 200 --output-dir "$n/bench" --resume --report
     report_of "$n/bench"
 }
@@ -387,6 +405,7 @@ pipeline() {
 
     want capture && run capture
     want kernels16 && run kernels16
+    want kernels && run kernels
     for p in $NO_TE_PARTS; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break

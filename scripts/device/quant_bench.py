@@ -5,10 +5,18 @@ torch.compile'd, measured side by side in one run.
 
 Variants: 1x16 (the target: >= 60% of the H200's 4.8 TB/s, >= 3x the compiled PyTorch), 16x16
 2D blocks, 1x16 after the 16x16 RHT, and 16x1 after the RHT (the weight-gradient operands:
-blocks down the columns, written in place of a transpose; PyTorch's side transposes). Every variant is RNE on a bf16 tensor (default 32768 x 768)
-with bf16 output. Bytes counted: the input read once and the output written once (2 + 2 bytes
-per element), the least any implementation must move; the native kernel reads the input twice
-(amax pass, then quantize), so its DRAM traffic is ~1.5x what the GB/s column counts.
+blocks down the columns, written in place of a transpose; PyTorch's side transposes), each RNE
+on a bf16 tensor (default 32768 x 768) with bf16 output, native against PyTorch eager and
+compiled. The 1x16 variants also time the native op's other schedules (csrc/quant/quant_cuda.h
+px_quant_cuda_set_schedule): ``native`` is the default, one read of x (the single-read kernel
+keeping what shared memory holds between its passes), ``native_l2`` the same relying on L2
+alone, ``native_2k`` the amax kernel and the quantize kernel (x read twice). Native only: the
+stochastically rounded variants the emulated recipe uses for gradients (``sr``), and
+``parts-sr``: dY of a fused linear, three column parts quantized alone, by nvfp4_qdq_parts in
+place (``native``) and by the copies the recipe made before it (``split_cat``: each part
+copied out, quantized, the results concatenated). ``copy`` is torch's own clone of the tensor:
+the bandwidth a read-and-write kernel reaches on this GPU. Bytes counted: the input read once
+and the output written once (2 + 2 bytes per element), the least any implementation must move.
 
 Two times per implementation, both over inputs that rotate among ``--buffers`` (4) copies, so that
 a call never finds its input in the 50 MB L2 from the call before:
@@ -22,7 +30,9 @@ a call never finds its input in the 50 MB L2 from the call before:
   the Python around the kernel launch), not of the kernels.
 The fraction of bit-identical outputs (NaN = NaN) between native and PyTorch is reported too.
 
-Prints a table; writes $OUT/quant_bench.json when OUT is set.
+Prints a table; writes $OUT/quant_bench.json when OUT is set. ``--profile-only``: each native
+implementation called 3 times on one input, nothing timed, for a profiler (``ncu -k
+regex:'nvfp4|amax'``) to read the kernels' counters.
 Usage: python3 -m pip install -q --no-build-isolation --no-deps -e . && python3 scripts/device/quant_bench.py
 """
 
@@ -41,6 +51,14 @@ VARIANTS = {
     "1x16+rht": {"mode": "1x16", "rht": True},
     "16x1+rht": {"mode": "16x1", "rht": True},  # the wgrad operands: blocks down the columns
 }
+# Native only (no PyTorch twin): what the emulated recipe runs besides.
+NATIVE_ONLY = {
+    "1x16-sr": {"mode": "1x16", "rht": False, "sr": True},  # dgrad's dY
+    "16x1+rht-sr": {"mode": "16x1", "rht": True, "sr": True},  # wgrad's dY
+    "parts-sr": {"mode": "1x16", "rht": False, "sr": True, "parts": 3},  # wqkv's dY, [rows, 3 * cols]
+    "copy": {},
+}
+SCHEDULES = {"native": (True, True), "native_l2": (True, False), "native_2k": (False, True)}
 
 
 def bytes_moved(x) -> int:
@@ -110,8 +128,20 @@ def identical_fraction(torch, a, b) -> float:
     return same.float().mean().item()
 
 
+def scheduled(n, op, schedule: tuple[bool, bool]):
+    """op run under one 1x16 schedule (set before each call, so a CUDA-graph capture records it;
+    CPU tensors have no schedule)."""
+    def fn(x):
+        if x.is_cuda:
+            n.quant_cuda_set_schedule(*schedule)
+        return op(x)
+    return fn
+
+
 def implementations(torch, mode: str, rht: bool, rht_seed: int = 1, device: str = "cuda"):
-    """name -> callable x -> y: the native op, the PyTorch math eager and compiled."""
+    """name -> callable x -> y: the native op (each schedule, for 1x16), the PyTorch math eager
+    and compiled."""
+    from parallax import quant
     from parallax.quant import torch_ops  # noqa: F401  (registers torch.ops.parallax)
     from parallax.quant.torch_reference import hadamard_signs, nvfp4_qdq_reference
 
@@ -123,7 +153,30 @@ def implementations(torch, mode: str, rht: bool, rht_seed: int = 1, device: str 
     def eager(x):
         return nvfp4_qdq_reference(x, mode, signs)
 
-    return {"native": native, "torch_eager": eager, "torch_compile": torch.compile(eager, fullgraph=True)}
+    impls = {"native": native}
+    if mode == "1x16":
+        impls = {name: scheduled(quant.native(), native, sched) for name, sched in SCHEDULES.items()}
+    return {**impls, "torch_eager": eager, "torch_compile": torch.compile(eager, fullgraph=True)}
+
+
+def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
+    """name -> callable for the NATIVE_ONLY variant kw."""
+    from parallax.quant import torch_ops  # noqa: F401
+
+    if not kw:
+        return {"torch_copy": torch.clone}
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    mode, rht = kw["mode"], kw["rht"]
+    if "parts" not in kw:
+        return {"native": lambda x: torch.ops.parallax.nvfp4_qdq_counter(x, counter, mode, True, 7, rht, rht_seed)}
+    seeds = [7 + i for i in range(kw["parts"])]
+
+    def split_cat(x):
+        return torch.cat([torch.ops.parallax.nvfp4_qdq_counter(p.contiguous(), counter, mode, True, s, rht, rht_seed)
+                          for p, s in zip(x.chunk(len(seeds), dim=1), seeds)], dim=1)
+
+    return {"native": lambda x: torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, True, rht, rht_seed),
+            "split_cat": split_cat}
 
 
 def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:
@@ -143,37 +196,77 @@ def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:
 def run(rows: int, cols: int, warmup: int, iters: int, buffers: int = 4) -> list[dict]:
     import torch
 
+    from parallax import quant
+
     if not torch.cuda.is_available():
         raise SystemExit("quant_bench: needs a CUDA GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
     xs = [torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(buffers)]
-    nbytes = bytes_moved(xs[0])
     rows_out = []
-    for variant, kw in VARIANTS.items():
-        impls = implementations(torch, kw["mode"], kw["rht"])
-        ref = impls["native"](xs[0])
-        for name, fn in impls.items():
-            rows_out.append({"variant": variant, "impl": name, **measure(torch, fn, xs, warmup, iters, nbytes),
-                             "identical_to_native": identical_fraction(torch, fn(xs[0]), ref)})
+    try:
+        for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
+            ins = xs
+            if kw.get("parts"):
+                ins = [torch.randn(rows, kw["parts"] * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
+                       for _ in range(buffers)]
+            impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
+            first = next(iter(impls))
+            ref = impls[first](ins[0])
+            for name, fn in impls.items():
+                rows_out.append({"variant": variant, "impl": name,
+                                 **measure(torch, fn, ins, warmup, iters, bytes_moved(ins[0])),
+                                 "identical_to_native": identical_fraction(torch, fn(ins[0]), ref)})
+    finally:
+        quant.native().quant_cuda_set_schedule(True, True)
     for r in rows_out:
-        base = next(b for b in rows_out if b["variant"] == r["variant"] and b["impl"] == "torch_compile")
-        key = "ms" if r["ms"] and base["ms"] else "call_ms"
-        r["speedup_vs_compile"] = base[key] / r[key]
-        r["speedup_basis"] = "device" if key == "ms" else "per call"
+        base = next((b for b in rows_out if b["variant"] == r["variant"] and b["impl"] == "torch_compile"), None)
+        key = "ms" if base and r["ms"] and base["ms"] else "call_ms"
+        r["speedup_vs_compile"] = base[key] / r[key] if base else None
+        r["speedup_basis"] = ("device" if key == "ms" else "per call") if base else None
     return rows_out
+
+
+def profile_only(rows: int, cols: int, calls: int = 3) -> list[str]:
+    """Each native implementation called ``calls`` times on one input (for a profiler); their names."""
+    import torch
+
+    from parallax import quant
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen)
+    wide = torch.randn(rows, 3 * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
+    names = []
+    try:
+        for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
+            if not kw:
+                continue
+            impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
+            for name, fn in impls.items():
+                if name.startswith("torch_"):
+                    continue
+                torch.cuda.nvtx.range_push(f"{variant}/{name}")
+                for _ in range(calls):
+                    fn(wide if kw.get("parts") else x)
+                torch.cuda.synchronize()
+                torch.cuda.nvtx.range_pop()
+                names.append(f"{variant}/{name}")
+    finally:
+        quant.native().quant_cuda_set_schedule(True, True)
+    return names
 
 
 def render(rows: list[dict], shape: tuple[int, int]) -> str:
     lines = [f"NVFP4 quantize-dequantize, bf16 {shape[0]}x{shape[1]} (bytes: input read + output written once)",
              "ms: device time per call (calls replayed from one CUDA graph); call ms: per call from Python",
-             f"{'variant':<10} {'impl':<14} {'ms':>8} {'GB/s':>8} {'% 4.8TB/s':>10} {'x compile':>10} "
+             f"{'variant':<12} {'impl':<14} {'ms':>8} {'GB/s':>8} {'% 4.8TB/s':>10} {'x compile':>10} "
              f"{'call ms':>8} {'identical':>10}"]
     for r in rows:
         ms = f"{r['ms']:8.4f}" if r["ms"] else f"{'n/a':>8}"
-        lines.append(f"{r['variant']:<10} {r['impl']:<14} {ms} {r['gb_s']:8.1f} {r['pct_h200']:9.1f}% "
-                     f"{r['speedup_vs_compile']:9.2f}x {r['call_ms']:8.4f} {100 * r['identical_to_native']:9.4f}%")
+        vs = f"{r['speedup_vs_compile']:9.2f}x" if r["speedup_vs_compile"] else f"{'-':>10}"
+        lines.append(f"{r['variant']:<12} {r['impl']:<14} {ms} {r['gb_s']:8.1f} {r['pct_h200']:9.1f}% "
+                     f"{vs} {r['call_ms']:8.4f} {100 * r['identical_to_native']:9.4f}%")
         if r.get("graph_error"):
-            lines.append(f"{'':<25} no graph ({r['graph_error']}): GB/s and x compile are per call")
+            lines.append(f"{'':<27} no graph ({r['graph_error']}): GB/s and x compile are per call")
     return "\n".join(lines)
 
 
@@ -190,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--buffers", type=int, default=4, help="input copies the calls rotate among (L2 defeat)")
+    p.add_argument("--profile-only", action="store_true", help="call each native implementation 3 times, time nothing")
     a = p.parse_args(argv)
+    if a.profile_only:
+        print("called, in order:", ", ".join(profile_only(a.rows, a.cols)))
+        return 0
     rows = run(a.rows, a.cols, a.warmup, a.iters, a.buffers)
     print(render(rows, (a.rows, a.cols)))
     if os.environ.get("OUT"):

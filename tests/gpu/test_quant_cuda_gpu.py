@@ -68,6 +68,40 @@ def test_cuda_16x1_is_the_cpu_op(qb, sr, rht, dtype):
         assert qb.same(cpu, gpu.cpu()) and qb.same(cpu_c, gpu_c.cpu())
 
 
+def test_every_1x16_schedule_is_the_cpu_op(qb):
+    """The single-read 1x16 kernel (keeping groups in shared memory or relying on L2) and the
+    two-kernel path give the CPU's bits, on an edge tensor and on llama-100m's activation shape
+    (more groups than the resident blocks keep); the schedule asked for is the one that ran."""
+    n = quant.native()
+    try:
+        for x in (qb.edge_tensor(256, 768), torch.randn(32768, 768)):
+            for dtype in (torch.float32, torch.bfloat16):
+                for sr, rht in ((False, False), (True, False), (False, True), (True, True)):
+                    xd = x.to(dtype)
+                    cpu = torch.ops.parallax.nvfp4_quantize(xd, "1x16", sr, 1234, rht, 99)
+                    for fused, hold in ((0, 0), (1, 0), (1, 1)):
+                        n.quant_cuda_set_schedule(bool(fused), bool(hold))
+                        gpu = torch.ops.parallax.nvfp4_quantize(xd.cuda(), "1x16", sr, 1234, rht, 99)
+                        assert n.quant_cuda_last_schedule() == fused
+                        torch.cuda.synchronize()
+                        for a, b in zip(cpu, gpu):
+                            assert qb.same(a, b.cpu()), (dtype, sr, rht, fused, hold)
+    finally:
+        n.quant_cuda_set_schedule(True, True)
+
+
+@pytest.mark.parametrize("mode,sr,rht", [("1x16", True, False), ("16x1", True, True), ("16x1", False, True),
+                                         ("16x16", False, False)])
+def test_cuda_parts_op_is_the_cpu_op(qb, mode, sr, rht):
+    """The in-place column parts (wqkv's dY: three parts of 768 on llama-100m's token count)."""
+    x = torch.randn(32768, 3 * 768).to(torch.bfloat16)
+    counter, seeds = torch.tensor([9], dtype=torch.int32), [3, 2**40, 12345]
+    cpu = torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, sr, rht, 99)
+    gpu = torch.ops.parallax.nvfp4_qdq_parts(x.cuda(), counter.cuda(), seeds, mode, sr, rht, 99)
+    torch.cuda.synchronize()
+    assert qb.same(cpu, gpu.cpu())
+
+
 def test_cuda_hadamard_and_fp8_are_the_cpu_ops(qb):
     x = qb.edge_tensor(128, 256)
     for dtype in (torch.float32, torch.bfloat16):
@@ -132,9 +166,12 @@ def test_benchmark_script_runs_small():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.run(1024, 768, warmup=2, iters=5)
-    assert {(r["variant"], r["impl"]) for r in rows} == {(v, i) for v in bench.VARIANTS
-                                                         for i in ("native", "torch_eager", "torch_compile")}
+    schedules = {v: (tuple(bench.SCHEDULES) if k["mode"] == "1x16" else ("native",)) for v, k in bench.VARIANTS.items()}
+    assert {(r["variant"], r["impl"]) for r in rows} == (
+        {(v, i) for v in bench.VARIANTS for i in (*schedules[v], "torch_eager", "torch_compile")}
+        | {("1x16-sr", "native"), ("16x1+rht-sr", "native"), ("parts-sr", "native"), ("parts-sr", "split_cat"),
+           ("copy", "torch_copy")})
     # every implementation, ours included, replays from a CUDA graph (ms: device time per call)
     assert [r.get("graph_error") for r in rows] == [None] * len(rows)
     assert all(r["ms"] > 0 and r["call_ms"] > 0 for r in rows)
-    assert all(r["identical_to_native"] == 1.0 for r in rows if r["impl"] == "native")
+    assert all(r["identical_to_native"] == 1.0 for r in rows if r["impl"].startswith("native") or r["impl"] == "split_cat")

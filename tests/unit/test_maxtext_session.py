@@ -103,6 +103,24 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
     assert (params["repeats"], params["steps"], params["warmup"], params["batch_size"]) == (3, 60, 20, 32)
 
 
+def test_kernels_run_first_and_the_nvfp4_part_skips_their_tests(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = dry_run(tmp_path, PARTS="kernels matrix nvfp4", NVFP4_REPEATS="2")
+    assert [name for name, _, _ in parts] == [
+        "install", "carry-mt", "versions", "kernels", "checkenv-te", "matrix", "matrix-report",
+        "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
+    argv = {name: a for name, _, a in parts}
+    assert argv["kernels"][-2:] == ["tests/gpu/test_quant_cuda_gpu.py", "tests/gpu/test_nvfp4_emulated_gpu.py"]
+    params, _ = benchmark_cells(argv["nvfp4-bench"])
+    assert params["repeats"] == 2
+
+
+def test_ncu_profiles_the_kernels_of_the_benchmark_script(tmp_path):
+    (_, limit, argv), = [p for p in dry_run(tmp_path, PARTS="ncu") if p[0] == "ncu"]
+    assert argv[:3] == ["ncu", "--clock-control", "none"] and "regex:nvfp4|amax" in argv
+    assert argv[-3:] == ["python3", "scripts/device/quant_bench.py", "--profile-only"] and limit == 150
+
+
 def parallax_context(argv: list[str]):
     """The click context of ``python3 -m parallax SUB ARGS``: options parsed and checked by the real CLI."""
     from parallax.cli import cli

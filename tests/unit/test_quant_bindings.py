@@ -183,6 +183,39 @@ def test_16x16_needs_rows_a_multiple_of_16_and_dtypes_seeds_are_checked():
         torch.ops.parallax.nvfp4_qdq(torch.zeros(16, 32), "2x16")
 
 
+@pytest.mark.parametrize("mode,sr,rht", [("1x16", True, False), ("16x1", True, True), ("16x16", False, False)])
+def test_parts_op_quantizes_each_column_part_alone(mode, sr, rht):
+    """nvfp4_qdq_parts is nvfp4_qdq_counter on each equal column part with its own seed: each
+    part gets its own per-tensor scale (a part of small values keeps them, where one scale for
+    the whole tensor would flush them to zero)."""
+    x = torch.cat([edge_tensor(64, 128, 1), 1e-6 * torch.randn(64, 128), edge_tensor(64, 128, 3)], dim=1)
+    x = x.to(torch.bfloat16)
+    counter, seeds = torch.tensor([4], dtype=torch.int32), [5, 2**62, 17]
+    got = torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, sr, rht, 99)
+    for i, s in enumerate(seeds):
+        want = torch.ops.parallax.nvfp4_qdq_counter(x[:, 128 * i:128 * (i + 1)].contiguous(), counter, mode, sr, s,
+                                                    rht, 99)
+        assert same(got[:, 128 * i:128 * (i + 1)], want), i
+    small = got[:, 128:256].float()
+    assert small.abs().max() > 0 and not same(small, torch.ops.parallax.nvfp4_qdq_counter(
+        x, counter, mode, sr, seeds[1], rht, 99)[:, 128:256].float())
+    compiled = torch.compile(lambda a: torch.ops.parallax.nvfp4_qdq_parts(a, counter, seeds, mode, sr, rht, 99) * 2,
+                             fullgraph=True)
+    assert same(compiled(x), got * 2)
+
+
+def test_parts_op_refuses_what_it_cannot_split():
+    x, counter = torch.zeros(32, 96), torch.zeros(1, dtype=torch.int32)
+    with pytest.raises(ValueError, match="do not split into 5 equal parts"):
+        torch.ops.parallax.nvfp4_qdq_parts(x, counter, [1, 2, 3, 4, 5])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        torch.ops.parallax.nvfp4_qdq_parts(x, counter, [1, 2, 3, 4])  # parts of 24 columns
+    with pytest.raises(ValueError, match="must be 2-D"):
+        torch.ops.parallax.nvfp4_qdq_parts(x.reshape(2, 16, 96), counter, [1, 2])
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*63 - 1\]"):
+        torch.ops.parallax.nvfp4_qdq_parts(x, counter, [1, -2])
+
+
 def test_torch_compile_keeps_the_op_opaque():
     graphs = []
 
@@ -223,17 +256,24 @@ def test_the_benchmark_script_imports_and_renders():
     assert set(bench.VARIANTS) == {"1x16", "16x16", "1x16+rht", "16x1+rht"}
     assert bench.bytes_moved(torch.zeros(32768, 768, dtype=torch.bfloat16)) == 2 * 2 * 32768 * 768
     impls = bench.implementations(torch, "1x16", True, device="cpu")
-    assert set(impls) == {"native", "torch_eager", "torch_compile"}
+    assert set(impls) == {"native", "native_l2", "native_2k", "torch_eager", "torch_compile"}
     x = edge_tensor().to(torch.bfloat16)
-    assert same(impls["torch_eager"](x), impls["native"](x))
+    assert all(same(impls["torch_eager"](x), impls[k](x)) for k in ("native", "native_l2", "native_2k"))
     columns = bench.implementations(torch, "16x1", True, device="cpu")
+    assert set(columns) == {"native", "torch_eager", "torch_compile"}
     assert same(columns["torch_eager"](x), columns["native"](x))
+    parts = bench.native_only(torch, bench.NATIVE_ONLY["parts-sr"], device="cpu")
+    wide = torch.cat([x, 2 * x, x / 3], dim=1)
+    assert set(parts) == {"native", "split_cat"} and same(parts["native"](wide), parts["split_cat"](wide))
     rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "call_ms": 0.134, "gb_s": 2013.3, "pct_h200": 41.9,
              "identical_to_native": 1.0, "speedup_vs_compile": 3.1},
             {"variant": "1x16", "impl": "torch_compile", "ms": None, "call_ms": 0.122, "gb_s": 825.8,
              "pct_h200": 17.2, "identical_to_native": 1.0, "speedup_vs_compile": 1.0,
-             "graph_error": "RuntimeError: capture failed"}]
+             "graph_error": "RuntimeError: capture failed"},
+            {"variant": "parts-sr", "impl": "split_cat", "ms": 0.5, "call_ms": 0.6, "gb_s": 600.0, "pct_h200": 12.5,
+             "identical_to_native": 1.0, "speedup_vs_compile": None}]
     table = bench.render(rows, (32768, 768)).splitlines()
+    assert table[6].split() == ["parts-sr", "split_cat", "0.5000", "600.0", "12.5%", "-", "0.6000", "100.0000%"]
     assert table[3].split() == ["1x16", "native", "0.0500", "2013.3", "41.9%", "3.10x", "0.1340", "100.0000%"]
     assert table[4].split()[2] == "n/a" and "no graph (RuntimeError: capture failed)" in table[5]
     assert [x for _, x in zip(range(5), bench.rotating([1, 2]))] == [1, 2, 1, 2, 1]

@@ -36,13 +36,12 @@ def backward_operands(x2, dy2, counter, seeds, rht_seed) -> dict[str, torch.Tens
     """The backward GEMMs' operands, bf16: 'dy' = Q(dY, 1x16, SR) [M, N] (dgrad); for wgrad,
     'xw' = Q(H(Xᵀ), 1x16)ᵀ [M, K] and 'dyw' = Q(H(dYᵀ), 1x16, SR)ᵀ [M, N], per canonical part:
     quantized along the tokens in 16x1 blocks, in their own layout (no transposed copies; the
-    GEMM dW = dywᵀ·xw reads them transposed)."""
-    dys = _parts(dy2.to(torch.bfloat16), len(seeds), 1)
-    dyq = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "1x16", True, s[scheme.DGRAD_DY])
-                     for p, s in zip(dys, seeds)], dim=1)
+    GEMM dW = dywᵀ·xw reads them transposed). dY's canonical parts are quantized in place
+    (nvfp4_qdq_parts: no copies of the parts, no concatenation)."""
+    dy = dy2.to(torch.bfloat16)
+    dyq = _ops.nvfp4_qdq_parts(dy, counter, [s[scheme.DGRAD_DY] for s in seeds], "1x16", True)
     xw = _ops.nvfp4_qdq(x2.to(torch.bfloat16), "16x1", False, 0, True, rht_seed)
-    dyw = torch.cat([_ops.nvfp4_qdq_counter(p, counter, "16x1", True, s[scheme.WGRAD_DY], True, rht_seed)
-                     for p, s in zip(dys, seeds)], dim=1)
+    dyw = _ops.nvfp4_qdq_parts(dy, counter, [s[scheme.WGRAD_DY] for s in seeds], "16x1", True, True, rht_seed)
     return {"dy": dyq, "xw": xw, "dyw": dyw}
 
 

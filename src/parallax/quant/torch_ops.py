@@ -18,6 +18,8 @@ Ops (seeds are ints in [0, 2**63 - 1]; mode "1x16", "16x16" or "16x1", parallax.
   nvfp4_qdq(x, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0) -> y
   nvfp4_quantize(x, ...same...) -> (y, codes uint8 [rows, cols/2], scales uint8, scale_ws f32[2]) (not 16x1)
   nvfp4_qdq_counter(x, counter, ...same...) -> y   (SR seed step_seed(seed, counter), counter a tensor)
+  nvfp4_qdq_parts(x, counter, seeds, mode, stochastic, rht, rht_seed) -> y   (len(seeds) equal column parts,
+      each quantized alone as nvfp4_qdq_counter with its seed; on CUDA without copying the parts)
   hadamard16(x, seed=0, inverse=False) -> y
   fp8_qdq(x, fmt="e4m3", scale=1.0, saturate=None) -> y
 No autograd formula is registered (the emulated recipe decides its straight-through rule).
@@ -185,6 +187,51 @@ def nvfp4_qdq_counter(x: torch.Tensor, counter: torch.Tensor, mode: str = "1x16"
 def _(x, counter, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
     _check_input(x, "nvfp4")
     check_shape(tuple(x.shape), mode)
+    return torch.empty_like(x)
+
+
+def _check_parts(x: torch.Tensor, seeds: list[int], mode: str) -> int:
+    """The width of each of the len(seeds) equal column parts of x (2-D)."""
+    if x.dim() != 2:
+        raise ValueError(f"nvfp4_qdq_parts: x must be 2-D [rows, cols], got shape {tuple(x.shape)}")
+    if not seeds or x.shape[1] % len(seeds):
+        raise ValueError(f"nvfp4_qdq_parts: {x.shape[1]} columns do not split into {len(seeds)} equal parts")
+    width = x.shape[1] // len(seeds)
+    check_shape((x.shape[0], width), mode, "nvfp4_qdq_parts")
+    return width
+
+
+@torch.library.custom_op("parallax::nvfp4_qdq_parts", mutates_args=())
+def nvfp4_qdq_parts(x: torch.Tensor, counter: torch.Tensor, seeds: list[int], mode: str = "1x16",
+                    stochastic: bool = False, rht: bool = False, rht_seed: int = 0) -> torch.Tensor:
+    """x [rows, cols] as len(seeds) equal column parts, part p quantize-dequantized exactly as
+    ``nvfp4_qdq_counter(x[:, part p].contiguous(), counter, mode, stochastic, seeds[p], rht, rht_seed)``
+    and written to the same columns: the canonical parts of a fused linear (wq|wk|wv), each
+    with its own per-tensor scale and SR seed. The CUDA kernels read and write the parts in place
+    (px_nvfp4_qdq_parts_cuda); no copies of the parts and no concatenation."""
+    _check_input(x, "nvfp4")
+    _check_counter(x, counter)
+    _check_parts(x, seeds, mode)
+    seeds = [check_seed(s) for s in seeds]
+    rht_seed = check_seed(rht_seed, "rht_seed")
+    if x.device.type == "cpu":
+        return torch.cat([nvfp4_qdq_counter(p.contiguous(), counter, mode, stochastic, s, rht, rht_seed)
+                          for p, s in zip(x.chunk(len(seeds), dim=1), seeds)], dim=1)
+    n = _cuda_native()
+    with _on(x):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        ws = torch.empty(2 * len(seeds), dtype=torch.float32, device=x.device)
+        n.quant_nvfp4_parts_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), ws.data_ptr(), x.shape[0], x.shape[1],
+                                 MODE_CODES[mode], stochastic, seeds, counter.contiguous().data_ptr(), rht, rht_seed,
+                                 _stream(x))
+    return y
+
+
+@nvfp4_qdq_parts.register_fake
+def _(x, counter, seeds, mode="1x16", stochastic=False, rht=False, rht_seed=0):
+    _check_input(x, "nvfp4")
+    _check_parts(x, seeds, mode)
     return torch.empty_like(x)
 
 
