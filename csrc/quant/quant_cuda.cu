@@ -556,15 +556,21 @@ __global__ void __launch_bounds__(kThreads) nvfp4_1x16_fused_kernel(const Nvfp4A
     acc.add(in, a.sgn);
   }
   block_max_into(__reduce_max_sync(kFull, acc.bits()), a.ws);
+  // the second pass over the groups not kept, last first, with the next group's load in flight
+  // while one is quantized (the first issued before the barrier: x does not depend on the amax)
+  uint32_t m = s.visits(s.hold, t, kThreads);
+  const uint32_t first = s.begin + s.hold + t;
+  Group<T> in;
+  if (m > 0) in.load(a.x, group_offset(a.layout, first + (m - 1) * kThreads));
   cooperative_groups::this_grid().sync();
   uint64_t key;
   const float sg = start_quantize<T, kRht, kSr>(a, table, key);
-  for (uint32_t m = s.visits(s.hold, t, kThreads); m-- > 0;) {
-    const uint32_t g = s.begin + s.hold + t + m * kThreads;
-    const size_t off = group_offset(a.layout, g);
-    Group<T> in;
-    in.load(a.x, off);
-    qdq_1x16_group<T, kRht, kSr>(in, g, off, table, sg, key, a);
+  while (m-- > 0) {
+    const uint32_t g = first + m * kThreads;
+    Group<T> next;
+    if (m > 0) next.load(a.x, group_offset(a.layout, g - kThreads));
+    qdq_1x16_group<T, kRht, kSr>(in, g, group_offset(a.layout, g), table, sg, key, a);
+    in = next;
   }
   for (uint32_t j = t; j < s.hold; j += kThreads) {
     Group<T> in;

@@ -163,20 +163,27 @@ def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
     """name -> callable for the NATIVE_ONLY variant kw."""
     from parallax.quant import torch_ops  # noqa: F401
 
+    from parallax import quant
+
     if not kw:
         return {"torch_copy": torch.clone}
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     mode, rht = kw["mode"], kw["rht"]
+    default = SCHEDULES["native"]  # what training runs (the 1x16 schedule is process-wide)
     if "parts" not in kw:
-        return {"native": lambda x: torch.ops.parallax.nvfp4_qdq_counter(x, counter, mode, True, 7, rht, rht_seed)}
+        return {"native": scheduled(quant.native(), lambda x: torch.ops.parallax.nvfp4_qdq_counter(
+            x, counter, mode, True, 7, rht, rht_seed), default)}
     seeds = [7 + i for i in range(kw["parts"])]
 
     def split_cat(x):
         return torch.cat([torch.ops.parallax.nvfp4_qdq_counter(p.contiguous(), counter, mode, True, s, rht, rht_seed)
                           for p, s in zip(x.chunk(len(seeds), dim=1), seeds)], dim=1)
 
-    return {"native": lambda x: torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, True, rht, rht_seed),
-            "split_cat": split_cat}
+    def parts(x):
+        return torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, True, rht, rht_seed)
+
+    return {"native": scheduled(quant.native(), parts, default),
+            "split_cat": scheduled(quant.native(), split_cat, default)}
 
 
 def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:

@@ -171,7 +171,9 @@ def test_benchmark_script_runs_small():
         {(v, i) for v in bench.VARIANTS for i in (*schedules[v], "torch_eager", "torch_compile")}
         | {("1x16-sr", "native"), ("16x1+rht-sr", "native"), ("parts-sr", "native"), ("parts-sr", "split_cat"),
            ("copy", "torch_copy")})
-    # every implementation, ours included, replays from a CUDA graph (ms: device time per call)
-    assert [r.get("graph_error") for r in rows] == [None] * len(rows)
-    assert all(r["ms"] > 0 and r["call_ms"] > 0 for r in rows)
+    # every implementation but PyTorch eager replays from a CUDA graph (ms: device time per call);
+    # the eager math copies a host tensor to the GPU, which capture refuses, and says so
+    assert [r.get("graph_error") for r in rows if r["impl"] != "torch_eager"] == [None] * (len(rows) - 4)
+    assert all("CUDA graph capture" in r["graph_error"] for r in rows if r["impl"] == "torch_eager")
+    assert all(r["ms"] > 0 for r in rows if r["impl"] != "torch_eager") and all(r["call_ms"] > 0 for r in rows)
     assert all(r["identical_to_native"] == 1.0 for r in rows if r["impl"].startswith("native") or r["impl"] == "split_cat")
