@@ -91,10 +91,11 @@ void bind_quant_cuda(nb::module_& m) {
 
   m.def(
       "quant_cuda_set_schedule",
-      [](bool fused, bool hold) { check(px_quant_cuda_set_schedule(fused, hold), "quant_cuda_set_schedule"); },
+      [](int fused, int hold) { check(px_quant_cuda_set_schedule(fused, hold), "quant_cuda_set_schedule"); },
       "fused"_a, "hold"_a,
-      "How NVFP4 1x16 runs from now on, process-wide: fused (one read of x, the default) or the amax and quantize "
-      "kernels; hold: the single-read kernel keeps groups in shared memory. Every schedule gives the same bits.");
+      "How NVFP4 1x16 runs from now on, process-wide: fused 1 (the single-read kernel) or 0 (the amax and quantize "
+      "kernels, the default), -1 the environment's default (PARALLAX_QUANT_FUSED=1: fused); hold: the single-read "
+      "kernel keeps groups in shared memory (-1: yes). Every schedule gives the same bits.");
 
   m.def("quant_cuda_last_schedule", &px_quant_cuda_last_schedule,
         "The 1x16 schedule the last NVFP4 1x16 call of this thread queued: 1 single-read, 0 two kernels, -1 none.");

@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) n
   }
 }
 
-// ---- NVFP4 1x16 in one read of x --------------------------------------------------------------
+// ---- NVFP4 1x16 in one read of x (opt-in: px_quant_cuda_set_schedule) ------------------------
 //
 // The two-kernel path reads x twice: the amax kernel, then the quantize kernel (the per-tensor
 // scale must be known before any block is quantized). This kernel reads it once from DRAM: a
@@ -520,7 +520,10 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) n
 // amax complete) quantizes the rest again, last read first (from L2, where they fit), then the
 // kept ones from shared memory. The same block reads its groups again, so they are found in its
 // own L2 partition. Bit for bit the two-kernel path's output: the amax is an order-independent
-// max, every group goes through the same qdq_1x16_group.
+// max, every group goes through the same qdq_1x16_group. Not the default: on the H200 it is no
+// faster than the two kernels yet (46.6 against 46.9 us for 32768x768 bf16; its first pass runs
+// at half the amax kernel's occupancy: docs/results/2026-12-02-h200-c/), and a cooperative
+// launch waits for the whole GPU, which other streams' kernels (NCCL) may hold.
 
 template <typename T>
 __device__ __forceinline__ void keep_group(const Group<T>& in, uint4* held, uint32_t j) {
@@ -855,7 +858,7 @@ void launch_dependent(K k, int grid, cudaStream_t st, const Args&... args) {
 
 // ---- the 1x16 schedule: one read (cooperative) or two kernels ----------------------------------
 
-std::atomic<int> g_fused{-1};  // -1: not yet read from PARALLAX_QUANT_FUSED
+std::atomic<int> g_fused{-1};  // -1: the environment's (PARALLAX_QUANT_FUSED=1: on), read at the next call
 std::atomic<int> g_hold{1};
 thread_local int g_last_schedule = -1;
 
@@ -863,7 +866,7 @@ bool use_fused() {
   int f = g_fused.load(std::memory_order_relaxed);
   if (f < 0) {
     const char* v = std::getenv("PARALLAX_QUANT_FUSED");
-    f = (v && v[0] == '0') ? 0 : 1;
+    f = (v && v[0] == '1') ? 1 : 0;
     int expected = -1;
     g_fused.compare_exchange_strong(expected, f);
     f = g_fused.load(std::memory_order_relaxed);
@@ -1141,8 +1144,8 @@ int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, 
 }
 
 int px_quant_cuda_set_schedule(int fused, int hold) {
-  g_fused.store(fused ? 1 : 0, std::memory_order_relaxed);
-  g_hold.store(hold ? 1 : 0, std::memory_order_relaxed);
+  g_fused.store(fused < 0 ? -1 : (fused ? 1 : 0), std::memory_order_relaxed);
+  g_hold.store(hold < 0 ? 1 : (hold ? 1 : 0), std::memory_order_relaxed);
   return kPxQuantOk;
 }
 

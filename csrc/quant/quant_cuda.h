@@ -69,11 +69,11 @@ int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, 
                             uint64_t rht_seed, CUstream_st* stream);
 
 // How 1x16 runs (process-wide; every schedule gives the same bits, benchmarks and tests compare
-// them). fused 1 (the default; PARALLAX_QUANT_FUSED=0 in the environment starts with 0): one
-// read of x, a cooperative launch of the single-read kernel where the device allows it (it
-// falls back to the two kernels otherwise); 0: the amax kernel, then the quantize kernel. hold
-// 1 (default): the single-read kernel keeps what shared memory holds of x between its passes;
-// 0: it relies on L2 alone. Returns kPxQuantOk.
+// them). fused 0 (the default): the amax kernel, then the quantize kernel; 1: one read of x, a
+// cooperative launch of the single-read kernel where the device allows it (the two kernels
+// otherwise); -1: the environment's default (PARALLAX_QUANT_FUSED=1 turns it on). hold 1 (the
+// default, also for -1): the single-read kernel keeps what shared memory holds of x between its
+// passes; 0: it relies on L2 alone. Returns kPxQuantOk.
 int px_quant_cuda_set_schedule(int fused, int hold);
 
 // The 1x16 schedule the last NVFP4 1x16 call of this thread queued: 1 the single-read kernel,

@@ -269,7 +269,7 @@ TEST_F(QuantCuda, Nvfp4EverySchedule) {
     check_nvfp4(t::edge_matrix(37, 48, 24), 37, 48, QdqDtype::kBF16, false, true, false, stream_);
     check_nvfp4(t::edge_matrix(1, 16, 25), 1, 16, QdqDtype::kF32, false, false, false, stream_);
   }
-  ASSERT_EQ(px_quant_cuda_set_schedule(1, 1), kPxQuantOk);
+  ASSERT_EQ(px_quant_cuda_set_schedule(-1, -1), kPxQuantOk);
 }
 
 // The column parts of a wider tensor, each against the CPU on a dense copy of it with its own

@@ -8,9 +8,9 @@ Variants: 1x16 (the target: >= 60% of the H200's 4.8 TB/s, >= 3x the compiled Py
 blocks down the columns, written in place of a transpose; PyTorch's side transposes), each RNE
 on a bf16 tensor (default 32768 x 768) with bf16 output, native against PyTorch eager and
 compiled. The 1x16 variants also time the native op's other schedules (csrc/quant/quant_cuda.h
-px_quant_cuda_set_schedule): ``native`` is the default, one read of x (the single-read kernel
-keeping what shared memory holds between its passes), ``native_l2`` the same relying on L2
-alone, ``native_2k`` the amax kernel and the quantize kernel (x read twice). Native only: the
+px_quant_cuda_set_schedule): ``native`` is the default, the amax kernel and the quantize kernel
+(x read twice); ``native_1r`` one read of x (the single-read kernel, keeping what shared memory
+holds between its passes); ``native_1r_l2`` the same relying on L2 alone. Native only: the
 stochastically rounded variants the emulated recipe uses for gradients (``sr``), and
 ``parts-sr``: dY of a fused linear, three column parts quantized alone, by nvfp4_qdq_parts in
 place (``native``) and by the copies the recipe made before it (``split_cat``: each part
@@ -58,7 +58,7 @@ NATIVE_ONLY = {
     "parts-sr": {"mode": "1x16", "rht": False, "sr": True, "parts": 3},  # wqkv's dY, [rows, 3 * cols]
     "copy": {},
 }
-SCHEDULES = {"native": (True, True), "native_l2": (True, False), "native_2k": (False, True)}
+SCHEDULES = {"native": (-1, -1), "native_1r": (1, 1), "native_1r_l2": (1, 0)}  # (fused, hold); -1: the default
 
 
 def bytes_moved(x) -> int:
@@ -224,7 +224,7 @@ def run(rows: int, cols: int, warmup: int, iters: int, buffers: int = 4) -> list
                                  **measure(torch, fn, ins, warmup, iters, bytes_moved(ins[0])),
                                  "identical_to_native": identical_fraction(torch, fn(ins[0]), ref)})
     finally:
-        quant.native().quant_cuda_set_schedule(True, True)
+        quant.native().quant_cuda_set_schedule(-1, -1)
     for r in rows_out:
         base = next((b for b in rows_out if b["variant"] == r["variant"] and b["impl"] == "torch_compile"), None)
         key = "ms" if base and r["ms"] and base["ms"] else "call_ms"
@@ -258,7 +258,7 @@ def profile_only(rows: int, cols: int, calls: int = 3) -> list[str]:
                 torch.cuda.nvtx.range_pop()
                 names.append(f"{variant}/{name}")
     finally:
-        quant.native().quant_cuda_set_schedule(True, True)
+        quant.native().quant_cuda_set_schedule(-1, -1)
     return names
 
 

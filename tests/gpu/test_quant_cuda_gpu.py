@@ -79,15 +79,15 @@ def test_every_1x16_schedule_is_the_cpu_op(qb):
                 for sr, rht in ((False, False), (True, False), (False, True), (True, True)):
                     xd = x.to(dtype)
                     cpu = torch.ops.parallax.nvfp4_quantize(xd, "1x16", sr, 1234, rht, 99)
-                    for fused, hold in ((0, 0), (1, 0), (1, 1)):
-                        n.quant_cuda_set_schedule(bool(fused), bool(hold))
+                    for fused, hold, ran in ((0, 0, 0), (1, 0, 1), (1, 1, 1), (-1, -1, 0)):  # -1: the default
+                        n.quant_cuda_set_schedule(fused, hold)
                         gpu = torch.ops.parallax.nvfp4_quantize(xd.cuda(), "1x16", sr, 1234, rht, 99)
-                        assert n.quant_cuda_last_schedule() == fused
+                        assert n.quant_cuda_last_schedule() == ran
                         torch.cuda.synchronize()
                         for a, b in zip(cpu, gpu):
                             assert qb.same(a, b.cpu()), (dtype, sr, rht, fused, hold)
     finally:
-        n.quant_cuda_set_schedule(True, True)
+        n.quant_cuda_set_schedule(-1, -1)
 
 
 @pytest.mark.parametrize("mode,sr,rht", [("1x16", True, False), ("16x1", True, True), ("16x1", False, True),
