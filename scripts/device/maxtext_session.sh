@@ -6,9 +6,11 @@
 #   later calls:                                          scripts/device/maxtext_session.sh wait
 #   here, on the CPU:                                     DRY_RUN=1 scripts/device/maxtext_session.sh pipeline
 #
-# One call carries at most 64 MiB, the tracked tree included (~20 MB on 2026-12-02, growing with
-# docs/results), and MaxText's bundle (.carry/mt, 44 MB) and TE (.carry/gpu, 43 MB) cannot travel
-# together; nor, by then, either of them with the token folder (5 MB). So the tokens travel as
+# One call carries at most 64 MiB, the tracked tree included (~24 MB by the evening of 2026-12-02,
+# ~22 MB of it docs/results), and MaxText's bundle (.carry/mt, 44 MB) and TE (.carry/gpu, 43 MB)
+# cannot travel together; nor, by then, either of them beside the whole tree. For the calls, move
+# docs/results aside and keep only what MATRIX_FROM / NVFP4_FROM name (git restores the rest:
+# 5.3 MB of tree on 2026-12-02, docs/results/2026-12-02-h200-c/README.md); nor does the token folder (5 MB). So the tokens travel as
 # .carry/tinystories.tar.xz (1.7 MB: `tar -cJf .carry/tinystories.tar.xz -C .carry tinystories`),
 # `stage` only takes the bundles a call brings (TE's install starts at the pipeline's first part
 # boundary, so call 1 brings it), and every call first copies (or unpacks) each bundle it carries
