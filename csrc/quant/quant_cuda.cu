@@ -835,22 +835,29 @@ bool use_pdl() {
   return on;
 }
 
+// Launches kernel k (kThreads a block) with one launch attribute; the runtime's answer.
+template <typename K, typename... Args>
+cudaError_t launch_with(cudaLaunchAttribute attr, K k, unsigned grid, size_t smem, cudaStream_t st,
+                        const Args&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = st;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 // Launches kernel k over grid with args; with programmatic stream serialization when
 // use_pdl(), falling back to a plain launch if the runtime refuses the attribute.
 template <typename K, typename... Args>
 void launch_dependent(K k, int grid, cudaStream_t st, const Args&... args) {
   if (use_pdl()) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(grid));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = st;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, k, args...) == cudaSuccess) return;
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr.val.programmaticStreamSerializationAllowed = 1;
+    if (launch_with(attr, k, static_cast<unsigned>(grid), 0, st, args...) == cudaSuccess) return;
     (void)cudaGetLastError();  // not sticky: a launch-configuration error
   }
   k<<<grid, kThreads, 0, st>>>(args...);
@@ -946,17 +953,10 @@ bool launch_fused_1x16(const Nvfp4Args& a, cudaStream_t st) {
   const uint32_t passes = (a.groups + kThreads - 1) / kThreads;  // no block without a group
   const uint32_t blocks = passes < static_cast<uint32_t>(f.blocks) ? (passes ? passes : 1) : f.blocks;
   const uint32_t hold = g_hold.load(std::memory_order_relaxed) ? f.hold_cap : 0;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(blocks);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = hold * group_bytes;
-  cfg.stream = st;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeCooperative;
-  attr[0].val.cooperative = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  if (cudaLaunchKernelEx(&cfg, k, a, hold) == cudaSuccess) return true;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  if (launch_with(attr, k, blocks, hold * group_bytes, st, a, hold) == cudaSuccess) return true;
   (void)cudaGetLastError();
   return false;
 }
