@@ -24,6 +24,10 @@ def pytest_configure(config):
     depend on the order. The first compile of every step in a session is a real one; the cache
     never outlives the session. Scripts that need XLA to compile (an HLO dump) drop the variable
     themselves, as scripts/device/profile_step.py does."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # a pytest-xdist worker (make test-py): the controller's folder, inherited as the
+        # interpreters the tests start inherit it, so a step one worker compiled the other finds
+        return
     config._parallax_jax_env = {name: os.environ.get(name) for name in JAX_CACHE_ENV}
     config._parallax_jax_cache = tempfile.mkdtemp(prefix="parallax-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config._parallax_jax_cache
