@@ -47,8 +47,14 @@ test-cpp: setup system-deps-tests
 	PATH="$(abspath $(VENV))/bin:$$PATH" cmake --build build/cpp -j $(JOBS)
 	PATH="$(abspath $(VENV))/bin:$$PATH" ctest --test-dir build/cpp --output-on-failure -j $(JOBS)
 
+# pytest in JOBS worker processes (pytest-xdist, the `dev` extra): alone it keeps one core busy
+# (most tests wait on one interpreter or subprocess at a time), so two workers take about half
+# the time on the 2-core CI. --dist loadfile keeps each file in one worker, in order, so a
+# module fixture runs once; the workers take the longest files first (tests/conftest.py,
+# LONGEST_FIRST; hence --no-loadscope-reorder). `python -m pytest tests` runs the same tests in
+# one process.
 test-py: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
 
 clean:
 	rm -rf build $(VENV)

@@ -24,6 +24,10 @@ def pytest_configure(config):
     depend on the order. The first compile of every step in a session is a real one; the cache
     never outlives the session. Scripts that need XLA to compile (an HLO dump) drop the variable
     themselves, as scripts/device/profile_step.py does."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # a pytest-xdist worker (make test-py): the controller's folder, inherited as the
+        # interpreters the tests start inherit it, so a step one worker compiled the other finds
+        return
     config._parallax_jax_env = {name: os.environ.get(name) for name in JAX_CACHE_ENV}
     config._parallax_jax_cache = tempfile.mkdtemp(prefix="parallax-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = config._parallax_jax_cache
@@ -49,7 +53,34 @@ def gpu_available() -> bool:
     return bool(envinfo.probe_gpus()["devices"])
 
 
+# The files that take longest (seconds alone on 2 cores, 2026-12-02: 130-180, 75-100, 100, 75-90,
+# 30-75, 57-67, 51-55), which make test-py's workers take first: a worker that took one of them
+# while the other was finishing the small files would run it alone at the end (~35 s of one idle
+# core). Only the order of the files changes; a stale entry costs balance, not a result.
+LONGEST_FIRST = ("unit/test_jax_parallel.py", "unit/test_nvfp4_emulated.py", "unit/test_torch_distributed.py",
+                 "unit/test_jax_recipes.py", "cli/test_train_cli.py", "cli/test_maxtext_cli.py",
+                 "cli/test_benchmark_cli.py")
+
+
+def longest_files_first(items) -> None:
+    """Order the files for pytest-xdist's --dist loadfile --no-loadscope-reorder (make test-py):
+    LONGEST_FIRST, then the others by their number of tests as xdist's own reorder would; the
+    tests of a file keep their order."""
+    def file_of(item) -> str:
+        return item.nodeid.split("::")[0]
+
+    tests = {}
+    for item in items:
+        tests[file_of(item)] = tests.get(file_of(item), 0) + 1
+    known = [f"tests/{name}" for name in LONGEST_FIRST]
+    rank = {name: (known.index(name) if name in known else len(known), -count)
+            for name, count in tests.items()}
+    items.sort(key=lambda item: rank[file_of(item)])  # stable: a file's tests keep their order
+
+
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        longest_files_first(items)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (none found); run on the device")
