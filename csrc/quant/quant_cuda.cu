@@ -358,8 +358,7 @@ struct Nvfp4Args {
   uint64_t seed;              // with counter: the per-run seed ...
   const uint32_t* counter;    // ... and the device step counter (NULL: key as given)
   Signs sgn;                  // Hadamard signs
-  size_t ld = 0;              // elements from one row of x (and of y) to the next: cols, or more
-  q::GroupLayout layout{};    // 1x16: where group g of x and y is (from cols and ld)
+  q::GroupLayout layout{};    // rows of x and y layout.ld elements apart (cols, or more); 1x16: group g's offset
 };
 
 // The generic path (qdq::generic_group), out of line: it is rare (only tensors whose amax is
@@ -607,7 +606,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, true, kRht, kSr>)) nv
     const uint32_t tile = 2 * p + side;
     live = tile < gpr;
     const size_t r = static_cast<size_t>(b) * 16 + row, c = static_cast<size_t>(tile) * 16;
-    off = r * a.ld + c;
+    off = r * a.layout.ld + c;
     return r * a.cols + c;
   };
   bool live = false;
@@ -710,7 +709,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a,
   for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < grid.units; u += stride) {
     size_t row0, col;
     grid.at(u, row0, col);
-    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.ld, row0, col, a.sgn.s, table, sg, key);
+    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.layout.ld, row0, col, a.sgn.s, table, sg, key);
   }
 }
 
@@ -1016,9 +1015,9 @@ bool launch_fused(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
   }
 }
 
-// 1x16 or 16x16 of one tensor (dense, or a column part of a wider one: a.ld > a.cols), its
-// workspace zeroed first: the single-read kernel for 1x16 where it can run, else the amax
-// kernel and the quantize kernel.
+// 1x16 or 16x16 of one tensor (dense, or a column part of a wider one: layout.ld > cols): the
+// single-read kernel for 1x16 where that schedule is asked for and can run, else the amax kernel
+// and the quantize kernel.
 template <typename T>
 void launch_rows(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t s) {
   const size_t groups = a.rows * (a.cols / 16);
@@ -1045,7 +1044,7 @@ void launch_16x1_as(const Nvfp4Args& a, const UnitGrid& g, cudaStream_t st) {
 template <typename T, bool kRht>
 void launch_amax_16x1(const Nvfp4Args& a, const UnitGrid& g, cudaStream_t st) {
   constexpr auto k = amax_16x1_kernel<T, kRht>;
-  k<<<persistent_grid<k>(g.units), kThreads, 0, st>>>(a.x, g, a.ld, a.sgn, a.ws);
+  k<<<persistent_grid<k>(g.units), kThreads, 0, st>>>(a.x, g, a.layout.ld, a.sgn, a.ws);
 }
 
 // 16x1: the amax (the plain kernel where the layout allows, the tensor's amax not depending on
@@ -1058,7 +1057,7 @@ void launch_16x1(const Nvfp4Args& a, bool rht, bool sr, cudaStream_t s) {
     sr ? launch_16x1_as<T, true, true>(a, g, s) : launch_16x1_as<T, true, false>(a, g, s);
     return;
   }
-  if (a.ld == a.cols) launch_amax<T, false>(a.x, a.rows * a.cols / 16, a.layout, a.sgn, a.ws, s);
+  if (a.layout.dense) launch_amax<T, false>(a.x, a.rows * a.cols / 16, a.layout, a.sgn, a.ws, s);
   else launch_amax_16x1<T, false>(a, g, s);
   sr ? launch_16x1_as<T, false, true>(a, g, s) : launch_16x1_as<T, false, false>(a, g, s);
 }
@@ -1082,11 +1081,11 @@ int check_nvfp4_shape(const Nvfp4Args& a, int mode) {
   return kPxQuantOk;
 }
 
-// One tensor or column part, checked: its workspace zeroed, then its kernels queued.
-int nvfp4_one(Nvfp4Args a, int dtype, int mode, bool rht, bool sr, cudaStream_t s) {
+// One tensor or column part (its rows ld elements apart), checked: its workspace zeroed, then its
+// kernels queued.
+int nvfp4_one(Nvfp4Args a, size_t ld, int dtype, int mode, bool rht, bool sr, cudaStream_t s) {
   if (int st = check_nvfp4_shape(a, mode)) return st;
-  if (a.ld == 0) a.ld = a.cols;
-  a.layout = q::GroupLayout::of(a.cols, a.ld);
+  a.layout = q::GroupLayout::of(a.cols, ld);
   if (int st = cuda_status(cudaMemsetAsync(a.ws, 0, 2 * sizeof(float), s), "cudaMemsetAsync")) return st;
   const bool bf16 = dtype == kPxQuantBF16;
   if (mode == 2) bf16 ? launch_16x1<uint16_t>(a, rht, sr, s) : launch_16x1<float>(a, rht, sr, s);
@@ -1113,7 +1112,7 @@ int px_nvfp4_qdq_counter_cuda(const void* x, int dtype, void* y, uint8_t* codes,
   if (!scale_ws) return fail(kPxQuantErrArg, "scale_ws (device float[2]) is required");
   const Signs sg = rht ? signs_of(rht_seed) : Signs{};
   const Nvfp4Args a{x, y, codes, scales, scale_ws, rows, cols, 0, 0, q::hash_key(seed), seed, seed_counter, sg};
-  return nvfp4_one(a, dtype, mode, rht != 0, stochastic != 0, reinterpret_cast<cudaStream_t>(stream));
+  return nvfp4_one(a, cols, dtype, mode, rht != 0, stochastic != 0, reinterpret_cast<cudaStream_t>(stream));
 }
 
 int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, size_t rows, size_t cols, size_t parts,
@@ -1137,8 +1136,7 @@ int px_nvfp4_qdq_parts_cuda(const void* x, int dtype, void* y, float* scale_ws, 
   for (size_t p = 0; p < parts; ++p) {
     Nvfp4Args a{static_cast<const char*>(x) + p * w * esize, y ? static_cast<char*>(y) + p * w * esize : nullptr,
                 nullptr, nullptr, scale_ws + 2 * p, rows, w, 0, 0, q::hash_key(seeds[p]), seeds[p], seed_counter, sg};
-    a.ld = cols;
-    if (int st = nvfp4_one(a, dtype, mode, rht != 0, stochastic != 0, s)) return st;
+    if (int st = nvfp4_one(a, cols, dtype, mode, rht != 0, stochastic != 0, s)) return st;
   }
   return kPxQuantOk;
 }

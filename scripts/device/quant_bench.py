@@ -128,7 +128,7 @@ def identical_fraction(torch, a, b) -> float:
     return same.float().mean().item()
 
 
-def scheduled(n, op, schedule: tuple[bool, bool]):
+def scheduled(n, op, schedule: tuple[int, int]):
     """op run under one 1x16 schedule (set before each call, so a CUDA-graph capture records it;
     CPU tensors have no schedule)."""
     def fn(x):
@@ -186,6 +186,13 @@ def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
             "split_cat": scheduled(quant.native(), split_cat, default)}
 
 
+def every_variant(torch):
+    """(variant, its settings, name -> callable) of VARIANTS then NATIVE_ONLY."""
+    for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
+        impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
+        yield variant, kw, impls
+
+
 def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:
     """The row of one implementation: device time from the graph (None, with the reason, where
     capture failed), host-driven time per call, and the bandwidth of the device time."""
@@ -211,12 +218,11 @@ def run(rows: int, cols: int, warmup: int, iters: int, buffers: int = 4) -> list
     xs = [torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(buffers)]
     rows_out = []
     try:
-        for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
+        for variant, kw, impls in every_variant(torch):
             ins = xs
             if kw.get("parts"):
                 ins = [torch.randn(rows, kw["parts"] * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
                        for _ in range(buffers)]
-            impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
             first = next(iter(impls))
             ref = impls[first](ins[0])
             for name, fn in impls.items():
@@ -244,10 +250,7 @@ def profile_only(rows: int, cols: int, calls: int = 3) -> list[str]:
     wide = torch.randn(rows, 3 * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
     names = []
     try:
-        for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
-            if not kw:
-                continue
-            impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
+        for variant, kw, impls in every_variant(torch):
             for name, fn in impls.items():
                 if name.startswith("torch_"):
                     continue

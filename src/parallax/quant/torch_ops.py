@@ -190,15 +190,13 @@ def _(x, counter, mode="1x16", stochastic=False, seed=0, rht=False, rht_seed=0):
     return torch.empty_like(x)
 
 
-def _check_parts(x: torch.Tensor, seeds: list[int], mode: str) -> int:
-    """The width of each of the len(seeds) equal column parts of x (2-D)."""
+def _check_parts(x: torch.Tensor, seeds: list[int], mode: str) -> None:
+    """x is 2-D and its columns split into len(seeds) equal parts that mode's blocks tile."""
     if x.dim() != 2:
         raise ValueError(f"nvfp4_qdq_parts: x must be 2-D [rows, cols], got shape {tuple(x.shape)}")
     if not seeds or x.shape[1] % len(seeds):
         raise ValueError(f"nvfp4_qdq_parts: {x.shape[1]} columns do not split into {len(seeds)} equal parts")
-    width = x.shape[1] // len(seeds)
-    check_shape((x.shape[0], width), mode, "nvfp4_qdq_parts")
-    return width
+    check_shape((x.shape[0], x.shape[1] // len(seeds)), mode, "nvfp4_qdq_parts")
 
 
 @torch.library.custom_op("parallax::nvfp4_qdq_parts", mutates_args=())
