@@ -88,6 +88,16 @@
 #   ncu      after quantbench, while TE builds (~1 min): the kernels' hardware counters under Nsight
 #            Compute (quant_bench.py --profile-only), where ncu is installed.
 #
+#   convbase while TE builds: the bf16 twins of a convergence benchmark (CONV_FRAMEWORKS, default jax),
+#            CONV_STEPS (1000) steps, evaluation every 100 steps on 5 batches, CONV_SEEDS (0), loss
+#            only (a build shares the machine), so that the conv part after TE runs only the recipes.
+#   conv     after TE, before the matrix: CONV_RECIPES (jax:te-fp8-delayed) added to that benchmark
+#            (--resume; bf16 too, where convbase did not run), --report: each recipe's ΔLoss against
+#            its bf16 twin from the same weights and batches.
+#
+# MATRIX_FRAMEWORKS (torch,jax,maxtext) picks the matrix's frameworks: torch,jax with every fp8
+# recipe in MATRIX_RECIPES is issue 10's one matrix of every recipe, without MaxText's bundle.
+#
 # Parts that need no TE (curves, then profile) run while TE builds; the matrix waits for TE,
 # and then the rest of curves/profile run. Each part is bounded by its own limit and by the time
 # left to the deadline (BUDGET_S from the start, default 1440 s); the matrix leaves RESERVE_S
@@ -185,7 +195,7 @@ settings() {  # settings BUDGET_S: the pipeline's knobs, from the environment
     SIZE=(--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024)
     DONE_PARTS=" "
     LIVE=$PWD
-    NO_TE_PARTS="quantbench ncu curves profile"  # what may run while TE builds, else after the matrix
+    NO_TE_PARTS="convbase quantbench ncu curves profile"  # what may run while TE builds, else after the matrix
 }
 
 left() {  # seconds to the deadline; a dry run spends none (its limits are the budget's arithmetic)
@@ -284,7 +294,8 @@ run_matrix() {
     resume_from "${MATRIX_FROM:-}" "$E/matrix/bench"
     for p in $NO_TE_PARTS nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
-    part matrix "$limit" python3 -m parallax benchmark --frameworks torch,jax,maxtext --precisions bf16,fp8 \
+    part matrix "$limit" python3 -m parallax benchmark --frameworks "${MATRIX_FRAMEWORKS:-torch,jax,maxtext}" \
+        --precisions bf16,fp8 \
         --recipes "${MATRIX_RECIPES-jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling}${MATRIX_EXTRA:+,$MATRIX_EXTRA}" \
         "${SIZE[@]}" \
         --steps "${MATRIX_STEPS:-60}" --warmup 20 \
@@ -297,6 +308,23 @@ report_of() {  # a benchmark cut at its limit wrote no report: compare writes it
     ((DRY)) || [[ ! -f $1/report.md ]] || return 0
     part "$(basename "$(dirname "$1")")-report" 60 python3 -m parallax compare --results-dir "$1" \
         --output-report "$1/report.md"
+}
+
+conv() {  # conv NAME LIMIT_S PRECISIONS [--recipes R --report]: the convergence benchmark, resumed
+    local name=$1 limit=$2 precisions=$3; shift 3
+    part "$name" "$limit" python3 -m parallax benchmark --frameworks "${CONV_FRAMEWORKS:-jax}" \
+        --precisions "$precisions" "$@" --model llama-100m --seeds "${CONV_SEEDS:-0}" --batch-size 32 --seq-len 1024 \
+        --steps "${CONV_STEPS:-1000}" --warmup 20 --repeats 1 --data "$DATA" --epochs 40 --eval-every 100 \
+        --eval-batches 5 --concurrent "${CONV_CONCURRENT:-1}" --timeout-per-run 500 --output-dir "$E/conv/bench" \
+        --resume
+}
+
+run_convbase() { conv convbase 400 bf16; }
+
+run_conv() {
+    conv conv "${CONV_S:-400}" bf16 --recipes "${CONV_RECIPES:-jax:te-fp8-delayed}" --report
+    DONE_PARTS+="convbase "  # its bf16 cells are in this benchmark now
+    report_of "$E/conv/bench"
 }
 
 run_curves() {
@@ -404,7 +432,12 @@ pipeline() {
         > '$E/checkenv/before-te.txt' 2>&1; python3 -c 'import maxtext, jax; print(\"maxtext\", maxtext.__file__, \
         \"jax\", jax.__version__, jax.devices())'"
     touch "$E/setup.done"
+    run_parts
+    log "done"
+    touch "$E/DONE"
+}
 
+run_parts() {  # every wanted part, in priority order, around TE's install
     want capture && run capture
     want kernels16 && run kernels16
     want kernels && run kernels
@@ -413,9 +446,10 @@ pipeline() {
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
     done
-    if want matrix || want tejax; then
+    if want matrix || want tejax || want conv; then
         wait_te
         want tejax && run tejax
+        want conv && run conv
         want matrix && run matrix
     fi
     want nvfp4 && run nvfp4
@@ -423,8 +457,6 @@ pipeline() {
     for p in $NO_TE_PARTS; do
         want $p && [[ $DONE_PARTS != *" $p "* ]] && run $p
     done
-    log "done"
-    touch "$E/DONE"
 }
 
 [[ ${MT_SESSION_LIB:-0} == 1 ]] && return 0  # sourced by the tests: the functions only

@@ -434,3 +434,48 @@ def test_nvfp4long_resumes_a_committed_benchmark_with_more_seeds(tmp_path):
     assert (ctx.params["eval_every"], ctx.params["eval_batches"], ctx.params["resume"]) == (100, 5, True)
     _, cells = benchmark_cells(parts["nvfp4long"])
     assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
+
+
+def test_conv_runs_the_te_recipes_after_te_and_the_matrix_takes_every_fp8_recipe_of_two_frameworks(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    recipes = ("torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,"
+               "jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed")
+    parts = dry_run(tmp_path, PARTS="kernels convbase conv matrix", MATRIX_FRAMEWORKS="torch,jax",
+                    MATRIX_RECIPES=recipes)
+    # a dry run's TE is ready from the start, so the bf16 twins run inside conv: convbase is then done
+    assert [name for name, _, _ in parts] == [
+        "install", "carry-mt", "versions", "kernels", "checkenv-te", "conv", "conv-report", "matrix", "matrix-report"]
+    argv = {name: a for name, _, a in parts}
+    limits = {name: limit for name, limit, _ in parts}
+    assert limits["matrix"] == 1440 - 60  # nothing after it reserves time
+    ctx = parallax_context(argv["conv"])
+    assert (ctx.params["steps"], ctx.params["eval_every"], ctx.params["eval_batches"], ctx.params["seeds"],
+            ctx.params["resume"], ctx.params["report"]) == (1000, 100, 5, "0", True, True)
+    assert ctx.params["output_dir"] == str(tmp_path / "conv" / "bench")
+    _, cells = benchmark_cells(argv["conv"])
+    assert cells == [("jax", "bf16"), ("jax", "te-fp8-delayed")]
+    _, cells = benchmark_cells(argv["matrix"])
+    assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"), ("torch", "te-fp8-current"),
+                     ("torch", "torchao-fp8-tensorwise"), ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"),
+                     ("jax", "te-bf16"), ("jax", "flax-fp8-delayed"), ("jax", "flax-fp8-direct"),
+                     ("jax", "te-fp8-delayed")]  # the registry's order
+
+
+def test_convbase_runs_the_bf16_twins_alone_into_the_benchmark_conv_resumes(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = dry_run(tmp_path, PARTS="convbase", CONV_FRAMEWORKS="torch,jax", CONV_SEEDS="0,1")
+    (name, limit, argv), = [p for p in parts if p[0] == "convbase"]
+    ctx = parallax_context(argv)
+    assert ctx.params["output_dir"] == str(tmp_path / "conv" / "bench") and ctx.params["resume"]
+    assert (ctx.params["seeds"], ctx.params["report"], limit) == ("0,1", False, 400)
+    _, cells = benchmark_cells(argv)
+    assert cells == [("torch", "bf16"), ("jax", "bf16")]
+
+
+def test_convbase_runs_while_te_builds_and_conv_after_it(tmp_path):
+    proc = te_run(tmp_path, "maybe_start_te; run_parts; echo \"done:$DONE_PARTS\"", build_s=2,
+                  PARTS="convbase conv matrix")
+    parts = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("part ")]
+    # (the stubbed parts write no report, so compare writes each)
+    assert parts == ["convbase", "checkenv-te", "conv", "conv-report", "matrix", "matrix-report"], proc.stdout
+    assert proc.stdout.splitlines()[-1].split() == ["done:", "convbase", "convbase", "conv", "matrix"]
