@@ -105,6 +105,12 @@
 # then, the TE cells are skipped; TE_WAIT_S (600): a TE build still running after that long is
 # stopped (the TE cells are skipped then too).
 #
+# TE's framework extensions are built once: when TE is ready, the pipeline keeps each one built
+# from an sdist as $E/keep/te_<torch|jax>_site.tar.xz, and every later call hands them to $OUT (in
+# 15 MiB pieces where larger: `cat F.part-* > F`). Put them in .carry/gpu and move the two sdists out
+# of it: install.sh unpacks *_site.tar.xz in seconds, where the builds took ~440 s (2026-12-02). They
+# fit only this image (torch 2.11+cu130, JAX 0.11.2, Python 3.12, sm_90).
+#
 # POLL_S (5): how often the waits look (the tests set it low).
 #
 # The pipeline runs from its own copy of the checkout and tokens under /tmp/mt-session: each bundle
@@ -152,7 +158,7 @@ pack() {
     local base parent tarball=$OUT/maxtext_session.tar.gz
     base=$(basename "$E") parent=$(dirname "$E")
     {   # never: the checkout copy, the bundles, raw traces (their tar.gz travels), this call's $OUT
-        printf '%s\n' "$base/src" "$base/carry" "$base/out" '*.xplane.pb'
+        printf '%s\n' "$base/src" "$base/carry" "$base/out" "$base/keep" '*.xplane.pb'
         (cd "$parent" && find "$base" -type f -name 'trace_*' -size +8M)
     } > "$E/.pack-exclude"
     tar -czf "$tarball" -C "$parent" -X "$E/.pack-exclude" "$base" 2>/dev/null
@@ -161,7 +167,20 @@ pack() {
         echo 'trace_*' >> "$E/.pack-exclude"
         tar -czf "$tarball" -C "$parent" -X "$E/.pack-exclude" "$base" 2>/dev/null
     fi
+    hand_over_kept
     ls -la "$OUT"
+}
+
+hand_over_kept() {  # each kept file into $OUT as it is, or in 15 MiB pieces (`cat F.part-* > F` puts it together)
+    local f
+    for f in "$E"/keep/*; do
+        [[ -f $f ]] || continue
+        if (($(stat -c %s "$f") > 15 * 1024 * 1024)); then
+            split -b 15M "$f" "$OUT/$(basename "$f").part-"
+        else
+            cp "$f" "$OUT/"
+        fi
+    done
 }
 
 alive() { [[ -f $E/pipeline.pid ]] && kill -0 "$(cat "$E/pipeline.pid")" 2>/dev/null; }
@@ -241,6 +260,21 @@ maybe_start_te() {  # at a part boundary: no MaxText starts while pip replaces t
     while ! grep -qxF te_core_sm90.tar.xz "$SITE/.installed" 2>/dev/null && [[ ! -f $E/te.ready ]] \
         && ((SECONDS - t0 < 120)); do sleep "${POLL_S:-2}"; done
 }
+keep_te_builds() {  # TE's framework extensions as built here (install.sh leaves each sdist's pip --target in
+    # a mktemp dir, /tmp/tmp.*/out), each as te_<framework>_site.tar.xz for $OUT: a later session carries
+    # them in .carry/gpu instead of the sdists, and install.sh unpacks them (*_site.tar.xz) in seconds
+    local d fw kept
+    mkdir -p "$E/keep"
+    for d in "${TE_BUILD_ROOT:-/tmp}"/tmp.*/out; do
+        for fw in torch jax; do
+            kept=$E/keep/te_${fw}_site.tar.xz
+            [[ ! -f $kept ]] && compgen -G "$d/transformer_engine_${fw}-*.dist-info" >/dev/null || continue
+            tar -cJf "$kept.tmp" -C "$d" . && mv "$kept.tmp" "$kept" \
+                && log "TE: kept the built $fw extension, $(du -k "$kept" | cut -f1) KiB ($(basename "$kept"))"
+        done
+    done
+}
+
 wait_te() {
     local t0=$SECONDS
     while [[ $(te_state) == building || $(te_state) == waiting ]] && (($(left) > 60)); do
@@ -253,7 +287,7 @@ wait_te() {
         sleep "${POLL_S:-5}"
     done
     case $(te_state) in
-        ready) ((DRY)) || log "TE: $(tail -n 2 "$E/logs/carry-gpu.txt" | tr '\n' ' ' | cut -c1-200)"
+        ready) ((DRY)) || { log "TE: $(tail -n 2 "$E/logs/carry-gpu.txt" | tr '\n' ' ' | cut -c1-200)"; keep_te_builds; }
                part checkenv-te 120 bash -c "python3 -m parallax check-env > '$E/checkenv/after-te.txt' 2>&1; \
                    python3 -m parallax check-env --json > '$E/checkenv/after-te.json'" ;;
         *) [[ -f $E/te.none ]] || echo "no .carry/gpu by ${GPU_BY}s" > "$E/te.none"

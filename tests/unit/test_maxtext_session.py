@@ -479,3 +479,41 @@ def test_convbase_runs_while_te_builds_and_conv_after_it(tmp_path):
     # (the stubbed parts write no report, so compare writes each)
     assert parts == ["convbase", "checkenv-te", "conv", "conv-report", "matrix", "matrix-report"], proc.stdout
     assert proc.stdout.splitlines()[-1].split() == ["done:", "convbase", "convbase", "conv", "matrix"]
+
+
+def test_te_extensions_built_here_are_kept_for_later_sessions_and_handed_over(tmp_path):
+    build_root = tmp_path / "tmp"
+    for name, fw in (("tmp.aaa", "torch"), ("tmp.bbb", "jax")):
+        out = build_root / name / "out"
+        (out / f"transformer_engine_{fw}-2.20.2.dist-info").mkdir(parents=True)
+        (out / f"transformer_engine_{fw}-2.20.2.dist-info" / "RECORD").write_text(fw)
+        (out / f"transformer_engine_{fw}.cpython-312-x86_64-linux-gnu.so").write_bytes(fw.encode() * 100)
+    (build_root / "tmp.ccc" / "out" / "something_else").mkdir(parents=True)  # another mktemp dir: not TE
+    out_dir = tmp_path / "OUT"
+    out_dir.mkdir()
+    proc = te_run(tmp_path, "keep_te_builds; keep_te_builds; hand_over_kept; ls \"$OUT\"",
+                  TE_BUILD_ROOT=str(build_root), OUT=str(out_dir))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("TE: kept the built") == 2  # once each, not again on a second look
+    session = tmp_path / "session"
+    for fw in ("torch", "jax"):
+        with tarfile.open(session / "keep" / f"te_{fw}_site.tar.xz") as tar:
+            names = sorted(n.removeprefix("./") for n in tar.getnames() if n != ".")
+        assert names == [f"transformer_engine_{fw}-2.20.2.dist-info", f"transformer_engine_{fw}-2.20.2.dist-info/RECORD",
+                         f"transformer_engine_{fw}.cpython-312-x86_64-linux-gnu.so"]
+    assert sorted(p.name for p in out_dir.iterdir()) == ["te_jax_site.tar.xz", "te_torch_site.tar.xz"]
+
+
+def test_a_kept_file_over_15_mib_is_handed_over_in_pieces(tmp_path):
+    keep = tmp_path / "session" / "keep"
+    keep.mkdir(parents=True)
+    big = keep / "te_torch_site.tar.xz"
+    big.write_bytes(os.urandom(16 * 1024 * 1024 + 5))
+    out_dir = tmp_path / "OUT"
+    out_dir.mkdir()
+    proc = te_run(tmp_path, "hand_over_kept", OUT=str(out_dir))
+    assert proc.returncode == 0, proc.stderr
+    pieces = sorted(out_dir.iterdir())
+    assert [p.name for p in pieces] == ["te_torch_site.tar.xz.part-aa", "te_torch_site.tar.xz.part-ab"]
+    assert pieces[0].stat().st_size == 15 * 1024 * 1024
+    assert b"".join(p.read_bytes() for p in pieces) == big.read_bytes()
