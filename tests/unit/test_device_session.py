@@ -1,4 +1,4 @@
-"""scripts/device/maxtext_session.sh on the CPU: its syntax, every part's command line as its dry
+"""scripts/device/session.sh (a device lease's pipeline) on the CPU: its syntax, every part's command line as its dry
 run prints it (each parallax command parsed by the real CLI, each profile_step command by the
 script's own parser), the capture's export-configs and direct MaxText run executed against the
 fake MaxText, and the call protocol (start, wait) copying each call's bundles and packing."""
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "device" / "maxtext_session.sh"
+SCRIPT = ROOT / "scripts" / "device" / "session.sh"
 PARTS_IN_ORDER = [
     "install", "carry-mt", "versions",
     "capture-bf16", "capture-fp8", "capture-export", "capture-export-direct", "capture-direct",
@@ -38,7 +38,7 @@ def quick_polls(monkeypatch):
 def dry_run(session: Path, **env) -> list[tuple[str, int, list[str]]]:
     """(part, limit, argv) of every part the pipeline would run, in order."""
     proc = subprocess.run(["bash", str(SCRIPT), "pipeline"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "DRY_RUN": "1", "MT_SESSION_DIR": str(session), **env})
+                          env={**os.environ, "DRY_RUN": "1", "SESSION_DIR": str(session), **env})
     assert proc.returncode == 0, proc.stderr
     parts = []
     for line in proc.stdout.splitlines():
@@ -50,14 +50,13 @@ def dry_run(session: Path, **env) -> list[tuple[str, int, list[str]]]:
 
 
 def test_the_session_scripts_parse():
-    for script in (SCRIPT, ROOT / "scripts" / "device" / "fp8_session.sh"):
-        proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_usage_without_a_subcommand(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True,
-                          env={**os.environ, "MT_SESSION_DIR": str(tmp_path)})
+                          env={**os.environ, "SESSION_DIR": str(tmp_path)})
     assert proc.returncode == 2 and proc.stdout.startswith("usage: ")
 
 
@@ -247,7 +246,7 @@ def fake_checkout(tmp_path: Path) -> Path:
 def call(repo: Path, session: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
-    env = {**os.environ, "DRY_RUN": "1", "MT_SESSION_DIR": str(session), "OUT": str(out), "WAIT_S": "30",
+    env = {**os.environ, "DRY_RUN": "1", "SESSION_DIR": str(session), "OUT": str(out), "WAIT_S": "30",
            "START_WAIT_S": "30"}
     proc = subprocess.run(["bash", str(repo / "scripts" / "device" / SCRIPT.name), *args], capture_output=True,
                           text=True, timeout=90, env=env, cwd=repo.parent)  # the script finds its checkout
@@ -268,7 +267,7 @@ def test_each_call_copies_the_bundles_it_carries_and_packs_what_exists(tmp_path)
     assert "[session] copied .carry/gpu" in second.stdout and "copied .carry/mt" not in second.stdout
     assert "[session] pipeline done" in second.stdout
     assert (session / "carry" / "mt").is_dir() and (session / "carry" / "gpu" / "install.sh").is_file()
-    with tarfile.open(out / "maxtext_session.tar.gz") as tar:
+    with tarfile.open(out / "session.tar.gz") as tar:
         names = tar.getnames()
     assert "session/pipeline.log" in names and "session/DONE" in names
     assert not [n for n in names if n.startswith(("session/carry", "session/out", "session/src"))]
@@ -298,7 +297,7 @@ def test_the_pack_leaves_out_raw_traces_and_large_ones(tmp_path):
     (profile / "trace_jax_bf16.tar.gz").write_bytes(b"small")
     (profile / "trace_maxtext_bf16.tar.gz").write_bytes(os.urandom(9 * 1024 * 1024))
     call(repo, session, out, "wait")
-    with tarfile.open(out / "maxtext_session.tar.gz") as tar:
+    with tarfile.open(out / "session.tar.gz") as tar:
         names = tar.getnames()
     assert "session/profile/trace_jax_bf16.tar.gz" in names
     assert not [n for n in names if n.endswith((".xplane.pb", "trace_maxtext_bf16.tar.gz"))]
@@ -307,7 +306,7 @@ def test_the_pack_leaves_out_raw_traces_and_large_ones(tmp_path):
 # --- TE's bundle: installed in the background, waited for, or given up on -------------------------
 
 def te_run(tmp_path: Path, script: str, build_s: float | None = None, **env) -> subprocess.CompletedProcess:
-    """The script's functions sourced (MT_SESSION_LIB=1), the parts stubbed, then ``script``;
+    """The script's functions sourced (SESSION_LIB=1), the parts stubbed, then ``script``;
     with ``build_s`` a fake .carry/gpu whose install.sh marks TE's core installed, then builds
     for ``build_s`` seconds."""
     session, site = tmp_path / "session", tmp_path / "site"
@@ -320,7 +319,7 @@ def te_run(tmp_path: Path, script: str, build_s: float | None = None, **env) -> 
     prelude = (f"source {shlex.quote(str(SCRIPT))}; settings 1000; DRY=0; "
                "part() { echo \"part $1\"; }; ")
     return subprocess.run(["bash", "-c", prelude + script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "MT_SESSION_LIB": "1", "MT_SESSION_DIR": str(session),
+                          env={**os.environ, "SESSION_LIB": "1", "SESSION_DIR": str(session),
                                "CARRY_SITE": str(site), **env})
 
 
@@ -517,3 +516,40 @@ def test_a_kept_file_over_15_mib_is_handed_over_in_pieces(tmp_path):
     assert [p.name for p in pieces] == ["te_torch_site.tar.xz.part-aa", "te_torch_site.tar.xz.part-ab"]
     assert pieces[0].stat().st_size == 15 * 1024 * 1024
     assert b"".join(p.read_bytes() for p in pieces) == big.read_bytes()
+
+
+def test_crossover_runs_every_recipe_of_both_frameworks_at_the_larger_presets_after_the_matrix(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = dry_run(tmp_path, PARTS="fp8tests matrix crossover")
+    assert [name for name, _, _ in parts] == [
+        "install", "carry-mt", "versions", "checkenv-te", "fp8tests", "matrix", "matrix-report",
+        "crossover-llama-330m", "crossover-llama-860m", "crossover-report"]
+    limits = {name: limit for name, limit, _ in parts}
+    argv = {name: a for name, _, a in parts}
+    assert limits["matrix"] == 1440 - 200 - 60  # a reserve for the crossover after it
+    assert argv["fp8tests"][-3:] == ["tests/gpu/test_torch_fp8_gpu.py", "tests/gpu/test_jax_fp8_gpu.py",
+                                     "tests/gpu/test_jax_te_gpu.py"]
+    assert all((ROOT / t).is_file() for t in argv["fp8tests"][-3:])
+    for model in ("llama-330m", "llama-860m"):
+        params, cells = benchmark_cells(argv[f"crossover-{model}"])
+        assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"),
+                         ("torch", "te-fp8-current"), ("torch", "torchao-fp8-tensorwise"),
+                         ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"), ("jax", "te-bf16"),
+                         ("jax", "flax-fp8-delayed"), ("jax", "flax-fp8-direct"), ("jax", "te-fp8-delayed")]
+        assert (params["model"], params["synthetic"], params["steps"], params["warmup"], params["repeats"],
+                params["timeout_per_run"], params["resume"]) == (model, True, 30, 10, 1, 240, True)
+        assert params["output_dir"] == str(tmp_path / "crossover" / model)
+    assert argv["crossover-report"][3:] == [
+        "crossover", str(tmp_path / "matrix" / "bench"), str(tmp_path / "crossover" / "llama-330m"),
+        str(tmp_path / "crossover" / "llama-860m"), "--output-dir", str(tmp_path / "crossover" / "report")]
+
+
+def test_crossover_resumes_committed_presets_and_lines_up_with_a_given_base(tmp_path):
+    committed = tmp_path / "committed"
+    (committed / "llama-860m" / "runs").mkdir(parents=True)
+    session = tmp_path / "session"
+    parts = {name: argv for name, _, argv in dry_run(session, PARTS="crossover", XO_FROM=str(committed),
+                                                     XO_MODELS="llama-860m", XO_BASE="docs/results/x/matrix")}
+    assert (session / "crossover" / "llama-860m" / "runs").is_dir()  # copied in: --resume runs only the rest
+    assert not (session / "crossover" / "llama-330m").exists()
+    assert parts["crossover-report"][4:6] == ["docs/results/x/matrix", str(session / "crossover" / "llama-860m")]

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Issue 12's evidence ("Real MaxText") as one detached pipeline on one warm H200, under one deadline.
+# A device lease's work as one detached pipeline on one warm H200, under one deadline: the GPU tests,
+# the throughput matrix, convergence, the crossover, MaxText, the NVFP4 kernels (PARTS, below).
+# It outlives each 10-minute call; every call packs what exists so far.
 #
-#   call 1, carry .carry/gpu .carry/tinystories.tar.xz:   scripts/device/maxtext_session.sh stage
-#   call 2, carry .carry/mt:                              scripts/device/maxtext_session.sh start [BUDGET_S]
-#   later calls:                                          scripts/device/maxtext_session.sh wait
-#   here, on the CPU:                                     DRY_RUN=1 scripts/device/maxtext_session.sh pipeline
+#   without MaxText, carry .carry/gpu .carry/tinystories.tar.xz:
+#                         PARTS=... scripts/device/session.sh start [BUDGET_S]; WAIT_S=... scripts/device/session.sh wait
+#   with MaxText: call 1, carry .carry/gpu .carry/tinystories.tar.xz:   scripts/device/session.sh stage
+#                 call 2, carry .carry/mt:                              scripts/device/session.sh start [BUDGET_S]
+#   later calls:                                          scripts/device/session.sh wait
+#   here, on the CPU:                                     DRY_RUN=1 scripts/device/session.sh pipeline
+#
+# docs/results/2026-12-02-h200-d/README.md has a whole lease's commands (every fp8 recipe's matrix and
+# a convergence benchmark, four calls, 1,623 s of device time).
 #
 # One call carries at most 64 MiB, the tracked tree included (~24 MB by the evening of 2026-12-02,
 # ~22 MB of it docs/results), and MaxText's bundle (.carry/mt, 44 MB) and TE (.carry/gpu, 43 MB)
@@ -14,7 +21,7 @@
 # .carry/tinystories.tar.xz (1.7 MB: `tar -cJf .carry/tinystories.tar.xz -C .carry tinystories`),
 # `stage` only takes the bundles a call brings (TE's install starts at the pipeline's first part
 # boundary, so call 1 brings it), and every call first copies (or unpacks) each bundle it carries
-# to /tmp/mt-session/carry/ (a later call's re-sync deletes what that call does not carry; the
+# to /tmp/session/carry/ (a later call's re-sync deletes what that call does not carry; the
 # pipeline also looks into the live checkout at each part boundary, for a call that ran another
 # command), and the pipeline installs each with the bundle's own install.sh into /tmp/carry-site
 # once it is there: MaxText at the start, TE (its torch extension builds in ~130 s, the JAX one in
@@ -22,7 +29,7 @@
 # at the first part boundary after it came, on cores 4.. at low priority. `start` returns once
 # parallax and MaxText are installed (~1 min; START_WAIT_S), `wait` waits for the pipeline at most
 # WAIT_S (560) seconds. (The older order, .carry/mt with `start` and .carry/gpu in call 2, works
-# too.) Every call packs what exists so far into $OUT/maxtext_session.tar.gz (under 16 MiB: raw
+# too.) Every call packs what exists so far into $OUT/session.tar.gz (under 16 MiB: raw
 # xplane files stay out, compressed traces over 8 MB too), so a machine lost between calls loses
 # only what had not come back yet.
 #
@@ -30,7 +37,7 @@
 # on 2026-12-01 (docs/results/2026-12-01-h200-f/) two late calls each lost the machine and all
 # that the pipeline had not packed yet, and on 2026-12-02 one more (docs/results/2026-12-02-h200/:
 # its benchmark was then resumed on a new machine from the returned folder, staged into
-# /tmp/mt-session/matrix/bench before `start`). Fewer calls mean fewer such gaps: give `start` a long
+# /tmp/session/matrix/bench before `start`). Fewer calls mean fewer such gaps: give `start` a long
 # START_WAIT_S where nothing needs the second bundle soon (GPU_BY_S=0 and no TE cells), and fit
 # the last call's WAIT_S to the lease's budget_left_s.
 #
@@ -60,7 +67,9 @@
 #
 # Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
 #
-#   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py), once TE is installed, before the
+#   fp8tests every fp8 recipe's GPU tests (tests/gpu/test_{torch,jax}_fp8_gpu.py and the TE-JAX ones),
+#            once TE is installed, before the matrix.
+#   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py) alone, once TE is installed, before the
 #            matrix. MATRIX_RECIPES replaces the matrix's own --recipes beyond bf16,fp8 (default
 #            jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling; a maxtext run
 #            costs 75-220 s, so 3 repeats of all nine cells need ~1,300 s). MATRIX_EXTRA (a --recipes list, e.g. jax:te-bf16,jax:te-fp8-delayed) adds
@@ -94,6 +103,13 @@
 #   conv     after TE, before the matrix: CONV_RECIPES (jax:te-fp8-delayed) added to that benchmark
 #            (--resume; bf16 too, where convbase did not run), --report: each recipe's ΔLoss against
 #            its bf16 twin from the same weights and batches.
+#   crossover  after the matrix, on a quiet GPU: where fp8 starts to pay. The larger presets (XO_MODELS:
+#            llama-330m llama-860m), XO_FRAMEWORKS (torch,jax) at bf16 and fp8 plus XO_RECIPES (every other
+#            recipe of both: TE bf16 and fp8, torchao, Flax, TE-JAX), one run each, synthetic tokens,
+#            XO_STEPS (30) steps (10 warm-up), XO_TIMEOUT (240 s) a run (torchao compiles ~150 s at
+#            llama-330m), each preset under XO_PART_S (900 s); XO_FROM: a folder of committed crossover
+#            benchmarks, one per preset, to resume; then `parallax crossover` of XO_BASE (the llama-100m
+#            benchmark: this pipeline's matrix by default) and the presets.
 #
 # MATRIX_FRAMEWORKS (torch,jax,maxtext) picks the matrix's frameworks: torch,jax with every fp8
 # recipe in MATRIX_RECIPES is issue 10's one matrix of every recipe, without MaxText's bundle.
@@ -113,12 +129,12 @@
 #
 # POLL_S (5): how often the waits look (the tests set it low).
 #
-# The pipeline runs from its own copy of the checkout and tokens under /tmp/mt-session: each bundle
+# The pipeline runs from its own copy of the checkout and tokens under /tmp/session: each bundle
 # needs to come once per machine.
 set -uo pipefail
 SELF=$(realpath "${BASH_SOURCE[0]}")
 cd "$(dirname "$SELF")/../.."
-E=${MT_SESSION_DIR:-/tmp/mt-session}
+E=${SESSION_DIR:-/tmp/session}
 OUT=${OUT:-$E/out}
 SITE=${CARRY_SITE:-/tmp/carry-site}  # where both bundles' install.sh install (CARRY_SITE: the tests' fake bundles)
 BUNDLES="mt gpu tinystories"
@@ -155,7 +171,7 @@ poll_live() {  # the pipeline's own look at the live checkout, for a call that c
 }
 
 pack() {
-    local base parent tarball=$OUT/maxtext_session.tar.gz
+    local base parent tarball=$OUT/session.tar.gz
     base=$(basename "$E") parent=$(dirname "$E")
     {   # never: the checkout copy, the bundles, raw traces (their tar.gz travels), this call's $OUT
         printf '%s\n' "$base/src" "$base/carry" "$base/out" "$base/keep" '*.xplane.pb'
@@ -326,7 +342,7 @@ resume_from() {  # resume_from SRC DEST: a benchmark committed to the tree becom
 run_matrix() {
     local todo=0 p limit
     resume_from "${MATRIX_FROM:-}" "$E/matrix/bench"
-    for p in $NO_TE_PARTS nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
+    for p in $NO_TE_PARTS crossover nvfp4; do want $p && [[ $DONE_PARTS != *" $p "* ]] && todo=$((todo + 1)); done
     limit=${MATRIX_S:-$(($(left) - todo * RESERVE - 60))}
     part matrix "$limit" python3 -m parallax benchmark --frameworks "${MATRIX_FRAMEWORKS:-torch,jax,maxtext}" \
         --precisions bf16,fp8 \
@@ -410,6 +426,30 @@ run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them,
         tests/gpu/test_nvfp4_emulated_gpu.py -k "16x1 or jax_ffi or counter_qdq or linears_have"
 }
 
+run_fp8tests() {
+    part fp8tests 420 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_torch_fp8_gpu.py \
+        tests/gpu/test_jax_fp8_gpu.py tests/gpu/test_jax_te_gpu.py
+}
+
+# every recipe of both frameworks beyond bf16 and the default fp8 ones: TE bf16 and fp8, torchao, Flax, TE-JAX
+OTHER_RECIPES=torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise
+OTHER_RECIPES=$OTHER_RECIPES,jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed
+
+run_crossover() {
+    local model dirs=()
+    for model in ${XO_MODELS:-llama-330m llama-860m}; do
+        resume_from "${XO_FROM:+$XO_FROM/$model}" "$E/crossover/$model"
+        part "crossover-$model" "${XO_PART_S:-900}" python3 -m parallax benchmark \
+            --frameworks "${XO_FRAMEWORKS:-torch,jax}" --precisions bf16,fp8 --recipes "${XO_RECIPES:-$OTHER_RECIPES}" \
+            --model "$model" --seeds 0 --batch-size 32 --seq-len 1024 --steps "${XO_STEPS:-30}" --warmup 10 \
+            --synthetic --repeats 1 --timeout-per-run "${XO_TIMEOUT:-240}" --output-dir "$E/crossover/$model" \
+            --resume --report
+        dirs+=("$E/crossover/$model")
+    done
+    part crossover-report 60 python3 -m parallax crossover "${XO_BASE:-$E/matrix/bench}" "${dirs[@]}" \
+        --output-dir "$E/crossover/report"
+}
+
 run_tejax() {
     part tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
 }
@@ -480,11 +520,13 @@ run_parts() {  # every wanted part, in priority order, around TE's install
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
     done
-    if want matrix || want tejax || want conv; then
+    if want matrix || want tejax || want fp8tests || want conv || want crossover; then
         wait_te
+        want fp8tests && run fp8tests
         want tejax && run tejax
         want conv && run conv
         want matrix && run matrix
+        want crossover && run crossover
     fi
     want nvfp4 && run nvfp4
     want nvfp4long && run nvfp4long
@@ -493,7 +535,7 @@ run_parts() {  # every wanted part, in priority order, around TE's install
     done
 }
 
-[[ ${MT_SESSION_LIB:-0} == 1 ]] && return 0  # sourced by the tests: the functions only
+[[ ${SESSION_LIB:-0} == 1 ]] && return 0  # sourced by the tests: the functions only
 
 case ${1:-} in
     start)
