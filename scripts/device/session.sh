@@ -97,12 +97,15 @@
 #   ncu      after quantbench, while TE builds (~1 min): the kernels' hardware counters under Nsight
 #            Compute (quant_bench.py --profile-only), where ncu is installed.
 #
-#   convbase while TE builds: the bf16 twins of a convergence benchmark (CONV_FRAMEWORKS, default jax),
-#            CONV_STEPS (1000) steps, evaluation every 100 steps on 5 batches, CONV_SEEDS (0), loss
-#            only (a build shares the machine), so that the conv part after TE runs only the recipes.
+#   convbase while TE builds: the cells of a convergence benchmark that need no TE: the bf16 twins
+#            (CONV_FRAMEWORKS, default jax) and CONVBASE_RECIPES (none; e.g. torchao and Flax fp8),
+#            CONV_STEPS (1000) steps, evaluation every 100 steps on 5 batches, CONV_SEEDS (0),
+#            CONV_CONCURRENT (1) runs at once (each under CONV_RUN_TIMEOUT_S, 500 s), the part under
+#            CONVBASE_S (400 s); loss only (a build shares the
+#            machine), so that the conv part after TE runs only the TE recipes.
 #   conv     after TE, before the matrix: CONV_RECIPES (jax:te-fp8-delayed) added to that benchmark
-#            (--resume; bf16 too, where convbase did not run), --report: each recipe's ΔLoss against
-#            its bf16 twin from the same weights and batches.
+#            (--resume; the convbase cells too, where convbase did not run), under CONV_S (400 s),
+#            --report: each recipe's ΔLoss against its bf16 twin from the same weights and batches.
 #   crossover  after the matrix, on a quiet GPU: where fp8 starts to pay. The larger presets (XO_MODELS:
 #            llama-330m llama-860m), XO_FRAMEWORKS (torch,jax) at bf16 and fp8 plus XO_RECIPES (every other
 #            recipe of both: TE bf16 and fp8, torchao, Flax, TE-JAX), one run each, synthetic tokens,
@@ -365,15 +368,16 @@ conv() {  # conv NAME LIMIT_S PRECISIONS [--recipes R --report]: the convergence
     part "$name" "$limit" python3 -m parallax benchmark --frameworks "${CONV_FRAMEWORKS:-jax}" \
         --precisions "$precisions" "$@" --model llama-100m --seeds "${CONV_SEEDS:-0}" --batch-size 32 --seq-len 1024 \
         --steps "${CONV_STEPS:-1000}" --warmup 20 --repeats 1 --data "$DATA" --epochs 40 --eval-every 100 \
-        --eval-batches 5 --concurrent "${CONV_CONCURRENT:-1}" --timeout-per-run 500 --output-dir "$E/conv/bench" \
+        --eval-batches 5 --concurrent "${CONV_CONCURRENT:-1}" --timeout-per-run "${CONV_RUN_TIMEOUT_S:-500}" --output-dir "$E/conv/bench" \
         --resume
 }
 
-run_convbase() { conv convbase 400 bf16; }
+run_convbase() { conv convbase "${CONVBASE_S:-400}" bf16 ${CONVBASE_RECIPES:+--recipes "$CONVBASE_RECIPES"}; }
 
 run_conv() {
-    conv conv "${CONV_S:-400}" bf16 --recipes "${CONV_RECIPES:-jax:te-fp8-delayed}" --report
-    DONE_PARTS+="convbase "  # its bf16 cells are in this benchmark now
+    conv conv "${CONV_S:-400}" bf16 --recipes "${CONVBASE_RECIPES:+$CONVBASE_RECIPES,}${CONV_RECIPES:-jax:te-fp8-delayed}" \
+        --report  # convbase's recipes too: a resumed benchmark may only grow
+    DONE_PARTS+="convbase "  # its cells are in this benchmark now
     report_of "$E/conv/bench"
 }
 

@@ -553,3 +553,28 @@ def test_crossover_resumes_committed_presets_and_lines_up_with_a_given_base(tmp_
     assert (session / "crossover" / "llama-860m" / "runs").is_dir()  # copied in: --resume runs only the rest
     assert not (session / "crossover" / "llama-330m").exists()
     assert parts["crossover-report"][4:6] == ["docs/results/x/matrix", str(session / "crossover" / "llama-860m")]
+
+
+def test_convbase_may_take_the_recipes_that_need_no_te_and_conv_keeps_them(tmp_path):
+    session = tmp_path / "session"  # te_run's
+    (session / "carry" / "tinystories").mkdir(parents=True)
+    env = dict(PARTS="convbase conv", CONV_FRAMEWORKS="torch,jax", CONV_SEEDS="0,1", CONV_CONCURRENT="8",
+               CONV_RUN_TIMEOUT_S="700", CONVBASE_RECIPES="torchao-fp8-tensorwise,flax-fp8-direct",
+               CONV_RECIPES="torch:te-fp8-delayed,jax:te-fp8-delayed")
+    # a dry run's TE is ready at once: conv runs everything, then convbase (done) does not run again
+    parts = {name: argv for name, _, argv in dry_run(session, **env)}
+    assert "convbase" not in parts
+    ctx = parallax_context(parts["conv"])
+    assert (ctx.params["concurrent"], ctx.params["timeout_per_run"], ctx.params["seeds"]) == (8, 700, "0,1")
+    _, cells = benchmark_cells(parts["conv"])
+    assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("torch", "torchao-fp8-tensorwise"),
+                     ("jax", "bf16"), ("jax", "flax-fp8-direct"), ("jax", "te-fp8-delayed")]
+    # convbase (while TE builds) has the same knobs and only the recipes that need no TE
+    proc = te_run(tmp_path, "part() { printf '%s\\n' \"$@\"; }; run_convbase", **env)
+    name, limit, *argv = proc.stdout.splitlines()
+    assert (name, limit) == ("convbase", "400")
+    base = parallax_context(argv)
+    assert {k: base.params[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")} == {
+        k: ctx.params[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")}
+    _, cells = benchmark_cells(argv)
+    assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-tensorwise"), ("jax", "bf16"), ("jax", "flax-fp8-direct")]
