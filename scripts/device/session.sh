@@ -190,8 +190,18 @@ pack() {
     ls -la "$OUT"
 }
 
-hand_over_kept() {  # each kept file into $OUT as it is, or in 15 MiB pieces (`cat F.part-* > F` puts it together)
-    local f
+hand_over_kept() {  # each kept file into $OUT as it is, or in 15 MiB pieces (`cat F.part-* > F` puts it together),
+    # when all of them fit beside what $OUT holds: a call brings back 8 files and 64 MiB at most
+    local f bytes=0 files=0 size
+    for f in "$E"/keep/* "$OUT"/*; do
+        [[ -f $f ]] || continue
+        size=$(stat -c %s "$f")
+        bytes=$((bytes + size)) files=$((files + (size + 15 * 1024 * 1024 - 1) / (15 * 1024 * 1024)))
+    done
+    if ((bytes > 60 * 1024 * 1024 || files > 8)); then
+        echo "[session] the kept TE builds do not fit beside this call's files ($((bytes >> 20)) MiB, $files files): not handed over"
+        return 0
+    fi
     for f in "$E"/keep/*; do
         [[ -f $f ]] || continue
         if (($(stat -c %s "$f") > 15 * 1024 * 1024)); then

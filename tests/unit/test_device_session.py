@@ -578,3 +578,17 @@ def test_convbase_may_take_the_recipes_that_need_no_te_and_conv_keeps_them(tmp_p
         k: ctx.params[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")}
     _, cells = benchmark_cells(argv)
     assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-tensorwise"), ("jax", "bf16"), ("jax", "flax-fp8-direct")]
+
+
+def test_kept_files_are_not_handed_over_where_they_would_not_fit_beside_the_calls_files(tmp_path):
+    keep = tmp_path / "session" / "keep"
+    keep.mkdir(parents=True)
+    for name in ("te_torch_site.tar.xz", "te_jax_site.tar.xz"):
+        with open(keep / name, "wb") as f:
+            f.truncate(31 * 1024 * 1024)  # sparse: 62 MiB together, over the 60 MiB the call may add
+    out_dir = tmp_path / "OUT"
+    out_dir.mkdir()
+    (out_dir / "session.tar.gz").write_bytes(b"x")
+    proc = te_run(tmp_path, "hand_over_kept", OUT=str(out_dir))
+    assert "the kept TE builds do not fit beside this call's files (62 MiB, 7 files)" in proc.stdout
+    assert [p.name for p in out_dir.iterdir()] == ["session.tar.gz"]
