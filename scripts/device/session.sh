@@ -67,8 +67,9 @@
 #
 # Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
 #
-#   fp8tests every fp8 recipe's GPU tests (tests/gpu/test_{torch,jax}_fp8_gpu.py and the TE-JAX ones),
-#            once TE is installed, before the matrix.
+#   fp8tests every fp8 recipe's GPU tests: the Flax ones (tests/gpu/test_jax_fp8_gpu.py, ~70 s) right
+#            after the kernels, while TE builds; the torch ones (TE, torchao) and TE-JAX's once TE is
+#            installed, before the matrix (~130 s).
 #   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py) alone, once TE is installed, before the
 #            matrix. MATRIX_RECIPES replaces the matrix's own --recipes beyond bf16,fp8 (default
 #            jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling; a maxtext run
@@ -430,20 +431,19 @@ run_ncu() {  # the NVFP4 kernels' hardware counters (Nsight Compute), each nativ
         python3 scripts/device/quant_bench.py --profile-only
 }
 
+gpu_tests() { part "$1" "$2" python3 -m pytest -q -p no:cacheprovider -m gpu -rs "${@:3}"; }  # NAME LIMIT_S ARGS
+
 run_kernels() {  # every CUDA quantization GPU test and the emulated linears' (new kernels first: before the rest)
-    part kernels 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
-        tests/gpu/test_nvfp4_emulated_gpu.py
+    gpu_tests kernels 300 tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py
 }
 
 run_kernels16() {  # the 16x1 CUDA kernels and the wgrad operands that use them, never yet run on a GPU
-    part kernels16 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_quant_cuda_gpu.py \
-        tests/gpu/test_nvfp4_emulated_gpu.py -k "16x1 or jax_ffi or counter_qdq or linears_have"
+    gpu_tests kernels16 150 tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py \
+        -k "16x1 or jax_ffi or counter_qdq or linears_have"
 }
 
-run_fp8tests() {
-    part fp8tests 420 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_torch_fp8_gpu.py \
-        tests/gpu/test_jax_fp8_gpu.py tests/gpu/test_jax_te_gpu.py
-}
+run_fp8tests_flax() { gpu_tests fp8tests-flax 240 tests/gpu/test_jax_fp8_gpu.py; }
+run_fp8tests() { gpu_tests fp8tests 360 tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py; }
 
 # every recipe of both frameworks beyond bf16 and the default fp8 ones: TE bf16 and fp8, torchao, Flax, TE-JAX
 OTHER_RECIPES=torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise
@@ -465,13 +465,13 @@ run_crossover() {
 }
 
 run_tejax() {
-    part tejax 240 python3 -m pytest -q -p no:cacheprovider -m gpu -rs tests/gpu/test_jax_te_gpu.py
+    gpu_tests tejax 240 tests/gpu/test_jax_te_gpu.py
 }
 
 run_nvfp4() {  # the GPU tests and the kernel benchmark unless the kernels and quantbench parts ran them
     local n=$E/nvfp4
-    [[ $DONE_PARTS == *" kernels "* ]] || part nvfp4-tests 400 python3 -m pytest -q -p no:cacheprovider -m gpu \
-        tests/gpu/test_quant_cuda_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py
+    [[ $DONE_PARTS == *" kernels "* ]] || gpu_tests nvfp4-tests 400 tests/gpu/test_quant_cuda_gpu.py \
+        tests/gpu/test_nvfp4_emulated_gpu.py
     [[ $DONE_PARTS == *" quantbench "* ]] || quant_bench nvfp4-quantbench 120 "$n/quantbench"
     part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
         --out "$n/profile"
@@ -529,6 +529,7 @@ run_parts() {  # every wanted part, in priority order, around TE's install
     want capture && run capture
     want kernels16 && run kernels16
     want kernels && run kernels
+    want fp8tests && run fp8tests_flax
     for p in $NO_TE_PARTS; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break

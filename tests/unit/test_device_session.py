@@ -522,14 +522,15 @@ def test_crossover_runs_every_recipe_of_both_frameworks_at_the_larger_presets_af
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
     parts = dry_run(tmp_path, PARTS="fp8tests matrix crossover")
     assert [name for name, _, _ in parts] == [
-        "install", "carry-mt", "versions", "checkenv-te", "fp8tests", "matrix", "matrix-report",
+        "install", "carry-mt", "versions", "fp8tests-flax", "checkenv-te", "fp8tests", "matrix", "matrix-report",
         "crossover-llama-330m", "crossover-llama-860m", "crossover-report"]
     limits = {name: limit for name, limit, _ in parts}
     argv = {name: a for name, _, a in parts}
     assert limits["matrix"] == 1440 - 200 - 60  # a reserve for the crossover after it
-    assert argv["fp8tests"][-3:] == ["tests/gpu/test_torch_fp8_gpu.py", "tests/gpu/test_jax_fp8_gpu.py",
-                                     "tests/gpu/test_jax_te_gpu.py"]
-    assert all((ROOT / t).is_file() for t in argv["fp8tests"][-3:])
+    # the Flax tests need no TE: they run first, while it builds
+    assert argv["fp8tests-flax"][-1:] == ["tests/gpu/test_jax_fp8_gpu.py"]
+    assert argv["fp8tests"][-2:] == ["tests/gpu/test_torch_fp8_gpu.py", "tests/gpu/test_jax_te_gpu.py"]
+    assert all((ROOT / t).is_file() for t in argv["fp8tests"][-2:] + argv["fp8tests-flax"][-1:])
     for model in ("llama-330m", "llama-860m"):
         params, cells = benchmark_cells(argv[f"crossover-{model}"])
         assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"),
