@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "quant/nvfp4.h"
 #include "quant/qdq_cpu.h"
@@ -176,89 +177,61 @@ ffi::Error fp8_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
 
 }  // namespace
 
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int32_t>("mode")
-                                  .Attr<bool>("stochastic")
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("rht")
-                                  .Attr<uint64_t>("rht_seed"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCpu, nvfp4_counter_cpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int32_t>("mode")
-                                  .Attr<bool>("stochastic")
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("rht")
-                                  .Attr<uint64_t>("rht_seed"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCpu, hadamard_cpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("inverse"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cpu, fp8_cpu,
-                              ffi::Ffi::Bind()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("saturate"));
+// Each handler's signature once: its arguments after x (the seed counter of the counter variants)
+// and its results and attributes; the CUDA handlers bind XLA's stream first, the CPU ones nothing.
+namespace {
+
+auto on_cpu() { return ffi::Ffi::Bind(); }
 #if defined(PARALLAX_HAVE_CUDA)
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int32_t>("mode")
-                                  .Attr<bool>("stochastic")
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("rht")
-                                  .Attr<uint64_t>("rht_seed"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCuda, nvfp4_counter_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Arg<ffi::Buffer<ffi::U32>>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Ret<ffi::Buffer<ffi::F32>>()
-                                  .Attr<int32_t>("mode")
-                                  .Attr<bool>("stochastic")
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("rht")
-                                  .Attr<uint64_t>("rht_seed"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCuda, hadamard_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Attr<uint64_t>("seed")
-                                  .Attr<bool>("inverse"));
-XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cuda, fp8_cuda,
-                              ffi::Ffi::Bind()
-                                  .Ctx<ffi::PlatformStream<CUstream_st*>>()
-                                  .Arg<ffi::AnyBuffer>()
-                                  .Ret<ffi::AnyBuffer>()
-                                  .Ret<ffi::Buffer<ffi::U8>>()
-                                  .Attr<int32_t>("fmt")
-                                  .Attr<float>("scale")
-                                  .Attr<bool>("saturate"));
+auto on_cuda() { return ffi::Ffi::Bind().Ctx<ffi::PlatformStream<CUstream_st*>>(); }
+#endif
+
+template <typename B>
+auto nvfp4_results(B b) {
+  return std::move(b).template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Ret<ffi::Buffer<ffi::F32>>()
+      .template Attr<int32_t>("mode")
+      .template Attr<bool>("stochastic")
+      .template Attr<uint64_t>("seed")
+      .template Attr<bool>("rht")
+      .template Attr<uint64_t>("rht_seed");
+}
+template <typename B>
+auto nvfp4_signature(B b) { return nvfp4_results(std::move(b).template Arg<ffi::AnyBuffer>()); }
+template <typename B>
+auto nvfp4_counter_signature(B b) {
+  return nvfp4_results(std::move(b).template Arg<ffi::AnyBuffer>().template Arg<ffi::Buffer<ffi::U32>>());
+}
+template <typename B>
+auto hadamard_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Attr<uint64_t>("seed")
+      .template Attr<bool>("inverse");
+}
+template <typename B>
+auto fp8_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Attr<int32_t>("fmt")
+      .template Attr<float>("scale")
+      .template Attr<bool>("saturate");
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu, nvfp4_signature(on_cpu()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCpu, nvfp4_counter_cpu, nvfp4_counter_signature(on_cpu()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCpu, hadamard_cpu, hadamard_signature(on_cpu()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cpu, fp8_cpu, fp8_signature(on_cpu()));
+#if defined(PARALLAX_HAVE_CUDA)
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda, nvfp4_signature(on_cuda()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCuda, nvfp4_counter_cuda, nvfp4_counter_signature(on_cuda()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCuda, hadamard_cuda, hadamard_signature(on_cuda()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cuda, fp8_cuda, fp8_signature(on_cuda()));
 #endif
 
 void bind_quant_jax_ffi(nb::module_& m) {
