@@ -65,7 +65,7 @@
 #            PROFILE_JAX (none) adds jax recipes, each compared with jax bf16 (e.g. flax-fp8-delayed);
 #            PROFILE_MAXTEXT (bf16) lists MaxText's, "" for none.
 #
-# Two more parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
+# More parts, not in the default PARTS, for the fp8/NVFP4 issues' leftovers on the same lease:
 #
 #   fp8tests every fp8 recipe's GPU tests: the Flax ones (tests/gpu/test_jax_fp8_gpu.py, ~70 s) right
 #            after the kernels, while TE builds; the torch ones (TE, torchao) and TE-JAX's once TE is
@@ -194,6 +194,9 @@ pack() {
 hand_over_kept() {  # each kept file into $OUT as it is, or in 15 MiB pieces (`cat F.part-* > F` puts it together),
     # when all of them fit beside what $OUT holds: a call brings back 8 files and 64 MiB at most
     local f bytes=0 files=0 size
+    for f in "$E"/keep/*; do  # what an earlier pack of this call handed over is counted once, as kept
+        [[ -f $f ]] && rm -f "$OUT/$(basename "$f")" "$OUT/$(basename "$f")".part-*
+    done
     for f in "$E"/keep/* "$OUT"/*; do
         [[ -f $f ]] || continue
         size=$(stat -c %s "$f")

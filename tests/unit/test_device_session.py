@@ -593,3 +593,18 @@ def test_kept_files_are_not_handed_over_where_they_would_not_fit_beside_the_call
     proc = te_run(tmp_path, "hand_over_kept", OUT=str(out_dir))
     assert "the kept TE builds do not fit beside this call's files (62 MiB, 7 files)" in proc.stdout
     assert [p.name for p in out_dir.iterdir()] == ["session.tar.gz"]
+
+
+def test_a_second_pack_in_one_call_hands_the_kept_files_over_again_without_counting_them_twice(tmp_path):
+    keep = tmp_path / "session" / "keep"
+    keep.mkdir(parents=True)
+    for name in ("te_torch_site.tar.xz", "te_jax_site.tar.xz"):
+        with open(keep / name, "wb") as f:
+            f.truncate(20 * 1024 * 1024)  # 40 MiB together: room once, not twice
+    out_dir = tmp_path / "OUT"
+    out_dir.mkdir()
+    proc = te_run(tmp_path, "hand_over_kept; hand_over_kept", OUT=str(out_dir))  # start, then wait
+    assert "do not fit" not in proc.stdout
+    assert sorted(p.name for p in out_dir.iterdir()) == [
+        "te_jax_site.tar.xz.part-aa", "te_jax_site.tar.xz.part-ab",
+        "te_torch_site.tar.xz.part-aa", "te_torch_site.tar.xz.part-ab"]
