@@ -108,8 +108,9 @@
 #            (--resume; the convbase cells too, where convbase did not run), under CONV_S (400 s),
 #            --report: each recipe's ΔLoss against its bf16 twin from the same weights and batches.
 #   crossover  after the matrix, on a quiet GPU: where fp8 starts to pay. The larger presets (XO_MODELS:
-#            llama-330m llama-860m), XO_FRAMEWORKS (torch,jax) at bf16 and fp8 plus XO_RECIPES (every other
-#            recipe of both: TE bf16 and fp8, torchao, Flax, TE-JAX), one run each, synthetic tokens,
+#            llama-330m llama-860m), XO_FRAMEWORKS (torch,jax) at XO_PRECISIONS (bf16,fp8) plus XO_RECIPES
+#            (every other recipe of both: TE bf16 and fp8, torchao, Flax, TE-JAX; XO_RECIPES_<preset>, e.g.
+#            XO_RECIPES_llama_860m, replaces it for one preset), one run each, synthetic tokens,
 #            XO_STEPS (30) steps (10 warm-up), XO_TIMEOUT (240 s) a run (torchao compiles ~150 s at
 #            llama-330m), each preset under XO_PART_S (900 s); XO_FROM: a folder of committed crossover
 #            benchmarks, one per preset, to resume; then `parallax crossover` of XO_BASE (the llama-100m
@@ -453,11 +454,13 @@ OTHER_RECIPES=torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,to
 OTHER_RECIPES=$OTHER_RECIPES,jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed
 
 run_crossover() {
-    local model dirs=()
+    local model dirs=() own
     for model in ${XO_MODELS:-llama-330m llama-860m}; do
+        own=XO_RECIPES_${model//-/_}  # e.g. XO_RECIPES_llama_860m: this preset's own list
         resume_from "${XO_FROM:+$XO_FROM/$model}" "$E/crossover/$model"
         part "crossover-$model" "${XO_PART_S:-900}" python3 -m parallax benchmark \
-            --frameworks "${XO_FRAMEWORKS:-torch,jax}" --precisions bf16,fp8 --recipes "${XO_RECIPES:-$OTHER_RECIPES}" \
+            --frameworks "${XO_FRAMEWORKS:-torch,jax}" --precisions "${XO_PRECISIONS:-bf16,fp8}" \
+            --recipes "${!own:-${XO_RECIPES:-$OTHER_RECIPES}}" \
             --model "$model" --seeds 0 --batch-size 32 --seq-len 1024 --steps "${XO_STEPS:-30}" --warmup 10 \
             --synthetic --repeats 1 --timeout-per-run "${XO_TIMEOUT:-240}" --output-dir "$E/crossover/$model" \
             --resume --report

@@ -556,6 +556,19 @@ def test_crossover_resumes_committed_presets_and_lines_up_with_a_given_base(tmp_
     assert parts["crossover-report"][4:6] == ["docs/results/x/matrix", str(session / "crossover" / "llama-860m")]
 
 
+def test_crossover_may_run_only_the_cells_a_preset_lacks(tmp_path):
+    """XO_PRECISIONS=bf16 and a list per preset: the bf16 twins and each preset's missing recipes."""
+    parts = {name: argv for name, _, argv in dry_run(
+        tmp_path, PARTS="crossover", XO_PRECISIONS="bf16",
+        XO_RECIPES="torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,jax:te-bf16",
+        XO_RECIPES_llama_860m="torch:torchao-fp8-rowwise,jax:flax-fp8-direct")}
+    _, cells = benchmark_cells(parts["crossover-llama-330m"])
+    assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-tensorwise"), ("torch", "torchao-fp8-rowwise"),
+                     ("jax", "bf16"), ("jax", "te-bf16")]
+    _, cells = benchmark_cells(parts["crossover-llama-860m"])
+    assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"), ("jax", "flax-fp8-direct")]
+
+
 def test_convbase_may_take_the_recipes_that_need_no_te_and_conv_keeps_them(tmp_path):
     session = tmp_path / "session"  # te_run's
     (session / "carry" / "tinystories").mkdir(parents=True)
