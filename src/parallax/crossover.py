@@ -1,10 +1,12 @@
 """Where fp8 starts to pay: each low-precision recipe's speedup over its framework's bf16, at
 every model size benchmarked.
 
-One benchmark per model preset (``parallax benchmark --model llama-330m ...``) gives one
+A benchmark of a model preset (``parallax benchmark --model llama-330m ...``) gives one
 comparison record (``compare.build_comparison``) whose speedups already carry their bootstrap
 CIs; this module lines them up by model size. It computes nothing new: the ratios and intervals
-are the records' own."""
+are the records' own, so a speedup's recipe and its bf16 baseline always come from one benchmark
+(one machine). A preset may take several benchmarks (one that lacked a recipe, and a later one
+that measured it beside fresh bf16 twins), as long as no speedup is in two of them."""
 
 from __future__ import annotations
 
@@ -17,20 +19,34 @@ SCHEMA = "parallax.crossover/1"
 
 
 def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
-    """The crossover record of several benchmark folders, one model preset each."""
+    """The crossover record of several benchmark folders, one model preset each or more."""
     from parallax.compare import build_comparison
 
     records = [build_comparison(Path(d), n_boot=n_boot, level=level) for d in results_dirs]
     models = [_model_of(r, d) for r, d in zip(records, results_dirs)]
-    twice = sorted({m for m in models if models.count(m) > 1})
-    if twice:
-        raise ParallaxError(f"two results folders hold the model '{twice[0]}'; give one folder per model preset")
-    rows = [row for record, model in zip(records, models) for row in speedup_rows(record, model)]
-    rows.sort(key=lambda r: (r["framework"], r["recipe"], r["gpus"], r["parameters"]))
+    rows = [row for record, model, d in zip(records, models, results_dirs)
+            for row in speedup_rows(record, model, str(d))]
+    _refuse_twice_measured(rows)
+    rows.sort(key=lambda r: (r["framework"], r["recipe"], r["gpus"], r["parameters"], r["baseline"]))
     return {"schema": SCHEMA, "level": level, "results_dirs": [str(d) for d in results_dirs],
             "models": sorted(({"model": m, "parameters": get_preset(m).param_count()} for m in set(models)),
                              key=lambda m: m["parameters"]),
             "rows": rows, "problems": [p for r in records for p in r["problems"]]}
+
+
+def _key(row: dict) -> tuple:
+    return row["model"], row["framework"], row["recipe"], row["baseline"], row["gpus"]
+
+
+def _refuse_twice_measured(rows: list[dict]) -> None:
+    """One speedup per preset: a recipe over its baseline found in two folders is ambiguous."""
+    seen: dict[tuple, str] = {}
+    for row in rows:
+        first = seen.setdefault(_key(row), row["results_dir"])
+        if first != row["results_dir"]:
+            raise ParallaxError(
+                f"{row['model']}: {row['framework']} {row['recipe']} over {row['baseline']} is in both {first} and "
+                f"{row['results_dir']}; give each speedup's cells in one folder")
 
 
 def _model_of(record: dict, results_dir: Path) -> str:
@@ -40,11 +56,11 @@ def _model_of(record: dict, results_dir: Path) -> str:
     return model
 
 
-def speedup_rows(record: dict, model: str) -> list[dict]:
-    """The record's recipe-over-bf16 speedups, with the model they were measured on (and the GPU
-    count, a speedup being between cells of one count)."""
+def speedup_rows(record: dict, model: str, results_dir: str) -> list[dict]:
+    """The record's recipe-over-bf16 speedups, with the model they were measured on, the folder
+    they came from (and the GPU count, a speedup being between cells of one count)."""
     parameters = get_preset(model).param_count()
     return [{"model": model, "parameters": parameters, "framework": s["framework"], "recipe": s["a"],
-             "gpus": s.get("gpus", 1),
+             "gpus": s.get("gpus", 1), "results_dir": results_dir,
              "baseline": s["b"], "ratio": s["ratio"], "ci": s["ci"], "distinguishable": s["distinguishable"]}
             for s in record["speedups"] if s["kind"] == "precision"]

@@ -42,13 +42,42 @@ def test_crossover_lines_up_each_recipe_by_model_size(two_sizes, tmp_path, capsy
     rows = [(r["model"], r["recipe"], r["baseline"], round(r["ratio"], 3)) for r in record["rows"]]
     assert rows == [("tiny", "torchao-fp8-tensorwise", "bf16", 0.8), ("llama-330m", "torchao-fp8-tensorwise", "bf16", 1.25)]
     text = (out / "crossover.md").read_text()
-    assert "| torch | torchao-fp8-tensorwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster |" in text
-    assert "| torch | torchao-fp8-tensorwise | bf16 | tiny | 1,362,240 | 0.800× (0.800×–0.800×) | slower |" in text
+    assert "| torch | torchao-fp8-tensorwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | 1 |" in text
+    assert "| torch | torchao-fp8-tensorwise | bf16 | tiny | 1,362,240 | 0.800× (0.800×–0.800×) | slower | 2 |" in text
+    assert f"1. `{large}`" in text and f"2. `{small}`" in text
     assert (out / "crossover.png").stat().st_size > 5000
     assert "Where low precision starts to pay" in capsys.readouterr().out
 
 
-def test_two_folders_of_one_model_are_refused(two_sizes, tmp_path, capsys):
+def test_a_preset_may_combine_benchmarks_each_speedup_from_its_own(two_sizes, tmp_path):
+    """A later benchmark measures what the first lacked beside fresh bf16 twins (another machine,
+    here 5% slower in both cells): each speedup stays within its own benchmark."""
+    small, large = two_sizes
+    later = tmp_path / "later"
+    write(later, "llama-330m", "torch", "bf16", "bf16", 105.0)
+    write(later, "llama-330m", "torch", "torchao-fp8-rowwise", "fp8", 84.0)
+    write(later, "llama-330m", "jax", "bf16", "bf16", 100.0)
+    write(later, "llama-330m", "jax", "flax-fp8-direct", "fp8", 90.0)
+    out = tmp_path / "out"
+    assert main(["crossover", str(small), str(large), str(later), "--output-dir", str(out), "--bootstraps", "200"]) == 0
+    record = json.loads((out / "crossover.json").read_text())
+    assert [m["model"] for m in record["models"]] == ["tiny", "llama-330m"]
+    rows = [(r["model"], r["framework"], r["recipe"], round(r["ratio"], 3), r["results_dir"]) for r in record["rows"]]
+    assert rows == [("llama-330m", "jax", "flax-fp8-direct", round(100 / 90, 3), str(later)),
+                    ("llama-330m", "torch", "torchao-fp8-rowwise", 1.25, str(later)),
+                    ("tiny", "torch", "torchao-fp8-tensorwise", 0.8, str(small)),
+                    ("llama-330m", "torch", "torchao-fp8-tensorwise", 1.25, str(large))]
+    text = (out / "crossover.md").read_text()
+    assert "| torch | torchao-fp8-rowwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | 3 |" in text
+
+
+def test_a_speedup_measured_in_two_folders_is_refused(two_sizes, tmp_path, capsys):
     small, _ = two_sizes
-    assert main(["crossover", str(small), str(small), "--output-dir", str(tmp_path / "o")]) == 2
-    assert "two results folders hold the model 'tiny'; give one folder per model preset" in one_error_line(capsys)
+    again = tmp_path / "again"
+    write(again, "tiny", "torch", "bf16", "bf16", 100.0)
+    write(again, "tiny", "torch", "torchao-fp8-tensorwise", "fp8", 120.0)
+    assert main(["crossover", str(small), str(again), "--output-dir", str(tmp_path / "o")]) == 2
+    assert one_error_line(capsys) == (
+        f"parallax: error: tiny: torch torchao-fp8-tensorwise over bf16 is in both {small} and {again}; "
+        "give each speedup's cells in one folder")
+    assert not (tmp_path / "o" / "crossover.json").exists()

@@ -298,9 +298,10 @@ def test_environment_summary_counts_identical_gpus_and_names_the_interconnect():
 def test_crossover_rows_keep_the_gpu_count_of_their_speedup(matrix):
     from parallax.crossover import speedup_rows
 
-    rows = speedup_rows(build_comparison(matrix, n_boot=300), "tiny")
+    rows = speedup_rows(build_comparison(matrix, n_boot=300), "tiny", str(matrix))
     assert sorted((r["recipe"], r["gpus"], round(r["ratio"], 4)) for r in rows) == [
         ("te-fp8-delayed", 1, 1.25), ("te-fp8-delayed", 2, round(110 / 96, 4))]
+    assert {r["results_dir"] for r in rows} == {str(matrix)}
 
 
 def test_a_one_gpu_cell_that_saw_fewer_gpus_is_still_one_benchmark(matrix):

@@ -18,7 +18,8 @@ from parallax.train import writable_output_dir
 @click.option("--bootstraps", type=click.IntRange(min=100), default=stats.DEFAULT_BOOTSTRAPS,
               show_default=True, help="Bootstrap replicates behind every confidence interval.")
 def command(results_dirs, output_dir, bootstraps):
-    """Line up benchmarks of several model presets (one results folder each): where fp8 pays."""
+    """Line up benchmarks of several model presets (a results folder each, or several that share no
+    speedup): where fp8 pays."""
     from parallax.crossover import crossover
     from parallax.report import crossover as render
 

@@ -22,12 +22,17 @@ def write(record: dict, out_dir: Path) -> dict[str, Path]:
 
 def markdown(record: dict, plot_name: str | None = None) -> str:
     sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
+    source = {d: i + 1 for i, d in enumerate(record["results_dirs"])}
     rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
-             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r)] for r in record["rows"]]
+             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r), str(source.get(r.get("results_dir"), "?"))]
+            for r in record["rows"]]
     text = ["# Where low precision starts to pay", "",
             f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
-            f"Intervals are each benchmark's own {round(100 * record['level'])}% bootstrap CIs.", ""]
-    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading"], rows)]
+            f"Intervals are each benchmark's own {round(100 * record['level'])}% bootstrap CIs. "
+            "A recipe and its baseline always come from one benchmark (column 'From'), so each speedup was "
+            "measured on one machine.", ""]
+    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "From"], rows)]
+    text += ["", "Benchmarks:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
     if plot_name:
         text += ["", f"![Speedup against model size]({plot_name})"]
     text += [f"\n- Problem: {p}" for p in record["problems"]]
