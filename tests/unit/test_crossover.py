@@ -81,3 +81,13 @@ def test_a_speedup_measured_in_two_folders_is_refused(two_sizes, tmp_path, capsy
         f"parallax: error: tiny: torch torchao-fp8-tensorwise over bf16 is in both {small} and {again}; "
         "give each speedup's cells in one folder")
     assert not (tmp_path / "o" / "crossover.json").exists()
+
+
+def test_the_plot_draws_one_line_per_recipe_and_baseline():
+    """te-fp8-delayed over bf16 and over te-bf16 are two curves: one line through both zigzags."""
+    from parallax.report.crossover import _line_key, _line_label
+
+    rows = [{"framework": "jax", "recipe": "te-fp8-delayed", "baseline": b, "gpus": 1} for b in ("bf16", "te-bf16")]
+    assert len({_line_key(r) for r in rows}) == 2
+    assert [_line_label(*_line_key(r)) for r in rows] == ["jax te-fp8-delayed", "jax te-fp8-delayed / te-bf16"]
+    assert _line_label("torch", "te-fp8-delayed", "te-bf16", 2) == "torch te-fp8-delayed / te-bf16 ×2 GPUs"

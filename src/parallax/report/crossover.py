@@ -32,11 +32,21 @@ def markdown(record: dict, plot_name: str | None = None) -> str:
             "A recipe and its baseline always come from one benchmark (column 'From'), so each speedup was "
             "measured on one machine.", ""]
     text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "From"], rows)]
-    text += ["", "Benchmarks:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
+    text += ["", "Benchmarks, as named on the command line:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
     if plot_name:
         text += ["", f"![Speedup against model size]({plot_name})"]
     text += [f"\n- Problem: {p}" for p in record["problems"]]
     return "\n".join(text) + "\n"
+
+
+def _line_key(row: dict) -> tuple:
+    """One line per recipe and baseline: over bf16 and over te-bf16 are two curves, not one."""
+    return row["framework"], row["recipe"], row["baseline"], row.get("gpus", 1)
+
+
+def _line_label(framework: str, recipe: str, baseline: str, gpus: int) -> str:
+    over = "" if baseline == "bf16" else f" / {baseline}"
+    return f"{framework} {recipe}{over}{f.gpus_text(gpus)}"
 
 
 def plot(record: dict, path: Path) -> Path:
@@ -48,18 +58,25 @@ def plot(record: dict, path: Path) -> Path:
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     try:
-        for key in sorted({(r["framework"], r["recipe"], r.get("gpus", 1)) for r in record["rows"]}):
-            line = [r for r in record["rows"] if (r["framework"], r["recipe"], r.get("gpus", 1)) == key]
+        stacks = sorted({(r["framework"], r["recipe"], r.get("gpus", 1)) for r in record["rows"]})
+        palette = plt.get_cmap("tab10" if len(stacks) <= 10 else "tab20")
+        for key in sorted({_line_key(r) for r in record["rows"]}):
+            line = sorted((r for r in record["rows"] if _line_key(r) == key), key=lambda r: r["parameters"])
+            color = palette(stacks.index((key[0], key[1], key[3])) % palette.N)
             x = [r["parameters"] / 1e6 for r in line]
             y = [r["ratio"] for r in line]
             err = [[r["ratio"] - r["ci"][0] for r in line], [r["ci"][1] - r["ratio"] for r in line]]
-            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=f"{key[0]} {key[1]}{f.gpus_text(key[2])}")
+            ax.errorbar(x, y, yerr=err, marker="o" if key[0] == "jax" else "s", capsize=3, color=color,
+                        label=_line_label(*key), linestyle="-" if key[2] == "bf16" else ":")
         ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
         ax.set_xscale("log")
-        ax.set_xlabel("parameters (millions)")
-        ax.set_ylabel("tokens/s over the framework's bf16")
+        sizes = [m["parameters"] / 1e6 for m in record["models"]]
+        ax.set_xticks(sizes, [f"{s:,.0f}M" for s in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("parameters")
+        ax.set_ylabel("tokens/s over the baseline (bf16; dotted: te-bf16)")
         ax.set_title("Low-precision speedup against model size")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         fig.savefig(path)
     finally:
