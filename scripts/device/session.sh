@@ -11,7 +11,8 @@
 #   here, on the CPU:                                     DRY_RUN=1 scripts/device/session.sh pipeline
 #
 # docs/results/2026-12-02-h200-d/README.md has a whole lease's commands (every fp8 recipe's matrix and
-# a convergence benchmark, four calls, 1,623 s of device time).
+# a convergence benchmark, four calls, 1,623 s of device time); docs/results/2026-12-02-h200-e/README.md a
+# crossover lease that measured only the cells each preset lacked (XO_PRECISIONS, XO_RECIPES_<preset>).
 #
 # One call carries at most 64 MiB, the tracked tree included (~24 MB by the evening of 2026-12-02,
 # ~22 MB of it docs/results), and MaxText's bundle (.carry/mt, 44 MB) and TE (.carry/gpu, 43 MB)
