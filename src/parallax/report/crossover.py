@@ -24,7 +24,7 @@ def markdown(record: dict, plot_name: str | None = None) -> str:
     sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
     source = {d: i + 1 for i, d in enumerate(record["results_dirs"])}
     rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
-             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r), str(source.get(r.get("results_dir"), "?"))]
+             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r), str(source[r["results_dir"]])]
             for r in record["rows"]]
     text = ["# Where low precision starts to pay", "",
             f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
@@ -60,14 +60,16 @@ def plot(record: dict, path: Path) -> Path:
     try:
         stacks = sorted({(r["framework"], r["recipe"], r.get("gpus", 1)) for r in record["rows"]})
         palette = plt.get_cmap("tab10" if len(stacks) <= 10 else "tab20")
+        colour = {stack: palette(i % palette.N) for i, stack in enumerate(stacks)}  # a recipe's lines share one
         for key in sorted({_line_key(r) for r in record["rows"]}):
+            framework, recipe, baseline, gpus = key
             line = sorted((r for r in record["rows"] if _line_key(r) == key), key=lambda r: r["parameters"])
-            color = palette(stacks.index((key[0], key[1], key[3])) % palette.N)
             x = [r["parameters"] / 1e6 for r in line]
             y = [r["ratio"] for r in line]
             err = [[r["ratio"] - r["ci"][0] for r in line], [r["ci"][1] - r["ratio"] for r in line]]
-            ax.errorbar(x, y, yerr=err, marker="o" if key[0] == "jax" else "s", capsize=3, color=color,
-                        label=_line_label(*key), linestyle="-" if key[2] == "bf16" else ":")
+            ax.errorbar(x, y, yerr=err, marker="o" if framework == "jax" else "s", capsize=3,
+                        color=colour[framework, recipe, gpus], label=_line_label(*key),
+                        linestyle="-" if baseline == "bf16" else ":")
         ax.axhline(1.0, color="grey", linewidth=1, linestyle="--")
         ax.set_xscale("log")
         sizes = [m["parameters"] / 1e6 for m in record["models"]]
