@@ -22,6 +22,7 @@ def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
     """The crossover record of several benchmark folders, one model preset each or more."""
     from parallax.compare import build_comparison
 
+    _refuse_a_folder_named_twice(results_dirs)
     records = [build_comparison(Path(d), n_boot=n_boot, level=level) for d in results_dirs]
     models = [_model_of(r, d) for r, d in zip(records, results_dirs)]
     rows = [row for record, model, d in zip(records, models, results_dirs)
@@ -32,6 +33,14 @@ def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
             "models": sorted(({"model": m, "parameters": get_preset(m).param_count()} for m in set(models)),
                              key=lambda m: m["parameters"]),
             "rows": rows, "problems": [p for r in records for p in r["problems"]]}
+
+
+def _refuse_a_folder_named_twice(results_dirs: list[Path]) -> None:
+    """The same folder twice would count every speedup in it twice (and pass the check below)."""
+    named = [Path(d).resolve() for d in results_dirs]
+    twice = next((d for d, r in zip(results_dirs, named) if named.count(r) > 1), None)
+    if twice is not None:
+        raise ParallaxError(f"the results folder {twice} is named twice; name each folder once")
 
 
 def _key(row: dict) -> tuple:

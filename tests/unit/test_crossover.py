@@ -71,6 +71,14 @@ def test_a_preset_may_combine_benchmarks_each_speedup_from_its_own(two_sizes, tm
     assert "| torch | torchao-fp8-rowwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | 3 |" in text
 
 
+def test_one_folder_named_twice_is_refused(two_sizes, tmp_path, capsys, monkeypatch):
+    small, _ = two_sizes
+    monkeypatch.chdir(tmp_path)
+    assert main(["crossover", str(small), "./small", "--output-dir", str(tmp_path / "o")]) == 2
+    assert one_error_line(capsys) == f"parallax: error: the results folder {small} is named twice; name each folder once"
+    assert not (tmp_path / "o" / "crossover.json").exists()
+
+
 def test_a_speedup_measured_in_two_folders_is_refused(two_sizes, tmp_path, capsys):
     small, _ = two_sizes
     again = tmp_path / "again"
