@@ -37,6 +37,21 @@ def test_block_resample_indices_are_runs_of_consecutive_steps():
     assert idx.shape == (5, 10) and idx.max() <= 9
 
 
+def test_block_resample_draws_every_start_up_to_n_minus_block():
+    # n=5, block=4: two blocks, the second cut to one position, so a resample is
+    # [s1, s1+1, s1+2, s1+3, s2] with starts s1, s2 in 0..n-block = {0, 1}: exactly four rows
+    # exist. A start range that stops at n-block-1 leaves one row, [0, 1, 2, 3, 0], and never
+    # resamples the series' last step.
+    idx = stats.block_resample_indices(np.random.default_rng(0), n=5, block=4, size=200)
+    rows = {tuple(int(i) for i in row) for row in idx}
+    assert rows == {(0, 1, 2, 3, 0), (0, 1, 2, 3, 1), (1, 2, 3, 4, 0), (1, 2, 3, 4, 1)}
+    # n=10, block=4: blocks start at positions 0, 4 and 8 of a resample (the third cut to two);
+    # every start 0..6 is drawn, and only start 6 reaches position 9.
+    idx = stats.block_resample_indices(np.random.default_rng(0), n=10, block=4, size=400)
+    assert sorted({int(s) for s in idx[:, [0, 4, 8]].ravel()}) == [0, 1, 2, 3, 4, 5, 6]
+    assert sorted({int(i) for i in idx.ravel()}) == list(range(10))
+
+
 def test_a_block_as_long_as_the_series_reproduces_it():
     idx = stats.block_resample_indices(np.random.default_rng(1), n=6, block=6, size=3)
     assert (idx == np.arange(6)).all()
