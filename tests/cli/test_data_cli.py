@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fixtures.samples import SUBSET, V2, needs_samples
+from fixtures.samples import TRAIN, VALID
 
 pytest.importorskip("tokenizers")
 
@@ -16,10 +16,9 @@ from parallax.cli import main  # noqa: E402
 
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
-    """The samples prepared through the command line (this module's own, not conftest's)."""
-    needs_samples()
+    """The package's sample prepared through the command line (this module's own, not conftest's)."""
     out = tmp_path_factory.mktemp("cli") / "tokens"
-    assert main(["data", "prepare", str(V2), str(SUBSET), "--out", str(out), "--quiet"]) == 0
+    assert main(["data", "prepare", str(TRAIN), str(VALID), "--out", str(out), "--quiet"]) == 0
     return out
 
 
@@ -28,23 +27,24 @@ def test_prepare_writes_the_directory_and_a_summary(prepared, capsys):
     assert sorted(p.name for p in prepared.iterdir()) == ["meta.json", "tokenizer.json", "train.bin", "validation.bin"]
     assert meta["tokenizer"]["vocab_size"] == 10_000
     # Re-running is a no-op that says so.
-    assert main(["data", "prepare", str(V2), str(SUBSET), "-o", str(prepared)]) == 0
+    assert main(["data", "prepare", str(TRAIN), str(VALID), "-o", str(prepared)]) == 0
     out = capsys.readouterr().out
     assert out.strip() == f"{prepared}: up to date (same inputs and settings; files verified), nothing to do"
 
 
 def test_summary_reports_counts_and_speed(prepared, tmp_path, capsys):
     out = tmp_path / "again"
-    code = main(["data", "prepare", str(V2), str(SUBSET), "-o", str(out),
+    code = main(["data", "prepare", str(TRAIN), str(VALID), "-o", str(out),
                  "--tokenizer", str(prepared / "tokenizer.json"), "--valid-fraction", "0.5", "-q"])
     assert code == 0
     meta = json.loads((out / "meta.json").read_text())
     line = capsys.readouterr().out.strip()
     train, valid = meta["splits"]["train"], meta["splits"]["validation"]
-    assert valid["documents"] == 4727 // 2
+    assert valid["documents"] == (400 + 100) // 2
+    # train.txt and valid.txt: 330,538 + 83,967 bytes, 0.4 MB
     assert line.startswith(f"{out}: train {train['tokens']:,} tokens ({train['documents']:,} documents), "
                            f"validation {valid['tokens']:,} tokens ({valid['documents']:,} documents); "
-                           f"tokenizer 10,000 tokens, sha256 {meta['tokenizer']['sha256'][:12]}; tokenized 3.9 MB in ")
+                           f"tokenizer 10,000 tokens, sha256 {meta['tokenizer']['sha256'][:12]}; tokenized 0.4 MB in ")
     assert line.endswith(f"MB/s, {meta['tokenization']['threads']} threads)")
 
 
@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path, capsys):
 
 
 def test_a_tokenizer_of_another_size_is_refused(prepared, tmp_path, capsys):
-    code = main(["data", "prepare", str(V2), "-o", str(tmp_path / "o"), "--tokenizer",
+    code = main(["data", "prepare", str(TRAIN), "-o", str(tmp_path / "o"), "--tokenizer",
                  str(prepared / "tokenizer.json"), "--vocab-size", "8000"])
     assert code == 2
     assert "has 10,000 tokens but the model's vocabulary is 8,000" in capsys.readouterr().err

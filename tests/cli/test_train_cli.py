@@ -210,24 +210,24 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
     assert "--cuda-graphs [auto|on|off]" in text and f"[default: {d.cuda_graphs}]" in text.split("--cuda-graphs", 1)[1]
 
 
-def test_train_on_the_largest_shared_tinystories_file(tmp_path, capsys, monkeypatch):
-    """Its 2.45 MB yield 9,422 distinct BPE tokens, not 10,000: the vocabulary is filled with
-    reserved tokens, with a warning that says so, and the run trains."""
+def test_train_on_the_packages_tinystories_sample(tmp_path, capsys, monkeypatch):
+    """Its train.txt (330 KB; 396 training stories, every 100th held out) yields 4,963 distinct
+    BPE tokens, not 10,000: the vocabulary is filled with reserved tokens, with a warning that
+    says so, and the run trains."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
-    from fixtures.samples import SUBSET, needs_samples
+    from fixtures.samples import TRAIN
 
-    needs_samples()
     monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "run"
-    code = main(["train", *TINY, "--data", str(SUBSET), "--steps", "3", "--warmup", "1", "--output-dir", str(out)])
+    code = main(["train", *TINY, "--data", str(TRAIN), "--steps", "3", "--warmup", "1", "--output-dir", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert ("parallax: warning: the training text yields only 9,422 distinct BPE tokens; the vocabulary is filled "
-            "up to 10,000 with 578 reserved tokens that never occur") in captured.err
+    assert ("parallax: warning: the training text yields only 4,963 distinct BPE tokens; the vocabulary is filled "
+            "up to 10,000 with 5,037 reserved tokens that never occur") in captured.err
     assert "--tokenizer-sample-mb" not in captured.err
     run = results.load_run(out)
-    assert run["status"] == "ok" and run["config"]["data"] == str(SUBSET)
+    assert run["status"] == "ok" and run["config"]["data"] == str(TRAIN)
 
 
 @pytest.mark.parametrize("args, message", [

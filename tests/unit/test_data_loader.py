@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from fixtures.samples import SUBSET, V2
+from fixtures.samples import TRAIN, VALID
 
 pytest.importorskip("tokenizers")
 
@@ -144,11 +144,11 @@ def test_too_few_tokens_says_how_many_and_names_epochs(prepared):
     assert f"holds {n:,} training tokens, {windows:,} sequences of 1025 tokens" in message
     assert f"need {2 * steps:,} sequences ({2 * steps * 1024 + 1:,} tokens)" in message
     assert message.endswith(f"allow repeated tokens with --epochs {math.ceil(2 * steps / windows * 100) / 100:g}")
-    assert message.endswith("--epochs 1.01")  # 898 of 897 sequences
+    assert message.endswith("--epochs 1.03")  # 98 of 96 sequences (98,709 training tokens)
     # Allowing repetition explicitly lets it run, and batches continue into the second epoch.
     with TokenBatches(prepared, batch_size=2, seq_len=1024, seed=0, vocab_size=10_000, steps=steps, epochs=1.5) as ok:
         assert ok.n_windows == windows
-    with pytest.raises(ParallaxError, match=r"within --epochs 1.5: .* --epochs 2.03$"):  # 1814 / 897
+    with pytest.raises(ParallaxError, match=r"within --epochs 1.5: .* --epochs 2.21$"):  # 212 / 96
         TokenBatches(prepared, batch_size=2, seq_len=1024, seed=0, vocab_size=10_000, steps=windows + 10, epochs=1.5)
 
 
@@ -180,8 +180,8 @@ def test_run_with_a_prepared_directory_or_a_raw_corpus(prepared, tmp_path, monke
     # A raw corpus: prepared on first use into the cache, reused afterwards.
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    (corpus / "a.txt").symlink_to(V2)
-    (corpus / "b.txt").symlink_to(SUBSET)
+    (corpus / "a.txt").symlink_to(TRAIN)
+    (corpus / "b.txt").symlink_to(VALID)
     logged = []
     raw = run.replace(data=str(corpus))
     first = resolve_data(raw, logged.append)

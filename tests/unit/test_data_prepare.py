@@ -8,12 +8,11 @@ import os
 import shutil
 import struct
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fixtures.samples import SUBSET, V1_VALID, V2
+from fixtures.samples import TRAIN, VALID, stories, unseparated
 
 pytest.importorskip("tokenizers")
 
@@ -22,11 +21,6 @@ from parallax.data.prepare import PreparedData, prepare  # noqa: E402
 from parallax.data.tokenfile import file_sha256  # noqa: E402
 from parallax.data.tokenizer import EOT  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-
-
-
-def stories(path: Path) -> list[str]:
-    return [s.strip() for s in path.read_text().split(EOT) if s.strip()]
 
 
 def tokens_of(data: PreparedData, split: str) -> np.ndarray:
@@ -51,15 +45,18 @@ def test_documents_are_split_every_100th_to_validation_each_followed_by_eos(prep
 
     meta = prepared.meta
     train, valid = meta["splits"]["train"], meta["splits"]["validation"]
-    assert train["documents"] + valid["documents"] == 1727 + 3000
-    assert valid["documents"] == 4727 // 100
+    assert train["documents"] + valid["documents"] == 400 + 100
+    assert valid["documents"] == 500 // 100
+    # The tokenizers library alone (its BPE trained on the 495 training stories, each encoded
+    # and followed by one token) gives these counts.
+    assert (train["tokens"], valid["tokens"]) == (98_709, 1_055)
     train_tokens, valid_tokens = tokens_of(prepared, "train"), tokens_of(prepared, "validation")
     assert train_tokens.size == train["tokens"] and valid_tokens.size == valid["tokens"]
     assert int((train_tokens == 0).sum()) == train["documents"]  # one <|endoftext|> per story
     assert int((valid_tokens == 0).sum()) == valid["documents"]
     assert train_tokens[-1] == 0 and valid_tokens[-1] == 0
     tokenizer = Tokenizer.from_file(str(prepared.tokenizer_path))
-    docs = stories(V2) + stories(SUBSET)
+    docs = stories(TRAIN) + stories(VALID)
     first_end = int(np.argmax(train_tokens == 0))
     assert tokenizer.decode(train_tokens[:first_end].tolist()) == docs[0]
     valid_end = int(np.argmax(valid_tokens == 0))
@@ -76,20 +73,26 @@ def test_header_and_metadata_describe_the_files(prepared):
     assert meta["splits"]["train"]["sha256"] == file_sha256(prepared.path("train"))
     assert meta["tokenizer"]["sha256"] == file_sha256(prepared.tokenizer_path)
     assert meta["tokenizer"]["vocab_size"] == 10_000 and meta["tokenizer"]["origin"] == "trained"
-    assert [f["sha256"] for f in meta["source"]["files"]] == [file_sha256(V2), file_sha256(SUBSET)]
-    assert meta["tokenization"]["input_bytes"] == V2.stat().st_size + SUBSET.stat().st_size
+    assert [f["sha256"] for f in meta["source"]["files"]] == [file_sha256(TRAIN), file_sha256(VALID)]
+    assert meta["tokenization"]["input_bytes"] == TRAIN.stat().st_size + VALID.stat().st_size
     assert meta["tokenization"]["mb_per_s"] > 0
+    # The tokenizers library alone, trained on the 495 training stories, makes 5,371 tokens.
+    assert meta["warnings"] == [
+        "the training text yields only 5,371 distinct BPE tokens; the vocabulary is filled up to 10,000 with "
+        "4,629 reserved tokens that never occur (more text, e.g. several files or a directory, gives a full "
+        "vocabulary)"]
+    assert meta["tokenizer"]["reserved_tokens"] == 4_629
 
 
 def test_rerun_is_a_no_op(prepared):
     before = {p.name: p.stat().st_mtime_ns for p in prepared.directory.iterdir()}
-    result = prepare([str(V2), str(SUBSET)], prepared.directory)
+    result = prepare([str(TRAIN), str(VALID)], prepared.directory)
     assert result.up_to_date
     assert {p.name: p.stat().st_mtime_ns for p in prepared.directory.iterdir()} == before
 
 
 def test_a_fresh_preparation_gives_identical_files(prepared, tmp_path):
-    again = prepare([str(V2), str(SUBSET)], tmp_path / "again").data
+    again = prepare([str(TRAIN), str(VALID)], tmp_path / "again").data
     for key in ("train", "validation"):
         assert again.meta["splits"][key]["sha256"] == prepared.meta["splits"][key]["sha256"]
     assert again.meta["tokenizer"]["sha256"] == prepared.meta["tokenizer"]["sha256"]
@@ -97,11 +100,11 @@ def test_a_fresh_preparation_gives_identical_files(prepared, tmp_path):
 
 
 def test_a_given_tokenizer_is_used_as_is(prepared, given, tmp_path):
-    data = prepare([str(V2), str(SUBSET)], tmp_path / "given", given).data
+    data = prepare([str(TRAIN), str(VALID)], tmp_path / "given", given).data
     assert data.meta["tokenizer"]["sha256"] == prepared.meta["tokenizer"]["sha256"]
     assert data.meta["splits"]["train"]["sha256"] == prepared.meta["splits"]["train"]["sha256"]
     with pytest.raises(ParallaxError, match=r"has 10,000 tokens but the model's vocabulary is 12,000"):
-        prepare([str(V2)], tmp_path / "wrong", replace(given, vocab_size=12_000))
+        prepare([str(TRAIN)], tmp_path / "wrong", replace(given, vocab_size=12_000))
 
 
 def test_a_corrupt_byte_is_named(copy_of):
@@ -112,7 +115,7 @@ def test_a_corrupt_byte_is_named(copy_of):
         f.seek(1000)
         f.write(bytes([byte[0] ^ 1]))
     with pytest.raises(ParallaxError, match=rf"token file {path}: corrupt .*re-run with --force"):
-        prepare([str(V2), str(SUBSET)], copy_of.directory)
+        prepare([str(TRAIN), str(VALID)], copy_of.directory)
     with pytest.raises(ParallaxError, match=rf"token file {path}: corrupt"):
         PreparedData.load(copy_of.directory)
 
@@ -131,7 +134,7 @@ def test_a_swapped_tokenizer_or_broken_meta_is_named(copy_of):
     tokenizer = copy_of.tokenizer_path
     tokenizer.write_text(tokenizer.read_text().replace('"Once"', '"Twice"', 1))
     with pytest.raises(ParallaxError, match=rf"{tokenizer} does not match meta.json"):
-        prepare([str(V2), str(SUBSET)], copy_of.directory)
+        prepare([str(TRAIN), str(VALID)], copy_of.directory)
     (copy_of.directory / "meta.json").write_text("{ truncated")
     with pytest.raises(ParallaxError, match=r"meta.json: corrupt JSON"):
         PreparedData.load(copy_of.directory)
@@ -139,18 +142,19 @@ def test_a_swapped_tokenizer_or_broken_meta_is_named(copy_of):
 
 def test_other_inputs_into_a_prepared_directory_are_refused_unless_forced(copy_of, given):
     with pytest.raises(ParallaxError, match=r"holds tokens prepared from other inputs or settings \(corpus.train"):
-        prepare([str(SUBSET), str(V2)], copy_of.directory)
-    forced = prepare([str(SUBSET), str(V2)], copy_of.directory, given, force=True)
+        prepare([str(VALID), str(TRAIN)], copy_of.directory)
+    forced = prepare([str(VALID), str(TRAIN)], copy_of.directory, given, force=True)
     assert not forced.up_to_date
-    assert forced.data.meta["splits"]["train"]["documents"] + forced.data.meta["splits"]["validation"]["documents"] == 4727
+    assert forced.data.meta["splits"]["train"]["documents"] + forced.data.meta["splits"]["validation"]["documents"] == 500
 
 
 def test_a_validation_file_without_separators_is_one_document(given, tmp_path):
-    data_result = prepare([str(V2)], tmp_path / "out", replace(given, valid=(str(V1_VALID),)))
+    v1_valid = unseparated(tmp_path / "v1_valid.txt", stories(VALID))  # TinyStoriesV1's layout
+    data_result = prepare([str(TRAIN)], tmp_path / "out", replace(given, valid=(str(v1_valid),)))
     meta = data_result.data.meta
-    assert meta["splits"]["train"]["documents"] == 1727  # nothing held out
+    assert meta["splits"]["train"]["documents"] == 400  # nothing held out
     assert meta["splits"]["validation"]["documents"] == 1
-    assert len(data_result.warnings) == 1 and "tinystories_v1_valid_head.txt has no <|endoftext|>" in data_result.warnings[0]
+    assert len(data_result.warnings) == 1 and "v1_valid.txt has no <|endoftext|>" in data_result.warnings[0]
 
 
 def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path):
@@ -169,15 +173,15 @@ def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path)
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "notes.md").write_text("mine")
     with pytest.raises(ParallaxError, match=r"holds other files \(notes.md\); choose an empty directory"):
-        prepare([str(V2)], tmp_path / "e", given)
+        prepare([str(TRAIN)], tmp_path / "e", given)
     with pytest.raises(ParallaxError, match=r"--valid-fraction must be in \(0, 0.5\]"):
-        prepare([str(V2)], tmp_path / "f", replace(given, valid_fraction=0.9))
+        prepare([str(TRAIN)], tmp_path / "f", replace(given, valid_fraction=0.9))
 
 
 def test_hf_streaming_of_a_local_dataset_equals_the_same_files(given, tmp_path, monkeypatch):
     pytest.importorskip("datasets")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    docs = stories(V2)
+    docs = stories(TRAIN) + stories(VALID)
     dataset = tmp_path / "dataset"
     dataset.mkdir()
     for name, rows in (("train", docs[:400]), ("validation", docs[400:450])):

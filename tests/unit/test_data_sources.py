@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fixtures.samples import SAMPLES, needs_samples
+from fixtures.samples import TRAIN, VALID, stories, unseparated
 
 pytest.importorskip("tokenizers")
 
@@ -35,11 +35,10 @@ def documents(pieces) -> list[str]:
 def small_tokenizer():
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    needs_samples()
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    text = (SAMPLES / "tinystories_v2_train_head.txt").read_text().split(EOT)[:300]
+    text = TRAIN.read_text().split(EOT)[:300]
     tok.train_from_iterator(text, trainers.BpeTrainer(
         vocab_size=2000, special_tokens=[EOT], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False))
@@ -47,14 +46,13 @@ def small_tokenizer():
 
 
 def test_eot_text_files_give_one_document_per_story():
-    needs_samples()
-    for name, count in (("tinystories_v2_train_head.txt", 1727), ("tinystories_subset_3000.txt", 3000)):
-        source = TextFile(SAMPLES / name)
+    for path, count in ((TRAIN, 400), (VALID, 100)):
+        source = TextFile(path)
         docs = documents(source.pieces())
         assert len(docs) == count  # SOURCE.md's story counts
         assert source.warnings == []
-        assert source.bytes_read == (SAMPLES / name).stat().st_size
-    first = documents(TextFile(SAMPLES / "tinystories_v2_train_head.txt").pieces())[0]
+        assert source.bytes_read == path.stat().st_size
+    first = documents(TextFile(TRAIN).pieces())[0]
     assert first.startswith("Once upon a time there was a little boy named Ben.")
     assert first == first.strip() and EOT not in first
 
@@ -69,22 +67,20 @@ def test_separators_split_across_read_blocks_are_found(tmp_path, monkeypatch):
         assert documents(TextFile(path).pieces()) == whole
 
 
-def test_file_without_separators_is_one_document_with_a_warning(monkeypatch):
-    needs_samples()
-    monkeypatch.setattr(sources, "PIECE_CHARS", 64 << 10)
-    path = SAMPLES / "tinystories_v1_valid_head.txt"
+def test_file_without_separators_is_one_document_with_a_warning(monkeypatch, tmp_path):
+    monkeypatch.setattr(sources, "PIECE_CHARS", 32 << 10)
+    path = unseparated(tmp_path / "v1_style.txt", stories(TRAIN) + stories(VALID))  # TinyStoriesV1's layout
     source = TextFile(path)
     pieces = list(source.pieces())
-    assert len(pieces) > 10  # 794 KB in pieces of PIECE_CHARS / 2 or more
+    assert len(pieces) > 10  # 408 KB in pieces of PIECE_CHARS (32 K) or fewer characters
     assert [p.ends_document for p in pieces].count(True) == 1 and pieces[-1].ends_document
     assert documents(pieces) == [path.read_text().strip()]
     assert len(source.warnings) == 1 and "no <|endoftext|> separators" in source.warnings[0]
 
 
 def test_cutting_long_documents_never_changes_their_tokens(small_tokenizer):
-    needs_samples()
     tricky = "word  \n\nNext line\n \nA\n\n\n  B\n1 two\n\tC  \nD." * 40
-    real = (SAMPLES / "tinystories_v1_train_head_1000.txt").read_text()[:60_000]
+    real = "\n\n".join(stories(VALID))[:60_000]  # stories one after another, as in TinyStoriesV1
     for text in (tricky, real):
         assembler = sources.DocumentAssembler(limit=97)  # tiny pieces: many cuts
         pieces = list(assembler.add(text)) + list(assembler.end())
