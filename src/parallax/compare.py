@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parallax import stats, topology
+from parallax import comparability, stats, topology
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
@@ -139,6 +139,16 @@ class CellData:
     tps_reps: np.ndarray | None = None
     loss_windows: dict[int, list[np.ndarray]] | None = None  # seed -> final windows of its runs
     gpus: int = 1
+    facts: dict | None = None  # comparability.facts of its first ok run (its runs agree on them)
+    machines: dict[str, list[LoadedRun]] = field(default_factory=dict)  # machine label -> ok runs
+    fallback: str | None = None  # why its attention is not the engine's first choice
+
+    @property
+    def machine(self) -> str | None:
+        """Its machine's label; 'mixed: A, B' where its runs span machines (--cross-machine only)."""
+        if not self.machines:
+            return None
+        return next(iter(self.machines)) if len(self.machines) == 1 else "mixed: " + ", ".join(self.machines)
 
     @property
     def name(self) -> str:
@@ -306,12 +316,28 @@ def _ordered_ok(cell: CellData) -> list[LoadedRun]:
     return sorted(cell.ok, key=lambda r: (r.config.get("seed", 0), str(r.run_dir)))
 
 
-def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
+def _check_runs(cell: CellData, ok: list[LoadedRun], cross_machine: bool) -> None:
+    """Set the cell's facts, machines and attention fallback; refuse runs that differ in a fact
+    (their pooled figure would mix two things), machines excepted with ``cross_machine``."""
+    cell.facts = comparability.facts(ok[0].run)
+    for r in ok:
+        cell.machines.setdefault(comparability.machine_label(r.run), []).append(r)
+        found = comparability.differences(cell.facts, comparability.facts(r.run))
+        found = [d for d in found if not (cross_machine and d.scope == comparability.MACHINE)]
+        if found:
+            raise comparability.refusal(
+                f"to pool the runs of {cell.name} ({_relative(ok[0].run_dir, cell.root)} and "
+                f"{_relative(r.run_dir, cell.root)})", found, cross_machine)
+    cell.fallback = next((why for why in map(comparability.attention_fallback, (r.run for r in ok)) if why), None)
+
+
+def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool = False) -> None:
     """Fill ``cell.record`` (and the replicates) from its runs."""
     ok = _ordered_ok(cell)
     cell.record = _cell_header(cell)
     if not ok:
         return
+    _check_runs(cell, ok, cross_machine)
     first = ok[0].run
     shared = max(int((r.run.get("timing") or {}).get("concurrent_runs") or 1) for r in ok)
     cell.record.update({
@@ -324,7 +350,13 @@ def analyse_cell(cell: CellData, n_boot: int, level: float) -> None:
         "loss_curve": _loss_curve(ok),
         "eval_curve": _eval_curve(ok),
         "parallel": _cell_parallel(cell, ok),
+        "machine": cell.machine,
+        "machines": {label: len(runs) for label, runs in cell.machines.items()},
+        "attention_fallback": cell.fallback,
     })
+    if cell.fallback:
+        cell.record["notes"].append(f"{cell.name}: attention fell back ({cell.fallback}); its speed measures the "
+                                    "fallback and is kept out of every speedup")
     if shared > 1:
         cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the device "
                                     f"(benchmark --concurrent {shared}); its loss is unaffected")
@@ -417,7 +449,7 @@ def _cell_header(cell: CellData) -> dict:
         "parallel": None,
         "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
         "precision_info": None, "framework_info": None, "timing_method": None,
-        "loss_curve": None, "eval_curve": None,
+        "loss_curve": None, "eval_curve": None, "machine": None, "machines": {}, "attention_fallback": None,
         "notes": [],
     }
 
@@ -595,27 +627,107 @@ def _on(gpus: int) -> str:
     return f" ×{gpus} GPUs" if gpus > 1 else ""
 
 
-def speedups(cells: dict, level: float) -> list[dict]:
-    """Recipe over bf16 and framework over torch, each between cells of one GPU count."""
+@dataclass
+class Judge:
+    """Decides, for every ratio of two cells, whether it may be computed (``comparability``):
+    'same' (alike in every fact but the one compared), 'cross' (alike but for the machine, with
+    --cross-machine: a separate section whose intervals include the machines' spread), or None
+    (a cell's attention fell back: kept out, and named in ``excluded``); anything else is
+    refused with a one-line ParallaxError naming the fact and the two cells."""
+
+    cross_machine: bool = False
+    twins: dict = field(default_factory=dict)  # frozenset of two machines -> [twin entries]
+    excluded: dict = field(default_factory=dict)  # cell name -> why it is kept out of ratios
+    cross: list = field(default_factory=list)  # the cross-machine speedups
+
+    def __call__(self, kind: str, a: CellData, b: CellData) -> str | None:
+        for cell in (a, b):
+            if cell.fallback:
+                self.excluded[cell.name] = cell.fallback
+                return None
+        found = comparability.differences(a.facts, b.facts, kind)
+        machine = [d for d in found if d.scope == comparability.MACHINE]
+        if len(machine) < len(found) or (machine and not self.cross_machine):
+            raise comparability.refusal(f"{a.name} over {b.name} ({_first_dir(a)}, {_first_dir(b)})", found,
+                                        self.cross_machine)
+        return "cross" if machine or len(a.machines) > 1 or len(b.machines) > 1 else "same"
+
+    def ratio(self, kind: str, a: CellData, b: CellData, level: float) -> dict | None:
+        """``_ratio`` of two cells the judge lets through; a cross-machine one's interval widened by
+        the largest twin ratio between the machines involved (None where no twin was run on both)."""
+        verdict = self(kind, a, b)
+        if verdict is None:
+            return None
+        out = {**_ratio(a, b, level), "cross_machine": verdict == "cross", "machines": [a.machine, b.machine]}
+        if verdict == "cross":
+            out.update(self._widened(a, b, out))
+        return out
+
+    def _widened(self, a: CellData, b: CellData, raw: dict) -> dict:
+        pairs = {frozenset((ma, mb)) for ma in a.machines for mb in b.machines if ma != mb}
+        missing = sorted(" and ".join(sorted(p)) for p in pairs if not self.twins.get(p))
+        machines = {"raw_ci": raw["ci"]}
+        if missing:
+            return {**machines, "ci": None, "distinguishable": False,
+                    "note": f"no interval: no cell ran on both {missing[0]} (run bf16 twins on each machine)"}
+        spread = max(abs(t["log_ratio"]) for p in pairs for t in self.twins[p])
+        ci = [raw["ci"][0] * math.exp(-spread), raw["ci"][1] * math.exp(spread)]
+        return {**machines, "ci": ci, "distinguishable": stats.interval_excludes(ci, 1.0), "machine_spread": spread,
+                "note": f"interval widened by the largest twin ratio between the machines (±{spread:.2%} in log)"}
+
+
+def _first_dir(cell: CellData) -> str:
+    ok = _ordered_ok(cell)
+    return _relative(ok[0].run_dir, cell.root) if ok else cell.name
+
+
+def machine_twins(cells: dict) -> dict:
+    """{frozenset of two machines: [{cell, machines, tokens_per_s, log_ratio}]}: every cell with
+    measured speed on two machines (its twins), each machine's tokens/s the median of its runs'."""
+    out: dict = {}
+    for cell in cells.values():
+        if len(cell.machines) < 2 or not _has_speed(cell):
+            continue
+        tokens = tokens_per_step(cell.ok[0])
+        speed = {m: float(np.median([stats.tokens_per_s_from_ms(tokens, np.median(_measured(r))) for r in runs]))
+                 for m, runs in cell.machines.items()}
+        names = sorted(speed)
+        for i, m1 in enumerate(names):
+            for m2 in names[i + 1:]:
+                out.setdefault(frozenset((m1, m2)), []).append(
+                    {"cell": cell.name, "machines": [m1, m2], "tokens_per_s": [speed[m1], speed[m2]],
+                     "log_ratio": math.log(speed[m2] / speed[m1])})
+    return out
+
+
+def speedups(cells: dict, level: float, judge: Judge | None = None) -> list[dict]:
+    """Recipe over bf16 and framework over torch, each between cells of one GPU count; those the
+    judge lets through, cross-machine ones into ``judge.cross`` (not the list returned)."""
+    judge = judge or Judge()
     out = []
     for (fw, rec, g), cell in cells.items():
         for base_name in _baselines(fw, rec, cell.precision):
             base = cells.get((fw, base_name, g))
             if _has_speed(cell) and _has_speed(base):
-                out.append({"kind": "precision", "framework": fw, "gpus": g, "a": rec, "b": base_name,
-                            "label": f"{fw}{_on(g)}: {rec} over {base_name}", **_ratio(cell, base, level)})
+                _add(out, judge, judge.ratio("recipe", cell, base, level),
+                     {"kind": "precision", "framework": fw, "gpus": g, "a": rec, "b": base_name,
+                      "label": f"{fw}{_on(g)}: {rec} over {base_name}"})
     for (fw, rec, g), cell in cells.items():
         base = cells.get((BASELINE_FRAMEWORK, registry.default_name(BASELINE_FRAMEWORK, cell.precision), g))
         if fw != BASELINE_FRAMEWORK and rec == registry.default_name(fw, cell.precision) \
                 and _has_speed(cell) and _has_speed(base):
-            out.append({"kind": "framework", "precision": cell.precision, "gpus": g, "a": fw, "b": BASELINE_FRAMEWORK,
-                        "recipes": [rec, base.recipe],
-                        "label": f"{cell.precision}{_on(g)}: {fw} over {BASELINE_FRAMEWORK}",
-                        **_ratio(cell, base, level)})
+            _add(out, judge, judge.ratio("framework", cell, base, level),
+                 {"kind": "framework", "precision": cell.precision, "gpus": g, "a": fw, "b": BASELINE_FRAMEWORK,
+                  "recipes": [rec, base.recipe], "label": f"{cell.precision}{_on(g)}: {fw} over {BASELINE_FRAMEWORK}"})
     return out
 
 
-def scaling(cells: dict, level: float) -> list[dict]:
+def _add(out: list, judge: Judge, ratio: dict | None, entry: dict) -> None:
+    if ratio is not None:
+        (judge.cross if ratio["cross_machine"] else out).append({**entry, **ratio})
+
+
+def scaling(cells: dict, level: float, judge: Judge | None = None) -> list[dict]:
     """Per framework × recipe that ran on more than one GPU count: a row per count with its
     throughput, per-GPU figures and scaling efficiency.
 
@@ -638,13 +750,13 @@ def scaling(cells: dict, level: float) -> list[dict]:
             note = f"no 1-GPU cell of {fw} {rec} in this matrix: no scaling efficiency (add 1 to --gpus)"
         elif not _has_speed(one):
             note = f"the 1-GPU cell of {fw} {rec} has no throughput ({one.record['status']}): no scaling efficiency"
-        rows = [_scaling_row(c, one if note is None else None, level) for c in members]
+        rows = [_scaling_row(c, one if note is None else None, level, judge or Judge()) for c in members]
         out.append({"framework": fw, "recipe": rec, "precision": members[0].precision,
                     "baseline_gpus": 1 if note is None else None, "note": note, "rows": rows})
     return out
 
 
-def _scaling_row(cell: CellData, one: CellData | None, level: float) -> dict:
+def _scaling_row(cell: CellData, one: CellData | None, level: float, judge: Judge) -> dict:
     rec = cell.record
     primary = ((rec.get("flops") or {}).get(PRIMARY_ACCOUNTING) or {})
     parallel = rec.get("parallel") or {}
@@ -658,8 +770,8 @@ def _scaling_row(cell: CellData, one: CellData | None, level: float) -> dict:
            "step_ms_median": (rec.get("step_ms") or {}).get("median"),
            "rank_step_ms_spread": parallel.get("rank_step_ms_spread"),
            "efficiency": None}
-    if one is not None and _has_speed(cell):
-        ratio = _ratio(cell, one, level)
+    ratio = judge.ratio("scaling", cell, one, level) if one is not None and _has_speed(cell) else None
+    if ratio is not None and ratio["ci"] is not None:
         ci = [x / cell.gpus for x in ratio["ci"]]
         row["efficiency"] = {"value": ratio["ratio"] / cell.gpus, "ci": ci,
                              "below_ideal": stats.interval_excludes(ci, 1.0) and ci[1] < 1.0}
@@ -814,15 +926,17 @@ def _batch_ci(diffs, n_boot: int, level: float, seed: int) -> list[float] | None
     return list(stats.percentile_ci(reps, level))
 
 
-def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
-    """The fastest stack (framework and recipe) at each format and GPU count, and what each
-    recipe costs in loss."""
+def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | None = None) -> dict:
+    """The fastest stack (framework and recipe) at each format and GPU count (cells whose
+    attention fell back are not ranked), and what each recipe costs in loss."""
+    judge = judge or Judge()
     fastest = []
     precisions = sorted({c.precision for c in cells.values()}, key=_order(PRECISIONS))
     counts = sorted({c.gpus for c in cells.values()})
     for p in precisions:
         for g in counts:
-            ranked = sorted((c for c in cells.values() if c.precision == p and c.gpus == g and _has_speed(c)),
+            ranked = sorted((c for c in cells.values()
+                             if c.precision == p and c.gpus == g and _has_speed(c) and not c.fallback),
                             key=lambda c: -c.record["tokens_per_s"]["value"])
             if not ranked:
                 continue
@@ -831,7 +945,8 @@ def conclusions(cells: dict, deltas: list[dict], level: float) -> dict:
                      "native": _native(ranked[0]), "runner_up": None}
             if len(ranked) > 1:
                 entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
-                entry.update(_ratio(ranked[0], ranked[1], level))
+                kind = "recipe" if ranked[0].framework == ranked[1].framework else "framework"
+                entry.update(judge.ratio(kind, ranked[0], ranked[1], level))
             fastest.append(entry)
     emulated = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g}
                 for (fw, rec, g), c in cells.items() if c.ok and _native(c) is False]
@@ -863,7 +978,7 @@ class Analysis:
 
 
 def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
-            level: float = stats.DEFAULT_LEVEL) -> Analysis:
+            level: float = stats.DEFAULT_LEVEL, cross_machine: bool = False) -> Analysis:
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise ParallaxError(f"{results_dir}: no such results directory; pass the --output-dir of a benchmark")
@@ -876,7 +991,7 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
     stand_ins = [r for r in (_corrupt_run(c, results_dir) for c in corrupt) if r is not None]
     cells = _group(runs + stand_ins, matrix, results_dir)
     for cell in cells.values():
-        analyse_cell(cell, n_boot, level)
+        analyse_cell(cell, n_boot, level, cross_machine)
     environment = _read_json(results_dir / ENVIRONMENT_FILE, corrupt)
     problems = [c.message for c in corrupt]
     index_problem = _index_problem(results_dir)
@@ -884,13 +999,6 @@ def analyse(results_dir: Path, n_boot: int = stats.DEFAULT_BOOTSTRAPS,
         problems.append(index_problem)
     if environment is None:
         environment = next((r.run["environment"] for r in runs if r.run.get("environment")), {})
-    # The GPU models, not their number: a 1-GPU cell may have run with fewer GPUs visible.
-    gpus = sorted({", ".join(sorted({f"{g.get('name')} (cc {g.get('compute_capability')})"
-                                     for g in r.run["environment"].get("gpus") or []})) or "none found"
-                   for r in runs if r.run.get("environment")})
-    if len(gpus) > 1:  # e.g. a matrix resumed on another machine
-        problems.append(f"the runs were made on different GPUs ({'; '.join(gpus)}); their numbers are not "
-                        "one benchmark")
     return Analysis(results_dir, cells, config, matrix, environment, problems, corrupt)
 
 
@@ -932,10 +1040,14 @@ def _matrix_cells(matrix: dict) -> list[tuple[str, str, str, int]]:
 
 
 def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
-                     n_boot: int = stats.DEFAULT_BOOTSTRAPS, level: float = stats.DEFAULT_LEVEL) -> dict:
-    """The comparison record of ``results_dir`` (and its ratios to ``baseline_dir``)."""
-    current = analyse(results_dir, n_boot, level)
-    speedup_list = speedups(current.cells, level)
+                     n_boot: int = stats.DEFAULT_BOOTSTRAPS, level: float = stats.DEFAULT_LEVEL,
+                     cross_machine: bool = False) -> dict:
+    """The comparison record of ``results_dir`` (and its ratios to ``baseline_dir``). Ratios only
+    between like cells (``Judge``); ``cross_machine`` puts those of cells that differ only in
+    their machine into a separate section instead of refusing them."""
+    current = analyse(results_dir, n_boot, level, cross_machine)
+    judge = Judge(cross_machine, machine_twins(current.cells) if cross_machine else {})
+    speedup_list = speedups(current.cells, level, judge)
     deltas = loss_deltas(current.cells, n_boot, level)
     record = {
         "schema": SCHEMA,
@@ -945,10 +1057,13 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "matrix": current.matrix,
         "cells": [c.record for c in current.cells.values()],
         "speedups": speedup_list,
-        "scaling": scaling(current.cells, level),
+        "scaling": scaling(current.cells, level, judge),
         "loss_deltas": deltas,
         "eval_deltas": eval_deltas(current.cells, n_boot, level),
-        "conclusions": conclusions(current.cells, deltas, level),
+        "conclusions": conclusions(current.cells, deltas, level, judge),
+        "machines": machines_of(current.cells),
+        "excluded": [{"cell": name, "reason": why} for name, why in judge.excluded.items()],
+        "cross_machine": _cross_section(judge) if cross_machine else None,
         "problems": list(current.problems),
         "corrupt": [c.message for c in current.corrupt],
         "statistics": {"method": STATS_METHOD.format(n_boot=n_boot), "bootstraps": n_boot,
@@ -957,11 +1072,33 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "baseline": None,
     }
     if baseline_dir is not None:
-        base = analyse(baseline_dir, n_boot, level)
+        base = analyse(baseline_dir, n_boot, level, cross_machine)
         record["baseline"] = baseline_comparison(current, base, n_boot, level)
         record["problems"] += [f"baseline: {p}" for p in base.problems]
         record["corrupt"] += [f"baseline: {c.message}" for c in base.corrupt]
     return record
+
+
+def machines_of(cells: dict) -> list[dict]:
+    """Every machine the cells' ok runs ran on: its label, GPUs, host, driver, and its cells."""
+    out: dict[str, dict] = {}
+    for cell in cells.values():
+        for label, runs in cell.machines.items():
+            facts = comparability.machine(runs[0].run)
+            entry = out.setdefault(label, {"machine": label, "host": facts["host"], "driver": facts["driver"],
+                                           "gpus": [list(g) for g in facts["gpus"]], "cells": []})
+            entry["cells"].append(cell.name)
+    return list(out.values())
+
+
+def _cross_section(judge: Judge) -> dict:
+    twins = [t for entries in judge.twins.values() for t in entries]
+    return {"speedups": judge.cross, "twins": twins,
+            "note": ("Ratios between cells that ran on different machines (or whose runs span machines). "
+                     "Each interval is the ratio's bootstrap interval widened, at both ends, by the largest "
+                     "ratio between one cell's tokens/s on the two machines (its twins), so it includes the "
+                     "between-machine spread measured here; with no twin on both machines there is no "
+                     "interval.")}
 
 
 def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: float) -> dict:
@@ -984,9 +1121,20 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
                                            other.record["memory"]["peak_reserved_bytes"])}
         row["loss_difference"] = loss_difference(cell, other, n_boot, level) if same_steps else None
         rows.append(row)
-    return {"results_dir": str(base.results_dir), "rows": rows, "notes": notes,
+    ours, theirs = sorted(machines_label(current.cells)), sorted(machines_label(base.cells))
+    cross = ours != theirs
+    if cross:
+        notes.append(f"cross-machine: this run's cells ran on {', '.join(ours) or 'no machine'}, the baseline's on "
+                     f"{', '.join(theirs) or 'no machine'}; the intervals cover step and run variation, not the "
+                     "spread between machines")
+    return {"results_dir": str(base.results_dir), "rows": rows, "notes": notes, "cross_machine": cross,
+            "machines": {"this": ours, "baseline": theirs},
             "config_differences": differences(*_comparable(base.config, current.config)),
             "environment_differences": environment_differences(base.environment, current.environment)}
+
+
+def machines_label(cells: dict) -> set[str]:
+    return {label for cell in cells.values() for label in cell.machines}
 
 
 def _comparable(a: dict, b: dict) -> tuple[dict, dict]:

@@ -18,12 +18,15 @@ from parallax.errors import ParallaxError
 SCHEMA = "parallax.crossover/1"
 
 
-def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
-    """The crossover record of several benchmark folders, one model preset each or more."""
+def crossover(results_dirs: list[Path], n_boot: int, level: float, cross_machine: bool = False) -> dict:
+    """The crossover record of several benchmark folders, one model preset each or more. Each
+    folder's ratios are judged as ``parallax compare`` judges them (like cells only; with
+    ``cross_machine`` its cross-machine speedups are rows too, marked)."""
     from parallax.compare import build_comparison
 
     _refuse_a_folder_named_twice(results_dirs)
-    records = [build_comparison(Path(d), n_boot=n_boot, level=level) for d in results_dirs]
+    records = [build_comparison(Path(d), n_boot=n_boot, level=level, cross_machine=cross_machine)
+               for d in results_dirs]
     models = [_model_of(r, d) for r, d in zip(records, results_dirs)]
     rows = [row for record, model, d in zip(records, models, results_dirs)
             for row in speedup_rows(record, model, str(d))]
@@ -32,7 +35,8 @@ def crossover(results_dirs: list[Path], n_boot: int, level: float) -> dict:
     return {"schema": SCHEMA, "level": level, "results_dirs": [str(d) for d in results_dirs],
             "models": sorted(({"model": m, "parameters": get_preset(m).param_count()} for m in set(models)),
                              key=lambda m: m["parameters"]),
-            "rows": rows, "problems": [p for r in records for p in r["problems"]]}
+            "rows": rows, "problems": [p for r in records for p in r["problems"]],
+            "excluded": [{**e, "results_dir": str(d)} for r, d in zip(records, results_dirs) for e in r["excluded"]]}
 
 
 def _refuse_a_folder_named_twice(results_dirs: list[Path]) -> None:
@@ -69,7 +73,11 @@ def speedup_rows(record: dict, model: str, results_dir: str) -> list[dict]:
     """The record's recipe-over-bf16 speedups, with the model they were measured on, the folder
     they came from (and the GPU count, a speedup being between cells of one count)."""
     parameters = get_preset(model).param_count()
+    data = "synthetic" if (record.get("config") or {}).get("synthetic") else "real"
+    cross = (record.get("cross_machine") or {}).get("speedups") or []
     return [{"model": model, "parameters": parameters, "framework": s["framework"], "recipe": s["a"],
-             "gpus": s.get("gpus", 1), "results_dir": results_dir,
+             "gpus": s.get("gpus", 1), "results_dir": results_dir, "data": data,
+             "machine": " / ".join(dict.fromkeys(m for m in s.get("machines") or [] if m)) or None,
+             "cross_machine": bool(s.get("cross_machine")),
              "baseline": s["b"], "ratio": s["ratio"], "ci": s["ci"], "distinguishable": s["distinguishable"]}
-            for s in record["speedups"] if s["kind"] == "precision"]
+            for s in record["speedups"] + cross if s["kind"] == "precision"]

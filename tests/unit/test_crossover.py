@@ -42,8 +42,8 @@ def test_crossover_lines_up_each_recipe_by_model_size(two_sizes, tmp_path, capsy
     rows = [(r["model"], r["recipe"], r["baseline"], round(r["ratio"], 3)) for r in record["rows"]]
     assert rows == [("tiny", "torchao-fp8-tensorwise", "bf16", 0.8), ("llama-330m", "torchao-fp8-tensorwise", "bf16", 1.25)]
     text = (out / "crossover.md").read_text()
-    assert "| torch | torchao-fp8-tensorwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | 1 |" in text
-    assert "| torch | torchao-fp8-tensorwise | bf16 | tiny | 1,362,240 | 0.800× (0.800×–0.800×) | slower | 2 |" in text
+    assert "| torch | torchao-fp8-tensorwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | synthetic | cpu ? | 1 |" in text
+    assert "| torch | torchao-fp8-tensorwise | bf16 | tiny | 1,362,240 | 0.800× (0.800×–0.800×) | slower | synthetic | cpu ? | 2 |" in text
     assert f"1. `{large}`" in text and f"2. `{small}`" in text
     assert (out / "crossover.png").stat().st_size > 5000
     assert "Where low precision starts to pay" in capsys.readouterr().out
@@ -68,7 +68,7 @@ def test_a_preset_may_combine_benchmarks_each_speedup_from_its_own(two_sizes, tm
                     ("tiny", "torch", "torchao-fp8-tensorwise", 0.8, str(small)),
                     ("llama-330m", "torch", "torchao-fp8-tensorwise", 1.25, str(large))]
     text = (out / "crossover.md").read_text()
-    assert "| torch | torchao-fp8-rowwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | 3 |" in text
+    assert "| torch | torchao-fp8-rowwise | bf16 | llama-330m | 328,811,520 | 1.250× (1.250×–1.250×) | faster | synthetic | cpu ? | 3 |" in text
 
 
 def test_one_folder_named_twice_is_refused(two_sizes, tmp_path, capsys, monkeypatch):

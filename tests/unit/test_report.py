@@ -207,16 +207,20 @@ def test_an_empty_or_missing_directory_is_an_error(tmp_path):
         build_comparison(tmp_path)
 
 
-def test_runs_from_different_gpus_are_flagged(tmp_path):
-    h200 = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0"}]}
-    b200 = {"gpus": [{"name": "NVIDIA B200", "compute_capability": "10.0"}]}
+def test_runs_of_one_cell_from_different_gpus_are_refused(tmp_path):
+    h200 = {"gpus": [{"name": "NVIDIA H200", "uuid": "GPU-aaaa1111", "compute_capability": "9.0"}]}
+    b200 = {"gpus": [{"name": "NVIDIA B200", "uuid": "GPU-bbbb2222", "compute_capability": "10.0"}]}
     for seed, env in ((0, h200), (1, b200)):
         path = write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10)
         run = json.loads(path.read_text())
         run["environment"] = env
         path.write_text(json.dumps(run))
-    (problem,) = build_comparison(tmp_path, n_boot=200)["problems"]
-    assert problem.startswith("the runs were made on different GPUs (NVIDIA B200 (cc 10.0); NVIDIA H200 (cc 9.0))")
+    with pytest.raises(ParallaxError, match=r"^refusing to pool the runs of torch bf16 \(runs/torch-bf16-seed0-rep0 "
+                       r"and runs/torch-bf16-seed1-rep0\): they differ in machine.gpus \(NVIDIA H200 GPU-aaaa1111 vs "
+                       r"NVIDIA B200 GPU-bbbb2222\)"):
+        build_comparison(tmp_path, n_boot=200)
+    mixed = build_comparison(tmp_path, n_boot=200, cross_machine=True)
+    assert cell(mixed, "torch", "bf16")["machines"] == {"NVIDIA H200 aaaa1111": 1, "NVIDIA B200 bbbb2222": 1}
 
 
 def test_matrix_cells_without_runs_are_pending(hand):

@@ -23,7 +23,11 @@ from parallax.train import writable_output_dir, writable_report
               help="Where the PNG plots go (default: plots/ beside the report).")
 @click.option("--bootstraps", type=click.IntRange(min=100), default=stats.DEFAULT_BOOTSTRAPS,
               show_default=True, help="Bootstrap replicates behind every confidence interval.")
-def command(results_dir, baseline, output_report, plots_dir, bootstraps):
+@click.option("--cross-machine", is_flag=True,
+              help="Instead of refusing a ratio between cells that differ only in their machine, show it in a "
+                   "separate, labelled section whose interval includes the spread measured between the machines "
+                   "(from cells run on both).")
+def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_machine):
     """Compare the cells of a benchmark: speedups, loss deltas, and ratios to a baseline."""
     from parallax.compare import build_comparison
     from parallax.report import terminal, write_report
@@ -32,7 +36,8 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps):
         writable_report(Path(output_report), "--output-report")
         if plots_dir:
             writable_output_dir(plots_dir, "--plots-dir")
-    record = build_comparison(Path(results_dir), Path(baseline) if baseline else None, n_boot=bootstraps)
+    record = build_comparison(Path(results_dir), Path(baseline) if baseline else None, n_boot=bootstraps,
+                              cross_machine=cross_machine)
     terminal.render(record)
     corrupt = warn_problems(record)
     if output_report:

@@ -17,14 +17,17 @@ from parallax.train import writable_output_dir
               help="Where crossover.md, crossover.png and crossover.json go.")
 @click.option("--bootstraps", type=click.IntRange(min=100), default=stats.DEFAULT_BOOTSTRAPS,
               show_default=True, help="Bootstrap replicates behind every confidence interval.")
-def command(results_dirs, output_dir, bootstraps):
+@click.option("--cross-machine", is_flag=True,
+              help="Keep a folder's speedups between cells of different machines, marked, with intervals that "
+                   "include the spread measured between the machines, instead of refusing them.")
+def command(results_dirs, output_dir, bootstraps, cross_machine):
     """Line up benchmarks of several model presets (a results folder each, or several that share no
     speedup): where fp8 pays."""
     from parallax.crossover import crossover
     from parallax.report import crossover as render
 
     out = writable_output_dir(output_dir, "--output-dir")
-    record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL)
+    record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)
     for problem in record["problems"]:
         click.echo(f"parallax: warning: {problem}", err=True)
     paths = render.write(record, out)

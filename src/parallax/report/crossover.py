@@ -24,15 +24,25 @@ def markdown(record: dict, plot_name: str | None = None) -> str:
     sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
     source = {d: i + 1 for i, d in enumerate(record["results_dirs"])}
     rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
-             f.value_ci(r["ratio"], r["ci"], f.ratio), f.verdict(r), str(source[r["results_dir"]])]
+             f.value_ci(r["ratio"], r["ci"], f.ratio) + (" **cross-machine**" if r.get("cross_machine") else ""),
+             f.verdict(r), r.get("data") or f.NA, r.get("machine") or f.NA, str(source[r["results_dir"]])]
             for r in record["rows"]]
     text = ["# Where low precision starts to pay", "",
             f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
             f"Intervals are each benchmark's own {round(100 * record['level'])}% bootstrap CIs. "
-            "A recipe and its baseline always come from one benchmark (column 'From'), so each speedup was "
-            "measured on one machine.", ""]
-    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "From"], rows)]
+            "A recipe and its baseline always come from one benchmark (column 'From') and were checked to be "
+            "alike in everything but the recipe (machine, software, data, attention backend), as "
+            "`parallax compare` checks them; a row marked cross-machine was asked for with --cross-machine "
+            "and its interval includes the spread measured between the machines. Different sizes may come "
+            "from different machines (column 'Machine'). Data 'synthetic': random tokens, whose loss says "
+            "nothing; speed does not depend on the token values in this model.", ""]
+    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "Data",
+                    "Machine", "From"], rows)]
     text += ["", "Benchmarks, as named on the command line:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
+    excluded = record.get("excluded") or []
+    if excluded:
+        text += ["", "Kept out (attention fell back, so the cell's speed measures the fallback):", ""]
+        text += [f"- {e['cell']} in `{e['results_dir']}`: {e['reason']}" for e in excluded]
     if plot_name:
         text += ["", f"![Speedup against model size]({plot_name})"]
     text += [f"\n- Problem: {p}" for p in record["problems"]]
@@ -66,7 +76,8 @@ def plot(record: dict, path: Path) -> Path:
             line = sorted((r for r in record["rows"] if _line_key(r) == key), key=lambda r: r["parameters"])
             x = [r["parameters"] / 1e6 for r in line]
             y = [r["ratio"] for r in line]
-            err = [[r["ratio"] - r["ci"][0] for r in line], [r["ci"][1] - r["ratio"] for r in line]]
+            ci = [r["ci"] or [r["ratio"], r["ratio"]] for r in line]  # a cross-machine row may have none
+            err = [[r["ratio"] - c[0] for r, c in zip(line, ci)], [c[1] - r["ratio"] for r, c in zip(line, ci)]]
             ax.errorbar(x, y, yerr=err, marker="o" if framework == "jax" else "s", capsize=3,
                         color=colour[framework, recipe, gpus], label=_line_label(*key),
                         linestyle="-" if baseline == "bf16" else ":")

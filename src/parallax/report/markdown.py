@@ -22,6 +22,8 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _throughput(record),
         _scaling(record),
         _speedups(record),
+        _cross_machine(record),
+        _machines(record),
         _loss(record),
         _eval_deltas(record),
         _flops(record),
@@ -125,6 +127,8 @@ def _conclusions(record: dict) -> str:
         else:
             lines.append(f"- **At {label}:** {stack} and {e['runner_up']} are not distinguishable: "
                          f"{f.ratio(e['ratio'])} (95% CI {f.ci(e['ci'], f.ratio)} includes 1)")
+        if e.get("cross_machine"):
+            lines[-1] += f" — **cross-machine** ({' vs '.join(e['machines'])}): {e['note']}"
     for d in c["loss_cost"]:
         lines.append(f"- **Cost of {d.get('recipe', d['precision'])} in loss ({d['framework']}"
                      f"{f.gpus_text(d.get('gpus'))}):** ΔLoss = "
@@ -158,13 +162,14 @@ def _stacks(record: dict) -> str:
         if not fw:
             continue
         native = "native" if p.get("native") else "emulated"
+        attention = (fw.get("attention_backend") or f.NA) + (" (fell back)" if c.get("attention_fallback") else "")
         rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), fw.get("version") or f.NA,
-                     fw.get("device_name") or fw.get("device") or f.NA, fw.get("attention_backend") or f.NA,
+                     c.get("machine") or fw.get("device_name") or fw.get("device") or f.NA, attention,
                      ("yes" if fw.get("compiled") else "no") + (" + CUDA graphs" if fw.get("cuda_graphs") else ""),
                      f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
     if not rows:
         return ""
-    return "## Stacks\n\n" + table(["Framework", "Precision", *_gpus_column(record), "Version", "Device",
+    return "## Stacks\n\n" + table(["Framework", "Precision", *_gpus_column(record), "Version", "Machine",
                                      "Attention", "Compiled", "Recipe", "Step timing"], rows)
 
 
@@ -232,6 +237,41 @@ def _speedups(record: dict) -> str:
     rows = [[s["label"], f.value_ci(s["ratio"], s["ci"], f.ratio), f.verdict(s)] for s in record["speedups"]]
     return ("## Speedups\n\nTokens/s of the first stack divided by tokens/s of the second.\n\n"
             + table(["Comparison", "Speedup (95% CI)", "Reading"], rows))
+
+
+def _cross_machine(record: dict) -> str:
+    """Ratios between cells of different machines (``--cross-machine``), apart from the others."""
+    section = record.get("cross_machine")
+    if not section or not section["speedups"]:
+        return ""
+    rows = [[s["label"], " / ".join(s["machines"]), f.value_ci(s["ratio"], s["ci"], f.ratio),
+             f.ci(s["raw_ci"], f.ratio), f.verdict(s) if s["ci"] else s["note"]] for s in section["speedups"]]
+    twins = [f"- {t['cell']}: {f.num(t['tokens_per_s'][0])} on {t['machines'][0]}, {f.num(t['tokens_per_s'][1])} on "
+             f"{t['machines'][1]} ({t['tokens_per_s'][1] / t['tokens_per_s'][0] - 1:+.2%})" for t in section["twins"]]
+    return ("## Cross-machine speedups (--cross-machine)\n\n**Not like-for-like:** the two cells ran on different "
+            "machines. " + section["note"] + "\n\n"
+            + table(["Comparison", "Machines", "Speedup (95% CI incl. machine spread)", "Interval over steps and runs",
+                     "Reading"], rows)
+            + "\n\nTwins (one cell measured on two machines):\n\n" + ("\n".join(twins) or "- none"))
+
+
+def _machines(record: dict) -> str:
+    """Every machine the cells ran on, and which cells."""
+    machines = record.get("machines") or []
+    rows = [[m["machine"], ", ".join(_gpu_text(g) for g in m["gpus"]), m["host"] or f.NA, m["driver"] or f.NA,
+             ", ".join(m["cells"])] for m in machines]
+    text = "## Machines\n\n" + table(["Machine", "GPUs (UUID, power limit, max SM/memory MHz)", "Host", "Driver",
+                                         "Cells"], rows) if rows else ""
+    return text
+
+
+def _gpu_text(gpu: list) -> str:
+    name, uuid, *rest = list(gpu) + [None] * (5 - len(gpu))
+    if name == "cpu":
+        return f"CPU ({uuid})"
+    power, sm, mem = rest[:3]
+    extra = ", ".join(x for x in (f"{power:g} W" if power else None, f"{sm}/{mem} MHz" if sm else None) if x)
+    return f"{name} {uuid}" + (f" ({extra})" if extra else "")
 
 
 def _loss(record: dict) -> str:
@@ -385,7 +425,10 @@ def _baseline(record: dict) -> str:
                      f.value_ci(r["tokens_per_s"]["ratio"], r["tokens_per_s"]["ci"], f.ratio),
                      f.ratio(r["step_ms_ratio"]), f.ratio(r["memory_ratio"]),
                      f.value_ci(loss["delta"], loss["ci"], f.delta) if loss else f.NA])
-    text = (f"## Against the baseline\n\nBaseline: `{base['results_dir']}`. Ratios are this run ÷ baseline.\n\n"
+    where = ("**cross-machine**: " + " ÷ ".join(", ".join(base["machines"][k]) or "?" for k in ("this", "baseline"))
+             + ". " if base.get("cross_machine") else "same machine. ")
+    text = (f"## Against the baseline\n\nBaseline: `{base['results_dir']}`, {where}Ratios are this run ÷ "
+            "baseline.\n\n"
             + table(["Framework", "Precision", "Tokens/s ratio (95% CI)", "Step time ratio",
                      "Reserved memory ratio", "Final loss − baseline (95% CI)"], rows))
     for title, items in (("Configuration differences", base["config_differences"]),

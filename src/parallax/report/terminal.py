@@ -28,6 +28,9 @@ def render(record: dict, console: Console | None = None) -> None:
                 console.print(f"note: {escape(g['note'])}", highlight=False, soft_wrap=True)
     if record["speedups"]:
         console.print(_speedups(record))
+    cross = record.get("cross_machine") or {}
+    if cross.get("speedups"):
+        console.print(_cross_machine(cross))
     if record.get("baseline"):
         console.print(_baseline(record["baseline"]))
         for line in _baseline_notes(record["baseline"]):
@@ -39,16 +42,21 @@ def render(record: dict, console: Console | None = None) -> None:
 def _cells(record: dict) -> Table:
     deltas = {f.cell_id(d): d for d in record["loss_deltas"]}
     several = f.several_gpus(record)
-    t = Table(title="Benchmark", title_justify="left")
+    machines = record.get("machines") or []
+    several_machines = len(machines) > 1
+    title = "Benchmark" + (f" on {machines[0]['machine']}" if len(machines) == 1 else "")
+    t = Table(title=title, title_justify="left")
     # MFU: the primary FLOPs accounting against the dense datasheet peak of the cell's precision.
-    for col in ("framework", "precision · recipe", *(("GPUs",) if several else ()), "runs", "step ms (p10–p90)",
+    for col in ("framework", "precision · recipe", *(("GPUs",) if several else ()),
+                *(("machine",) if several_machines else ()), "runs", "step ms (p10–p90)",
                 "tokens/s (95% CI)", f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
-        t.add_column(col, justify="left" if col in ("framework", "precision · recipe", "runs") else "right")
+        t.add_column(col, justify="left" if col in ("framework", "precision · recipe", "machine", "runs") else "right")
     for c in record["cells"]:
         step, tps = c["step_ms"], c["tokens_per_s"] or {}
         d = deltas.get(f.cell_id(c))
         t.add_row(
-            c["framework"], f.precision_label(c), *((str(c.get("gpus") or 1),) if several else ()), c["status"],
+            c["framework"], f.precision_label(c), *((str(c.get("gpus") or 1),) if several else ()),
+            *((c.get("machine") or "–",) if several_machines else ()), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
             f.value_ci(tps.get("value"), tps.get("ci")),
             f.pct(((c["flops"] or {}).get(PRIMARY) or {}).get("mfu_precision_peak")),
@@ -84,6 +92,17 @@ def _speedups(record: dict) -> Table:
     return t
 
 
+def _cross_machine(cross: dict) -> Table:
+    t = Table(title="Cross-machine speedups (not like-for-like; intervals include the machines' spread)",
+              title_justify="left")
+    for col in ("comparison", "machines", "speedup (95% CI)", "reading"):
+        t.add_column(col)
+    for s in cross["speedups"]:
+        t.add_row(s["label"], " / ".join(s["machines"]), f.value_ci(s["ratio"], s["ci"], f.ratio),
+                  f.verdict(s) if s["ci"] else s["note"])
+    return t
+
+
 def _baseline(base: dict) -> Table:
     t = Table(title="Against the baseline (this run ÷ baseline)", caption=f"baseline: {base['results_dir']}",
               caption_justify="left", title_justify="left")
@@ -115,4 +134,6 @@ def _notes(record: dict) -> list[str]:
                              f"{f.gpus_text(c.get('gpus'))} seed {run['seed']}"
                              f" — {escape(run['error'] or 'no reason recorded')}")
     shared = sorted({n for c in record["cells"] for n in c.get("notes") or [] if n.startswith("throughput not")})
+    lines += [f"note: {escape(e['cell'])} is kept out of every speedup: attention fell back "
+              f"({escape(e['reason'])})" for e in record.get("excluded") or []]
     return lines + [f"note: {escape(n)}" for n in shared]
