@@ -142,6 +142,18 @@ def percentile_ci(replicates, level: float = DEFAULT_LEVEL) -> tuple[float, floa
     return float(lo), float(hi)
 
 
+def t_interval(values, level: float = DEFAULT_LEVEL) -> list[float] | None:
+    """Student's t interval of the mean of ``values`` (independent units, e.g. one difference per
+    seed); None for fewer than two values."""
+    arr = np.asarray(list(values), dtype=np.float64)
+    if arr.size < 2:
+        return None
+    from scipy import stats as scipy_stats
+
+    half = float(scipy_stats.t.ppf(0.5 + level / 2.0, arr.size - 1)) * float(arr.std(ddof=1)) / math.sqrt(arr.size)
+    return [float(arr.mean()) - half, float(arr.mean()) + half]
+
+
 def interval_excludes(ci: tuple[float, float] | None, value: float) -> bool:
     """True when ``value`` (0 for a difference, 1 for a ratio) lies outside ``ci``."""
     if ci is None:
