@@ -55,6 +55,7 @@ from parallax.results import (CELL_FIELDS, ENVIRONMENT_FILE, INDEX_FILE, INDEX_S
                               differences, load_run, load_steps)
 
 SCHEMA = "parallax.comparison/1"
+THROUGHPUT, CONVERGENCE = "throughput", "convergence"  # a benchmark's mode (matrix.json "mode")
 CORRUPT = "corrupt"  # the status of a matrix run whose result file cannot be read
 SMOOTH_WINDOW = 10
 BASELINE_FRAMEWORK = "torch"
@@ -93,10 +94,16 @@ STATS_METHOD = (
     f"{SMOOTH_WINDOW} training losses, averaged over runs (its interval resamples runs, so it "
     "needs two or more). ΔLoss = loss − loss_bf16 is taken step by step between runs of the "
     "same seed (same initial weights, same batches, so batch noise and the downward trend "
-    "cancel) over that final window, and bootstrapped over seeds and blocks of steps. With one "
-    "run per cell, intervals cover step-to-step variation only, not run-to-run or "
-    "seed-to-seed variation: use --repeats and --seeds for that. Speedups whose interval "
-    "includes 1 and deltas whose interval includes 0 are reported as not distinguishable."
+    "cancel) over that final window, and bootstrapped over seeds and blocks of steps; it is an "
+    "early-training difference of the runs here, not what a format costs at convergence. The "
+    "validation ΔLoss (the convergence penalty in a convergence benchmark) is the recipe's "
+    "validation loss minus bf16's, taken per seed (same weights, same batches, same held-out "
+    "batches) and averaged over seeds, with a Student's t interval over seeds; one seed has no "
+    "interval. With one run per cell, speed intervals cover step-to-step variation only, not "
+    "run-to-run or seed-to-seed variation: use --repeats and --seeds for that. Every ratio is "
+    "between cells alike in machine, software, data and what the framework chose (parallax."
+    "comparability). Speedups whose interval includes 1 and deltas whose interval includes 0 "
+    "are reported as not distinguishable."
 )
 
 
@@ -352,6 +359,7 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
         "parallel": _cell_parallel(cell, ok),
         "machine": cell.machine,
         "machines": {label: len(runs) for label, runs in cell.machines.items()},
+        "epochs": _median_or_none([epochs_seen(r) for r in ok]),
         "attention_fallback": cell.fallback,
     })
     if cell.fallback:
@@ -366,6 +374,14 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
     cell.record.update(_cell_eval(ok))
     if cell.framework == "maxtext":
         cell.record["maxtext_own"] = _maxtext_own(ok)
+
+
+def epochs_seen(run: LoadedRun) -> float | None:
+    """How many passes over its training tokens a run made (None on synthetic tokens)."""
+    train = (run.run.get("data") or {}).get("train_tokens")
+    if not train or run.config.get("synthetic"):
+        return None
+    return len(run.steps or []) * tokens_per_step(run) / float(train)
 
 
 def tokens_per_step(run: LoadedRun) -> int:
@@ -450,6 +466,7 @@ def _cell_header(cell: CellData) -> dict:
         "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
         "precision_info": None, "framework_info": None, "timing_method": None,
         "loss_curve": None, "eval_curve": None, "machine": None, "machines": {}, "attention_fallback": None,
+        "epochs": None,
         "notes": [],
     }
 
@@ -860,75 +877,58 @@ def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
 
 
 def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
-    """Validation loss of each low-precision cell minus its framework's bf16 at every evaluation
-    step both have, and at the step where the bf16 validation loss is lowest: on a small corpus
-    trained for many epochs the training loss goes to ~0 for every recipe (memorised) and only
-    the validation loss still tells the recipes apart. Every recipe sees the same validation
-    batches, so where runs recorded each batch's loss (and share a seed) the difference is
-    paired batch by batch and its interval bootstraps those differences; otherwise the means
-    are compared, with no interval. Both cells have the same GPU count."""
+    """Validation loss of each low-precision cell minus its framework's bf16 (same GPU count),
+    paired by seed: runs of one seed start from the same weights, see the same batches and are
+    evaluated on the same held-out batches, so each seed gives one difference per evaluation
+    step (its repeats averaged). Reported at the step where bf16's validation loss is lowest
+    (on a small corpus trained for many epochs the later steps memorise) and at the last
+    evaluation. The interval is over seeds (Student's t with seeds − 1 degrees of freedom): the
+    unit that varies when a recipe is chosen. One seed has no interval. ``n_boot`` is unused (an
+    interval over two to five seeds is not a bootstrap's)."""
     out = []
     for (fw, rec, g), cell in cells.items():
         base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION), g))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
-        mine, theirs = cell.record.get("eval_curve"), base.record.get("eval_curve")
-        if not mine or not theirs:
-            continue
-        ours, bf16 = dict(zip(mine["step"], mine["loss"])), dict(zip(theirs["step"], theirs["loss"]))
-        steps = sorted(set(ours) & set(bf16))
+        ours, theirs = _eval_by_seed(cell), _eval_by_seed(base)
+        seeds = sorted(set(ours) & set(theirs))
+        steps = sorted(set.intersection(*(set(ours[s]) & set(theirs[s]) for s in seeds))) if seeds else []
         if not steps:
             continue
-        best = min(steps, key=lambda k: bf16[k])
-        paired, seeds = _paired_batch_differences(cell, base)
-        cis = [_batch_ci(paired.get(k), n_boot, level, _cell_seed(fw, rec, *_gpu_part(cell), "eval", str(k)))
-               for k in steps]
+        bf16 = {k: float(np.mean([theirs[s][k] for s in seeds])) for k in steps}
+        by_seed = {k: {s: ours[s][k] - theirs[s][k] for s in seeds} for k in steps}
+        best, final = min(steps, key=lambda k: bf16[k]), steps[-1]
         out.append({"framework": fw, "recipe": rec, "precision": cell.precision, "gpus": g, "baseline": base.recipe,
-                    "steps": steps, "delta": [ours[k] - bf16[k] for k in steps], "ci": cis,
-                    "batches": len(paired.get(best, [])) or None, "seeds": len(seeds.get(best, {})) or None,
-                    "by_seed_at_best": {str(k): v for k, v in seeds.get(best, {}).items()} or None,
-                    "best_step": best, "best_baseline_loss": bf16[best], "delta_at_best": ours[best] - bf16[best],
-                    "ci_at_best": cis[steps.index(best)]})
+                    "steps": steps, "delta": [float(np.mean(list(by_seed[k].values()))) for k in steps],
+                    "seeds": len(seeds), "best_step": best, "best_baseline_loss": bf16[best],
+                    "final_step": final, "final_baseline_loss": bf16[final],
+                    **_at("best", by_seed[best], level), **_at("final", by_seed[final], level)})
     return out
 
 
-def _batch_losses(cell: CellData) -> dict:
-    """{(seed, step): [each run's batch losses]} of a cell's ok runs that recorded them."""
-    found: dict = {}
+def _at(name: str, by_seed: dict, level: float) -> dict:
+    """The mean over seeds of one step's differences, each seed's, and the interval over seeds."""
+    values = list(by_seed.values())
+    return {f"delta_at_{name}": float(np.mean(values)), f"ci_at_{name}": stats.t_interval(values, level),
+            f"by_seed_at_{name}": {str(k): v for k, v in by_seed.items()}}
+
+
+def _eval_by_seed(cell: CellData) -> dict[int, dict[int, float]]:
+    """{seed: {evaluation step: validation loss, the mean of that seed's runs}} of a cell's ok runs."""
+    found: dict[int, dict[int, list[float]]] = {}
     for r in cell.ok:
         for e in r.run.get("eval") or []:
-            if e.get("batch_losses"):
-                found.setdefault((r.config.get("seed", 0), int(e["step"])), []).append(e["batch_losses"])
-    return found
-
-
-def _paired_batch_differences(a: CellData, b: CellData) -> tuple[dict, dict]:
-    """({step: the batch-by-batch differences a − b, pooled over the seeds both ran},
-    {step: {seed: the mean of that seed's differences}})."""
-    ours, theirs = _batch_losses(a), _batch_losses(b)
-    out: dict = {}
-    seeds: dict = {}
-    for key in sorted(set(ours) & set(theirs)):
-        mine, base = np.mean(ours[key], axis=0), np.mean(theirs[key], axis=0)
-        if mine.shape == base.shape:
-            out.setdefault(key[1], []).extend((mine - base).tolist())
-            seeds.setdefault(key[1], {})[key[0]] = float(np.mean(mine - base))
-    return out, seeds
-
-
-def _batch_ci(diffs, n_boot: int, level: float, seed: int) -> list[float] | None:
-    """Percentile bootstrap interval of the mean of paired batch differences (two or more)."""
-    if not diffs or len(diffs) < 2:
-        return None
-    values = np.asarray(diffs, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    reps = values[rng.integers(0, len(values), size=(n_boot, len(values)))].mean(axis=1)
-    return list(stats.percentile_ci(reps, level))
+            if e.get("loss") is not None:
+                found.setdefault(int(r.config.get("seed", 0)), {}).setdefault(int(e["step"]), []).append(
+                    float(e["loss"]))
+    return {seed: {k: float(np.mean(v)) for k, v in steps.items()} for seed, steps in found.items()}
 
 
 def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | None = None) -> dict:
     """The fastest stack (framework and recipe) at each format and GPU count (cells whose
-    attention fell back are not ranked), and what each recipe costs in loss."""
+    attention fell back are not ranked), and what each recipe costs in loss: ``deltas``, the
+    convergence penalties of a convergence benchmark ([] for a throughput one, whose losses are
+    early-training figures and conclude nothing)."""
     judge = judge or Judge()
     fastest = []
     precisions = sorted({c.precision for c in cells.values()}, key=_order(PRECISIONS))
@@ -1049,6 +1049,8 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
     judge = Judge(cross_machine, machine_twins(current.cells) if cross_machine else {})
     speedup_list = speedups(current.cells, level, judge)
     deltas = loss_deltas(current.cells, n_boot, level)
+    mode = benchmark_mode(current)
+    penalties = eval_deltas(current.cells, n_boot, level)
     record = {
         "schema": SCHEMA,
         "results_dir": str(current.results_dir),
@@ -1059,8 +1061,9 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "speedups": speedup_list,
         "scaling": scaling(current.cells, level, judge),
         "loss_deltas": deltas,
-        "eval_deltas": eval_deltas(current.cells, n_boot, level),
-        "conclusions": conclusions(current.cells, deltas, level, judge),
+        "mode": mode,
+        "eval_deltas": penalties,
+        "conclusions": conclusions(current.cells, penalties if mode == CONVERGENCE else [], level, judge),
         "machines": machines_of(current.cells),
         "excluded": [{"cell": name, "reason": why} for name, why in judge.excluded.items()],
         "cross_machine": _cross_section(judge) if cross_machine else None,
@@ -1077,6 +1080,17 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         record["problems"] += [f"baseline: {p}" for p in base.problems]
         record["corrupt"] += [f"baseline: {c.message}" for c in base.corrupt]
     return record
+
+
+def benchmark_mode(analysis: Analysis) -> str:
+    """'convergence' where matrix.json says so (``parallax benchmark --convergence``), or, for a
+    folder written before modes, where every ok run evaluated twice or more on held-out real
+    tokens; else 'throughput', whose losses are early-training figures, not a penalty."""
+    if analysis.matrix and analysis.matrix.get("mode"):
+        return analysis.matrix["mode"]
+    ok = [r for cell in analysis.cells.values() for r in cell.ok]
+    evaluated = ok and all(len(r.run.get("eval") or []) >= 2 and not r.config.get("synthetic") for r in ok)
+    return CONVERGENCE if evaluated else THROUGHPUT
 
 
 def machines_of(cells: dict) -> list[dict]:

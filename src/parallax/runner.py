@@ -78,6 +78,7 @@ from parallax.results import (  # noqa: F401 (the layout constants, re-exported 
 from parallax.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train` exits with
 
 MATRIX_SCHEMA = "parallax.matrix/2"
+MODES = ("throughput", "convergence")
 PROGRESS_FILE = "progress.jsonl"
 LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
@@ -123,6 +124,7 @@ class Matrix:
     max_loss_gap: float = DEFAULT_MAX_LOSS_GAP
     concurrent: int = 1  # cells at once on the GPU; above 1 their throughput is not measured
     gpus: tuple[int, ...] = (1,)  # GPUs per cell (resolved counts); base.batch_size is per GPU
+    mode: str = "throughput"  # or "convergence": held-out evaluation, seeds paired, the loss penalty
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -161,10 +163,23 @@ class Matrix:
         _no_duplicates("--gpus", self.gpus)
         if any(not isinstance(n, int) or n < 1 for n in self.gpus):
             raise ParallaxError(f"--gpus counts must be at least 1, got {list(self.gpus)}")
+        self._check_mode()
         recipes = self.recipe_list()
         for cell in self.cells()[: len(recipes) * len(self.gpus)]:
             self.run_config(cell, Path(".")).validate()
         return self
+
+    def _check_mode(self) -> None:
+        """A convergence benchmark evaluates on held-out real tokens: its penalty is a validation
+        loss paired by seed."""
+        if self.mode not in MODES:
+            raise ParallaxError(f"unknown benchmark mode '{self.mode}'; choose one of: {', '.join(MODES)}")
+        if self.mode != "convergence":
+            return
+        if self.base.synthetic:
+            raise ParallaxError("--convergence needs real tokens with a held-out split: pass --data PATH or --hf")
+        if self.base.eval_every <= 0:
+            raise ParallaxError("--convergence needs evaluation: pass --eval-every N (steps between evaluations)")
 
     def cells(self) -> list[Cell]:
         recipes = self.recipe_list()
@@ -187,7 +202,7 @@ class Matrix:
         return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
                 "recipes": list(self.recipes), "seeds": list(self.seeds),
                 "repeats": self.repeats, "max_loss_gap": self.max_loss_gap, "concurrent": self.concurrent,
-                "gpus": list(self.gpus),
+                "gpus": list(self.gpus), "mode": self.mode,
                 "cells": [[r.framework, r.name, r.format] for r in self.recipe_list()], "run": run}
 
     @classmethod
@@ -196,7 +211,7 @@ class Matrix:
         return cls(tuple(data["frameworks"]), tuple(recipes), tuple(data["seeds"]),
                    int(data["repeats"]), RunConfig.from_dict(data["run"]),
                    float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)), int(data.get("concurrent", 1)),
-                   tuple(int(n) for n in data.get("gpus", (1,))))
+                   tuple(int(n) for n in data.get("gpus", (1,))), str(data.get("mode", "throughput")))
 
 
 def _no_duplicates(name: str, values) -> None:
@@ -307,6 +322,7 @@ def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
     if isinstance(stored, dict):
         stored.setdefault("concurrent", 1)  # written before --concurrent existed
         stored.setdefault("gpus", [1])  # ... and before the GPU axis
+        stored.setdefault("mode", "throughput")  # ... and before modes
         if isinstance(stored.get("run"), dict):  # RunConfig fields added since take their defaults
             defaults = {k: v for k, v in RunConfig().to_dict().items() if k not in CELL_FIELDS}
             stored["run"] = {**{k: v for k, v in defaults.items() if k not in stored["run"]}, **stored["run"]}

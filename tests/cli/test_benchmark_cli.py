@@ -370,3 +370,27 @@ def test_every_preset_brings_its_own_batch_and_sequence(model):
     config, _ = defaults.run_config({"model": model, "steps": 3, "warmup": 1, "synthetic": True})
     assert (config.batch_size, config.seq_len) == (PRESET_SIZES[model].batch_size, PRESET_SIZES[model].seq_len)
     assert config.model == model
+
+
+def test_convergence_needs_real_tokens_and_evaluation(tmp_path, capsys, prepared):
+    argv = ["benchmark", *TINY, "--output-dir", str(tmp_path / "out"), "--convergence"]
+    assert main(argv + ["--synthetic"]) == 2
+    assert one_error_line(capsys) == ("parallax: error: --convergence needs real tokens with a held-out split: "
+                                      "pass --data PATH or --hf")
+    assert main(argv + ["--data", str(prepared.directory), "--eval-every", "0"]) == 2
+    assert one_error_line(capsys).endswith("--convergence needs evaluation: pass --eval-every N (steps between "
+                                           "evaluations)")
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+def test_convergence_is_a_mode_of_the_matrix_with_two_seeds_by_default(tmp_path, capsys, fake_trainer, prepared):
+    out = tmp_path / "out"
+    assert main(["benchmark", *TINY, "--frameworks", "torch", "--precisions", "bf16,fp8", "--convergence",
+                 "--data", str(prepared.directory), "--eval-every", "4", "--output-dir", str(out)]) == 0
+    matrix = json.loads((out / "matrix.json").read_text())
+    assert (matrix["mode"], matrix["seeds"], matrix["run"]["eval_every"], matrix["run"]["steps"]) == \
+        ("convergence", [0, 1], 4, 12)
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "torch-bf16-seed0-rep0", "torch-bf16-seed1-rep0", "torch-te-fp8-delayed-seed0-rep0",
+        "torch-te-fp8-delayed-seed1-rep0"]
+    assert "Convergence penalty" not in capsys.readouterr().out  # the fake runs evaluate nothing

@@ -120,8 +120,13 @@ def test_a_loss_delta_whose_interval_includes_zero_says_so(tmp_path):
     assert delta["delta"] == pytest.approx(0.005)
     assert delta["ci"][0] < 0 < delta["ci"][1] and delta["includes_zero"]
     text = markdown.render(r)
-    assert "not distinguishable from zero (CI includes 0)" in text
     assert table_rows(text, "Loss")[1][3].endswith("(includes 0)")
+    # a throughput benchmark's loss is early training: shown, labelled, and concluded from nowhere
+    assert r["mode"] == "throughput" and r["conclusions"]["loss_cost"] == []
+    assert "**Early training, not a convergence penalty:** the training loss at the end of throughput runs " \
+           "(12 steps), one run per seed and repeat." in text
+    assert "- Loss: these are throughput runs; their loss is early training" in text
+    assert "lower loss" not in text and "higher loss" not in text
 
 
 def test_repeats_and_seeds_pool_and_pair(tmp_path):
@@ -254,7 +259,7 @@ def test_markdown_tables_show_the_record(hand):
     assert loss[0] == ["torch", "bf16", "3.0000", "–", "3.2000", "24.53"]
     assert loss[2][3] == "+0.1000 (+0.1000–+0.1000)"
     assert "**Fastest at fp8:** torch te-fp8-delayed, 1,600 tokens/s (the only stack with a result)" in text
-    assert "**Cost of te-fp8-delayed in loss (torch):** ΔLoss = +0.1000 vs bf16" in text and "higher loss" in text
+    assert "Cost of" not in text and "higher loss" not in text  # early training concludes nothing
     assert "![Loss curves](plots/loss.png)" in text and "moving-block bootstrap" in text
     skipped = table_rows(text, "Runs without a result")
     assert skipped == [["runs/jax-flax-fp8-delayed-seed0-rep0", "jax", "fp8 flax-fp8-delayed", "0", "skipped",
@@ -333,55 +338,64 @@ def test_terminal_shows_the_table(hand):
     assert "skipped: jax fp8 flax-fp8-delayed seed 0 — fp8 needs compute capability 8.9" in out
 
 
-def test_validation_deltas_at_every_evaluation_and_at_bf16s_best(tmp_path):
-    """A memorising run: training losses equal, validation loss tells the recipes apart."""
-    def evals(values):
-        return [{"step": k, "loss": v, "perplexity": math.exp(v)} for k, v in zip((3, 7, 11), values)]
+def evals_at(values, steps=(3, 7, 11)):
+    return [{"step": k, "loss": v, "perplexity": math.exp(v)} for k, v in zip(steps, values)]
 
-    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, evals=evals([3.5, 3.0, 3.4]))
-    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.0] * 10, evals=evals([3.6, 3.25, 3.3]))
+
+def convergence_matrix(root, seeds=(0,)) -> None:
+    m = Matrix(("torch",), ("bf16", "fp8"), seeds, 1, tiny_config(synthetic=False, eval_every=4), mode="convergence")
+    (root / "matrix.json").write_text(json.dumps(m.validate().to_dict()))
+
+
+def test_validation_deltas_at_every_evaluation_at_bf16s_best_and_at_the_last(tmp_path):
+    """A memorising run: training losses equal, validation loss tells the recipes apart."""
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, evals=evals_at([3.5, 3.0, 3.4]))
+    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.0] * 10, evals=evals_at([3.6, 3.25, 3.3]))
+    convergence_matrix(tmp_path)
     record = build_comparison(tmp_path, n_boot=200)
+    assert record["mode"] == "convergence"
     [row] = record["eval_deltas"]
-    assert (row["framework"], row["recipe"], row["baseline"]) == ("torch", "te-fp8-delayed", "bf16")
+    assert (row["framework"], row["recipe"], row["baseline"], row["seeds"]) == ("torch", "te-fp8-delayed", "bf16", 1)
     assert row["steps"] == [3, 7, 11]
     assert row["delta"] == pytest.approx([0.1, 0.25, -0.1])
-    assert (row["best_step"], row["best_baseline_loss"]) == (7, 3.0)
-    assert row["delta_at_best"] == pytest.approx(0.25)
-    assert row["ci"] == [None, None, None]  # these runs recorded means only
-    rows = table_rows(markdown.render(record), "Validation ΔLoss vs bf16")
-    assert rows == [["torch", "te-fp8-delayed", "bf16", "+0.2500 (step 7)", "+0.1000", "+0.2500", "-0.1000"]]
+    assert (row["best_step"], row["best_baseline_loss"], row["final_step"]) == (7, 3.0, 11)
+    assert (row["delta_at_best"], row["delta_at_final"]) == (pytest.approx(0.25), pytest.approx(-0.1))
+    assert row["ci_at_best"] is None and row["ci_at_final"] is None  # one seed: no interval
+    rows = table_rows(markdown.render(record), "Convergence penalty: validation ΔLoss vs bf16")
+    assert rows == [["torch", "te-fp8-delayed", "bf16", "1", "+0.2500 at step 7 (one seed: no interval)",
+                     "-0.1000 at step 11 (one seed: no interval)", "seed 0 +0.2500", "+0.1000", "+0.2500", "-0.1000"]]
 
 
-def test_validation_deltas_pair_batch_losses_for_an_interval(tmp_path):
-    def evals(batches):
-        return [{"step": 9, "loss": float(np.mean(batches)), "perplexity": 1.0, "batch_losses": batches}]
-
-    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10, evals=evals([3.0, 3.2, 3.4, 3.6]))
-    write(tmp_path, "torch", "fp8", 0, [80.0] * 10, [3.0] * 10, evals=evals([3.1, 3.3, 3.5, 3.9]))
-    [row] = build_comparison(tmp_path, n_boot=2000)["eval_deltas"]
-    assert row["delta_at_best"] == pytest.approx(0.15) and row["batches"] == 4
-    low, high = row["ci_at_best"]
-    # the paired differences are 0.1, 0.1, 0.1, 0.3: every resample's mean lies in [0.1, 0.3]
-    assert 0.1 - 1e-9 <= low < 0.15 < high <= 0.3 + 1e-9
-    text = markdown.render(build_comparison(tmp_path, n_boot=2000))
-    assert "paired differences of the 4 validation batches" in text
-
-
-def test_validation_deltas_over_two_seeds_name_each_seeds_delta(tmp_path):
-    def evals(batches):
-        return [{"step": 9, "loss": float(np.mean(batches)), "perplexity": 1.0, "batch_losses": batches}]
-
-    for seed, (bf16, fp8) in enumerate([([3.0, 3.2], [3.1, 3.3]), ([3.0, 3.4], [2.9, 3.3])]):
-        write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10, evals=evals(bf16))
-        write(tmp_path, "torch", "fp8", seed, [80.0] * 10, [3.0] * 10, evals=evals(fp8))
-    record = build_comparison(tmp_path, n_boot=500)
+def test_the_penalty_interval_is_students_t_over_seeds(tmp_path):
+    """Three seeds, differences 0.10, 0.30, 0.20 at bf16's best step: mean 0.2, sd 0.1, t(0.975, 2)."""
+    for seed, (bf16, fp8) in enumerate([(3.0, 3.1), (3.2, 3.5), (3.1, 3.3)]):
+        write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10, evals=evals_at([4.0, bf16], (5, 11)))
+        write(tmp_path, "torch", "fp8", seed, [80.0] * 10, [3.0] * 10, evals=evals_at([4.0, fp8], (5, 11)))
+    convergence_matrix(tmp_path, (0, 1, 2))
+    record = build_comparison(tmp_path, n_boot=200)
     [row] = record["eval_deltas"]
-    assert (row["batches"], row["seeds"]) == (4, 2)
-    assert row["by_seed_at_best"] == {"0": pytest.approx(0.1), "1": pytest.approx(-0.1)}
-    assert row["delta_at_best"] == pytest.approx(0.0)
+    half = 4.302652729911275 * 0.1 / math.sqrt(3)  # scipy.stats.t.ppf(0.975, 2) = 4.3027
+    assert row["seeds"] == 3 and row["best_step"] == 11
+    assert row["by_seed_at_best"] == {"0": pytest.approx(0.1), "1": pytest.approx(0.3), "2": pytest.approx(0.2)}
+    assert row["ci_at_best"] == pytest.approx([0.2 - half, 0.2 + half])
     text = markdown.render(record)
-    assert "pooled over 2 seeds: batch-to-batch variation, not a seed-to-seed interval" in text
-    assert "torch te-fp8-delayed seed 0 +0.1000, seed 1 -0.1000" in text
+    assert "**Convergence penalty of te-fp8-delayed (torch):** validation ΔLoss +0.2000 vs bf16 at bf16's best step " \
+           "11 (95% CI -0.0484–+0.4484 over 3 seeds, includes 0)" in text
+
+
+def test_a_throughput_benchmark_with_evaluation_is_not_a_convergence_penalty(tmp_path):
+    for seed in (0, 1):
+        write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10, evals=evals_at([3.5, 3.0]))
+        write(tmp_path, "torch", "fp8", seed, [80.0] * 10, [3.0] * 10, evals=evals_at([3.6, 3.1 + seed / 10]))
+    m = Matrix(("torch",), ("bf16", "fp8"), (0, 1), 1, tiny_config())
+    (tmp_path / "matrix.json").write_text(json.dumps(m.to_dict()))
+    record = build_comparison(tmp_path, n_boot=200)
+    assert record["mode"] == "throughput" and record["conclusions"]["loss_cost"] == []
+    [row] = record["eval_deltas"]
+    assert row["ci_at_best"] is not None  # the figure is there, with its interval over the two seeds
+    text = markdown.render(record)
+    assert "## Validation ΔLoss vs bf16 (early training, not a convergence penalty)" in text
+    assert "Convergence penalty" not in text
 
 
 def test_maxtexts_own_figures_are_compared_run_by_run():

@@ -20,6 +20,9 @@ from parallax.train import writable_output_dir
 
 DEFAULTS = RunConfig()
 DEFAULT_OUTPUT_DIR = "benchmark_results"
+# What --convergence changes unless the option is given: long enough to compare validation losses
+# past the early fall, an evaluation every tenth of the run, two seeds for an interval over seeds.
+CONVERGENCE_DEFAULTS = {"steps": 1000, "eval_every": 100, "seeds": "0,1"}
 # Outcomes that call for a fix (a crash, a hang) make the exit status 1; oom and skipped are results.
 FAILING = ("failed", "timeout")
 
@@ -71,8 +74,14 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
               help=f"Sequences per step.  [default: {defaults.sizes_help('batch_size')}]")
 @click.option("--seq-len", type=int, default=None,
               help=f"Tokens per sequence.  [default: {defaults.sizes_help('seq_len')}]")
-@click.option("--steps", type=int, default=DEFAULTS.steps, show_default=True,
-              help="Training steps per run, warm-up included.")
+@click.option("--convergence", is_flag=True,
+              help="A convergence benchmark: real tokens, held-out evaluation and seeds paired, for the loss "
+                   f"penalty of each format (defaults: --steps {CONVERGENCE_DEFAULTS['steps']}, --eval-every "
+                   f"{CONVERGENCE_DEFAULTS['eval_every']}, --seeds {CONVERGENCE_DEFAULTS['seeds']}). Without it "
+                   "the benchmark measures speed, and its losses are early-training figures.")
+@click.option("--steps", type=int, default=None,
+              help=f"Training steps per run, warm-up included.  [default: {DEFAULTS.steps}; "
+                   f"{CONVERGENCE_DEFAULTS['steps']} with --convergence]")
 @click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True,
               help="First steps excluded from timing.")
 @click.option("--synthetic", is_flag=True, help="Synthetic batches (the default): pure compute.")
@@ -86,10 +95,14 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
                    "scaling of each N-GPU cell against the 1-GPU cell. --batch-size is per GPU.")
 @click.option("--sharding", type=click.Choice(SHARDINGS), default=DEFAULTS.sharding, show_default=True,
               help="How the cells of several GPUs hold the weights: ddp (replicated) or fsdp (sharded).")
-@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds; each is a run.")
+@click.option("--seeds", default=None, help="Comma-separated seeds; each is a run (runs of one seed share weights "
+              f"and batches, so recipes pair up by seed).  [default: 0; {CONVERGENCE_DEFAULTS['seeds']} with "
+              "--convergence]")
 @click.option("--repeats", type=int, default=1, show_default=True,
               help="Runs per seed (timing repeats), spread over the session.")
-@click.option("--eval-every", type=int, default=DEFAULTS.eval_every, show_default=True)
+@click.option("--eval-every", type=int, default=None,
+              help=f"Steps between evaluations on the held-out split (0: never).  [default: {DEFAULTS.eval_every}; "
+                   f"{CONVERGENCE_DEFAULTS['eval_every']} with --convergence]")
 @click.option("--eval-batches", type=int, default=DEFAULTS.eval_batches, show_default=True)
 @click.option("--no-compile", is_flag=True,
               help="Run torch eagerly (no torch.compile); JAX always compiles its step with XLA.")
@@ -105,14 +118,19 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet "
               "(and runs added to the same configuration: more recipes, seeds or repeats).")
 @click.option("--concurrent", type=int, default=1, show_default=True,
-              help="Cells run at once on the GPU. Above 1, for loss studies only: their throughput "
-                   "is not measured (the report shows none).")
+              help="Cells run at once on the GPU. Above 1, for loss studies only (--convergence): their "
+                   "throughput is not measured (the report shows none).")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
-def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, steps, warmup, synthetic, hf, data, epochs,
-            gpus, sharding, seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs, device, peak_tflops, output_dir,
-            report, resume, concurrent, timeout_per_run):
+def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, convergence, steps, warmup,
+            synthetic, hf, data, epochs, gpus, sharding, seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs,
+            device, peak_tflops, output_dir, report, resume, concurrent, timeout_per_run):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
+    defaults_of_mode = CONVERGENCE_DEFAULTS if convergence else {"steps": DEFAULTS.steps, "seeds": "0",
+                                                                  "eval_every": DEFAULTS.eval_every}
+    steps = defaults_of_mode["steps"] if steps is None else steps
+    seeds = defaults_of_mode["seeds"] if seeds is None else seeds
+    eval_every = defaults_of_mode["eval_every"] if eval_every is None else eval_every
     sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}
     base, note = defaults.run_config(
         {"model": model, **sizes, "steps": steps, "warmup": warmup, "eval_every": eval_every,
@@ -121,9 +139,13 @@ def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, se
     formats = tuple(registry.check_format(p) for p in split_list(precisions, "--precisions"))
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
-                    max_loss_gap, concurrent, split_gpus(gpus, device or "auto")).validate()
+                    max_loss_gap, concurrent, split_gpus(gpus, device or "auto"),
+                    "convergence" if convergence else "throughput").validate()
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
+    if convergence and len(matrix.seeds) < 2:
+        console.print("warning: one seed: the convergence penalty will have no interval (give --seeds 0,1 or more)",
+                      highlight=False)
     with LiveDisplay(console, steps, note) as display:
         results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
                              display=display)

@@ -74,12 +74,13 @@ def verdict(entry: dict) -> str:
     return "faster" if entry["ratio"] > 1 else "slower"
 
 
-def delta_verdict(entry: dict) -> str:
-    if entry.get("ci") is None:
-        return "no interval (one run per cell and no shared seed)"
-    if entry.get("includes_zero"):
-        return "not distinguishable from zero (CI includes 0)"
-    return "higher loss" if entry["delta"] > 0 else "lower loss"
+def penalty_interval(entry: dict, at: str) -> str:
+    """'95% CI -0.0123–+0.0045 over 2 seeds, includes 0', or 'one seed: no interval'."""
+    interval = entry.get(f"ci_at_{at}")
+    if not interval:
+        return "one seed: no interval"
+    reading = "includes 0" if interval[0] <= 0 <= interval[1] else ("higher loss" if interval[0] > 0 else "lower loss")
+    return f"95% CI {ci(interval, delta)} over {entry['seeds']} seeds, {reading}"
 
 
 def gpus_text(gpus) -> str:

@@ -90,8 +90,14 @@ def _configuration(record: dict) -> str:
             f"- Model: `{cfg['model']}`; batch {cfg['batch_size']} × sequence {cfg['seq_len']} = "
             f"{tokens:,} tokens per step",
         ]
+    epochs = sorted({round(c["epochs"], 2) for c in record["cells"] if c.get("epochs") is not None})
+    seen = (f" ({', '.join(f'{e:g}' for e in epochs)} epochs of the training tokens)" if epochs else
+            " (synthetic tokens: the loss says nothing about learning)" if cfg.get("synthetic") else "")
     lines += [
-        f"- Steps: {cfg['steps']}, of which the first {cfg['warmup']} are warm-up and not measured",
+        f"- Mode: {record.get('mode', 'throughput')}"
+        + (" (validation on held-out tokens, losses paired by seed)" if record.get("mode") == "convergence" else
+           " (speed; losses are early-training figures)"),
+        f"- Steps: {cfg['steps']}, of which the first {cfg['warmup']} are warm-up and not measured{seen}",
         f"- Data: {data}; compiled: {_compiled(cfg)}; device: {cfg.get('device')}",
     ]
     if matrix:
@@ -130,10 +136,13 @@ def _conclusions(record: dict) -> str:
         if e.get("cross_machine"):
             lines[-1] += f" — **cross-machine** ({' vs '.join(e['machines'])}): {e['note']}"
     for d in c["loss_cost"]:
-        lines.append(f"- **Cost of {d.get('recipe', d['precision'])} in loss ({d['framework']}"
-                     f"{f.gpus_text(d.get('gpus'))}):** ΔLoss = "
-                     f"{f.delta(d['delta'])} vs {d['baseline']} (95% CI {f.ci(d['ci'], f.delta)}); "
-                     f"{f.delta_verdict(d)}")
+        lines.append(f"- **Convergence penalty of {d['recipe']} ({d['framework']}{f.gpus_text(d.get('gpus'))}):** "
+                     f"validation ΔLoss {f.delta(d['delta_at_best'])} vs {d['baseline']} at bf16's best step "
+                     f"{d['best_step']} ({f.penalty_interval(d, 'best')})")
+    if record.get("mode") != "convergence" and any(cell.get("final_loss") for cell in record["cells"]):
+        lines.append("- Loss: these are throughput runs; their loss is early training, one run per seed and "
+                     "repeat, not a convergence penalty, and no conclusion is drawn from it "
+                     "(`parallax benchmark --convergence` measures the penalty).")
     for e in c["emulated"]:
         lines.append(f"- {e.get('recipe', e['precision'])} on {e['framework']}{f.gpus_text(e.get('gpus'))} ran "
                      "**emulated** (not the native format): its loss shows the format's numerics, its speed is not "
@@ -287,38 +296,49 @@ def _loss(record: dict) -> str:
                      if d else "–",
                      f.loss(c["eval_loss"]), f.num(c["perplexity"])])
     header = ["Framework", "Precision", *_gpus_column(record), "Final loss, mean of last steps (95% CI)",
-              "ΔLoss vs bf16 (95% CI)", "Validation loss", "Perplexity"]
-    text = "## Loss\n\n" + table(header, rows)
+              "ΔLoss vs bf16, this run's end (95% CI)", "Validation loss", "Perplexity"]
+    text = "## Loss\n\n" + _loss_reading(record) + "\n\n" + table(header, rows)
     if f.several_gpus(record):
         text += ("\n\nΔLoss compares cells of one GPU count: a cell on N GPUs trains on N times the "
                  "per-GPU batch, so its loss is not comparable with a 1-GPU cell's.")
     return text
 
 
+def _loss_reading(record: dict) -> str:
+    epochs = sorted({round(c["epochs"], 2) for c in record["cells"] if c.get("epochs") is not None})
+    seen = f", {', '.join(f'{e:g}' for e in epochs)} epochs of the training tokens" if epochs else ""
+    if record.get("mode") == "convergence":
+        return (f"Training loss at the end of the runs{seen}. What a format costs is the validation ΔLoss "
+                "below, paired by seed.")
+    return (f"**Early training, not a convergence penalty:** the training loss at the end of throughput runs "
+            f"({(record.get('config') or {}).get('steps')} steps{seen}), one run per seed and repeat. Its "
+            "interval covers these runs only, not what the format costs once trained; no conclusion is drawn "
+            "from it.")
+
+
 def _eval_deltas(record: dict) -> str:
-    """Validation ΔLoss against bf16 at every evaluation step (``compare.eval_deltas``)."""
+    """Validation ΔLoss against bf16, paired by seed (``compare.eval_deltas``): the convergence
+    penalty in a convergence benchmark, an early-training difference otherwise."""
     rows = record.get("eval_deltas") or []
     if not rows:
         return ""
     steps = sorted({k for r in rows for k in r["steps"]})
-    body = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"],
-             f"{f.value_ci(r['delta_at_best'], r.get('ci_at_best'), f.delta)} (step {r['best_step']})"]
+    body = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], str(r["seeds"]),
+             f"{f.delta(r['delta_at_best'])} at step {r['best_step']} ({f.penalty_interval(r, 'best')})",
+             f"{f.delta(r['delta_at_final'])} at step {r['final_step']} ({f.penalty_interval(r, 'final')})",
+             _by_seed(r)]
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
-    batches = sorted({r["batches"] for r in rows if r.get("batches")})
-    seeds = max((r.get("seeds") or 1 for r in rows), default=1)
-    spread = ("batch-to-batch variation only, one seed" if seeds == 1 else
-              f"pooled over {seeds} seeds: batch-to-batch variation, not a seed-to-seed interval; "
-              f"each seed's own ΔLoss at that step: {_by_seed(rows)}")
-    interval = (f"its 95% interval bootstraps the paired differences of the {', '.join(map(str, batches))} "
-                f"validation batches ({spread})" if batches else
-                "no interval: these runs recorded each evaluation's mean, not its batches")
-    note = ("Validation loss of the recipe minus its framework's bf16 on the same validation batches "
-            f"(mean over runs), at each evaluation; the first column at the step where bf16's validation "
-            f"loss is lowest, where {interval}.")
-    return ("## Validation ΔLoss vs bf16\n\n"
-            + table(["Framework", "Recipe", "Baseline", "At bf16's best step (95% CI)"]
-                    + [f"step {k}" for k in steps], body)
+    convergence = record.get("mode") == "convergence"
+    title = "Convergence penalty: validation ΔLoss vs bf16" if convergence else \
+        "Validation ΔLoss vs bf16 (early training, not a convergence penalty)"
+    note = ("Validation loss of the recipe minus its framework's bf16, taken per seed (the same initial weights, "
+            "training batches and held-out batches) and averaged over seeds; the interval is Student's t over "
+            "seeds, the unit that varies between trainings, and one seed has none. Shown at the step where "
+            "bf16's validation loss is lowest and at the last evaluation.")
+    return (f"## {title}\n\n"
+            + table(["Framework", "Recipe", "Baseline", "Seeds", "At bf16's best step (95% CI over seeds)",
+                     "At the last evaluation", "Each seed at the best step"] + [f"step {k}" for k in steps], body)
             + "\n\n" + note)
 
 
@@ -340,15 +360,9 @@ def _flops(record: dict) -> str:
     return "## FLOPs accountings\n\n" + table(header, rows) + "\n\n" + note
 
 
-def _by_seed(rows: list[dict]) -> str:
-    """'torch emulated-nvfp4 seed 0 -0.0251, seed 1 +0.0007; jax ...': each seed's ΔLoss at bf16's best step."""
-    parts = []
-    for r in rows:
-        seeds = r.get("by_seed_at_best") or {}
-        if seeds:
-            parts.append(f"{r['framework']} {r['recipe']} "
-                         + ", ".join(f"seed {k} {f.delta(v)}" for k, v in seeds.items()))
-    return "; ".join(parts)
+def _by_seed(row: dict) -> str:
+    """'seed 0 -0.0251, seed 1 +0.0007': each seed's ΔLoss at bf16's best step."""
+    return ", ".join(f"seed {k} {f.delta(v)}" for k, v in (row.get("by_seed_at_best") or {}).items())
 
 
 def _maxtext_own(record: dict) -> str:

@@ -28,6 +28,8 @@ def render(record: dict, console: Console | None = None) -> None:
                 console.print(f"note: {escape(g['note'])}", highlight=False, soft_wrap=True)
     if record["speedups"]:
         console.print(_speedups(record))
+    if record.get("eval_deltas"):
+        console.print(_penalties(record))
     cross = record.get("cross_machine") or {}
     if cross.get("speedups"):
         console.print(_cross_machine(cross))
@@ -49,7 +51,7 @@ def _cells(record: dict) -> Table:
     # MFU: the primary FLOPs accounting against the dense datasheet peak of the cell's precision.
     for col in ("framework", "precision · recipe", *(("GPUs",) if several else ()),
                 *(("machine",) if several_machines else ()), "runs", "step ms (p10–p90)",
-                "tokens/s (95% CI)", f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)"):
+                "tokens/s (95% CI)", f"MFU ({PRIMARY}, dense peak)", "final loss", "Δloss vs bf16 (95% CI)" + ("" if record.get("mode") == "convergence" else ", early")):
         t.add_column(col, justify="left" if col in ("framework", "precision · recipe", "machine", "runs") else "right")
     for c in record["cells"]:
         step, tps = c["step_ms"], c["tokens_per_s"] or {}
@@ -89,6 +91,19 @@ def _speedups(record: dict) -> Table:
         t.add_column(col)
     for s in record["speedups"]:
         t.add_row(s["label"], f.value_ci(s["ratio"], s["ci"], f.ratio), f.verdict(s))
+    return t
+
+
+def _penalties(record: dict) -> Table:
+    title = ("Convergence penalty (validation Δloss vs bf16, paired by seed)" if record.get("mode") == "convergence"
+             else "Validation Δloss vs bf16 (early training, not a convergence penalty)")
+    t = Table(title=title, title_justify="left")
+    for col in ("framework · recipe", "seeds", "at bf16's best step", "at the last evaluation"):
+        t.add_column(col)
+    for r in record["eval_deltas"]:
+        t.add_row(f"{r['framework']} {r['recipe']}{f.gpus_text(r.get('gpus'))}", str(r["seeds"]),
+                  f"{f.delta(r['delta_at_best'])} (step {r['best_step']}; {f.penalty_interval(r, 'best')})",
+                  f"{f.delta(r['delta_at_final'])} (step {r['final_step']}; {f.penalty_interval(r, 'final')})")
     return t
 
 
