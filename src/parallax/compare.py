@@ -323,6 +323,18 @@ def _ordered_ok(cell: CellData) -> list[LoadedRun]:
     return sorted(cell.ok, key=lambda r: (r.config.get("seed", 0), str(r.run_dir)))
 
 
+def _regraded_notes(cell: CellData, ok: list[LoadedRun]) -> list[str]:
+    """A note for each run whose numerics-guard verdict was changed after it ran (``guards.regraded``)."""
+    out = []
+    for r in ok:
+        was = ((r.run.get("guards") or {}).get("regraded")) or {}
+        if was:
+            out.append(f"{_relative(r.run_dir, cell.root)}: its guard verdict was regraded from "
+                       f"'{was.get('was_status')}' by {was.get('by')} on {str(was.get('at'))[:10]} "
+                       f"(was: {str(was.get('was_error') or '')[:120]})")
+    return out
+
+
 def _check_runs(cell: CellData, ok: list[LoadedRun], cross_machine: bool) -> None:
     """Set the cell's facts, machines and attention fallback; refuse runs that differ in a fact
     (their pooled figure would mix two things), machines excepted with ``cross_machine``."""
@@ -362,6 +374,7 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
         "epochs": _median_or_none([epochs_seen(r) for r in ok]),
         "attention_fallback": cell.fallback,
     })
+    cell.record["notes"] += _regraded_notes(cell, ok)
     if cell.fallback:
         cell.record["notes"].append(f"{cell.name}: attention fell back ({cell.fallback}); its speed measures the "
                                     "fallback and is kept out of every speedup")

@@ -266,3 +266,15 @@ def test_the_twin_spread_uses_each_machine_s_median_run(tmp_path):
     tokens = 4 * 32
     a = float(np.median([stats.tokens_per_s_from_ms(tokens, 100.0), stats.tokens_per_s_from_ms(tokens, 102.0)]))
     assert twin["tokens_per_s"] == pytest.approx([a, tokens * 1000 / 110])
+
+
+def test_a_run_whose_guard_verdict_was_regraded_is_named_in_its_cell(tmp_path):
+    put(tmp_path, "torch", "bf16", "bf16", 100.0)
+    path = tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json"
+    record = json.loads(path.read_text())
+    record["guards"] = {"regraded": {"was_status": "failed", "was_error": "numerics guard: zero at step 1",
+                                     "at": "2026-12-01T13:02:36Z", "by": "scripts/regrade_guards.py"}}
+    path.write_text(json.dumps(record))
+    (cell,) = build_comparison(tmp_path, n_boot=200)["cells"]
+    assert cell["notes"] == ["runs/torch-bf16-seed0-rep0: its guard verdict was regraded from 'failed' by "
+                             "scripts/regrade_guards.py on 2026-12-01 (was: numerics guard: zero at step 1)"]
