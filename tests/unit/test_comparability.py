@@ -276,5 +276,5 @@ def test_a_run_whose_guard_verdict_was_regraded_is_named_in_its_cell(tmp_path):
                                      "at": "2026-12-01T13:02:36Z", "by": "scripts/regrade_guards.py"}}
     path.write_text(json.dumps(record))
     (cell,) = build_comparison(tmp_path, n_boot=200)["cells"]
-    assert cell["notes"] == ["runs/torch-bf16-seed0-rep0: its guard verdict was regraded from 'failed' by "
+    assert cell["notes"][1:] == ["runs/torch-bf16-seed0-rep0: its guard verdict was regraded from 'failed' by "
                              "scripts/regrade_guards.py on 2026-12-01 (was: numerics guard: zero at step 1)"]
