@@ -16,7 +16,7 @@ from parallax.cli import main
 from parallax.compare import build_comparison
 from parallax.crossover import crossover
 from parallax.errors import ParallaxError
-from parallax.report import markdown
+from parallax.report import export, markdown
 
 WARMUP_MS = [500.0, 300.0]
 LOSSES = [9.0, 8.0] + [3.0] * 10
@@ -176,6 +176,8 @@ def test_a_cell_whose_attention_fell_back_is_kept_out_of_every_speedup(tmp_path)
     text = markdown.render(record)
     assert "| torch | fp8 te-fp8-delayed | 0 | NVIDIA H200 aaaa1111 | flash (fell back) |" in text
     assert [e["precision"] for e in record["conclusions"]["fastest"]] == ["bf16"]  # not ranked at fp8
+    csv_row = next(r for r in export.rows(record) if r["recipe"] == "te-fp8-delayed")
+    assert (csv_row["machine"], csv_row["attention_fallback"]) == ("NVIDIA H200 aaaa1111", fell_back["attention_fallback"])
 
 
 def test_one_cell_on_more_gpus_of_the_same_machine_scales_against_its_one_gpu_twin(tmp_path):

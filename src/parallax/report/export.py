@@ -23,6 +23,7 @@ COLUMNS = (
     "eval_loss", "perplexity",
     "global_batch", "tokens_per_s_per_gpu", "sharding",
     "scaling_efficiency", "scaling_efficiency_ci_low", "scaling_efficiency_ci_high",
+    "machine", "attention_fallback", "epochs",
 )
 
 
@@ -63,6 +64,7 @@ def rows(record: dict) -> list[dict]:
             "sharding": parallel.get("sharding"),
             "scaling_efficiency": eff.get("value"),
             "scaling_efficiency_ci_low": _at(eff.get("ci"), 0), "scaling_efficiency_ci_high": _at(eff.get("ci"), 1),
+            "machine": c.get("machine"), "attention_fallback": c.get("attention_fallback"), "epochs": c.get("epochs"),
         })
     return out
 
