@@ -1,6 +1,7 @@
 """The JAX engine's Flax fp8 recipes on the CPU: the ops in the block linears, the state the
 delayed-scaling ops carry and overwrite through their gradient, the gradient norm that
-excludes it, the numerics guard, and the loss against bf16 from the same weights."""
+excludes it, the numerics guard, and every low-precision JAX recipe's loss on real tokens within
+the band of bf16's from the same weights (tests/fixtures/loss_band.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ optax = pytest.importorskip("optax")
 
 import jax.numpy as jnp  # noqa: E402
 
-from fixtures.batches import RepeatedBatch  # noqa: E402
+from fixtures import loss_band  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
 from parallax.engines.base import NullProgress, bad_gradients  # noqa: E402
 from parallax.engines.jax import convert, runtime  # noqa: E402
 from parallax.engines.jax.model import BLOCK_LINEARS, Llama, loss_fn  # noqa: E402
+from parallax.engines.jax.training import OVERHEAD_STEPS  # noqa: E402
 from parallax.precision import registry  # noqa: E402
 from parallax.precision.jax.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
 from parallax.train import training_problem  # noqa: E402
@@ -33,8 +35,13 @@ TINY = get_preset("tiny")
 FP8 = ("flax-fp8-delayed", "flax-fp8-direct")
 OPS = {"flax-fp8-delayed": nn.Fp8DotGeneralOp, "flax-fp8-direct": nn.Fp8DirectDotGeneralOp}
 COLLECTION = nn.fp8_ops.OVERWRITE_WITH_GRADIENT
-STEPS = 6
+STEPS = loss_band.STEPS
 BATCH = synthetic_batch(0, 0, 2, 16, TINY.vocab_size)
+# Every low-precision JAX recipe against bf16 from the same weights on the same STEPS distinct
+# batches of 2 x 16 real tokens (the shape of BATCH, so the engine runs share _step_setup's
+# compiled steps): the band, the fall and their measurements are tests/fixtures/loss_band.py's.
+LOW_PRECISION = (*FP8, "emulated-nvfp4")
+LOSS_FALL = loss_band.LOSS_FALL[(2, 16)]
 
 
 def fp8_run(recipe: str | None, **changes) -> RunConfig:
@@ -45,16 +52,31 @@ def fp8_run(recipe: str | None, **changes) -> RunConfig:
 
 
 def train(recipe: str | None, **changes):
+    """(plan, EngineOutput) of ``recipe`` on distinct real batches, one a step."""
+    from fixtures.real_tokens import TokenBatches, token_batches
+
     run = fp8_run(recipe, **changes)
     engine = get_engine("jax")
     plan = engine.check(run)
-    return plan, engine.train(run, plan, RepeatedBatch(BATCH), NullProgress())
+    batches = TokenBatches(token_batches(run.batch_size, run.seq_len, run.steps))
+    return plan, engine.train(run, plan, batches, NullProgress())
+
+
+def have(recipe: str | None) -> bool:
+    from parallax import quant
+
+    return recipe != "emulated-nvfp4" or quant.available_bindings()["jax_ffi"]
 
 
 @pytest.fixture(scope="module")
 def trained():
-    """{recipe: (plan, EngineOutput)} for bf16 and both fp8 recipes, from the same weights."""
-    return {name: train(name) for name in ("bf16", *FP8)}
+    """{recipe: (plan, EngineOutput)} for bf16 and every low-precision recipe, from the same
+    weights on the same real batches."""
+    return {name: train(name) for name in ("bf16", *LOW_PRECISION) if have(name)}
+
+
+def losses_of(out) -> np.ndarray:
+    return np.array([s.loss for s in out.steps])
 
 
 # --- the hooks ----------------------------------------------------------------------------------
@@ -163,25 +185,48 @@ def test_the_grad_norm_and_clipping_exclude_the_fp8_meta():
 @pytest.mark.parametrize("name", FP8)
 def test_fp8_recipes_train_through_the_engine(trained, name):
     plan, out = trained[name]
-    losses = [s.loss for s in out.steps]
+    losses = losses_of(out)
     assert plan.precision.recipe == name and plan.precision.precision == "fp8"
     assert plan.precision.native is False  # the CPU has no fp8 tensor cores
-    assert all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.5
-    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert np.all(np.isfinite(losses)) and losses[-5:].mean() < losses[0] - LOSS_FALL
     assert out.extra["extra_collections"] == [COLLECTION]
     names = out.extra["quantized_parameters"]
     assert len(names) == 7 * TINY.n_layers and names[:7] == [f"layers.0.{n}" for n in BLOCK_LINEARS]
     assert all(s.bad_layers is None for s in out.steps) and training_problem(out) is None
     assert all(np.isfinite(s.grad_norm) and s.grad_norm > 0 for s in out.steps)
-    assert [e.step for e in out.evals] == [] and out.extra["timing_overhead"]["steps_per_round"] == STEPS
+    assert [e.step for e in out.evals] == []
+    assert out.extra["timing_overhead"]["steps_per_round"] == min(STEPS, OVERHEAD_STEPS)
 
 
-@pytest.mark.parametrize("name", FP8)
-def test_fp8_loss_stays_close_to_bf16_from_the_same_weights(trained, name):
-    bf16 = [s.loss for s in trained["bf16"][1].steps]
-    fp8 = [s.loss for s in trained[name][1].steps]
-    assert fp8[0] == pytest.approx(bf16[0], abs=0.01)
-    assert max(abs(a - b) for a, b in zip(fp8, bf16)) < 0.05
+def test_bf16_learns_the_real_text(trained):
+    losses = losses_of(trained["bf16"][1])
+    assert losses[0] == pytest.approx(np.log(TINY.vocab_size), abs=0.1)
+    assert losses[-5:].mean() < losses[0] - LOSS_FALL - 0.2, losses
+
+
+@pytest.mark.parametrize("name", LOW_PRECISION)
+def test_low_precision_loss_stays_within_the_band_of_bf16_from_the_same_weights(trained, name):
+    if name not in trained:
+        pytest.skip(f"{name}: this build has no JAX FFI handlers")
+    low, bf16 = losses_of(trained[name][1]), losses_of(trained["bf16"][1])
+    print(name, "largest |loss - bf16| %.4f at step %d" % loss_band.largest_gap(low, bf16))
+    assert loss_band.band_problems(low, bf16, LOSS_FALL) == []
+    assert training_problem(trained[name][1]) is None
+
+
+class _NoKernelGradient(nn.Fp8DirectDotGeneralOp):
+    """The fp8 op with every block kernel's gradient cut: quantized layers that never train."""
+
+    def __call__(self, x, kernel, dims, *args, **kwargs):
+        return super().__call__(x, jax.lax.stop_gradient(kernel), dims, *args, **kwargs)
+
+
+def test_a_planted_fault_leaves_the_band(trained, monkeypatch):
+    monkeypatch.setattr(FlaxFp8Hooks, "dot_general_cls", lambda self: _NoKernelGradient)
+    _, out = train("flax-fp8-direct")
+    gap, step = loss_band.largest_gap(losses_of(out), losses_of(trained["bf16"][1]))
+    print("kernel gradients cut: largest |loss - bf16| %.4f at step %d" % (gap, step))
+    assert gap > loss_band.LOSS_BAND
 
 
 def test_bf16_carries_no_extra_state_and_watches_no_layer(trained):

@@ -1,9 +1,12 @@
 """The torch fp8 recipes on the CPU: TransformerEngine's weight layout (no TE needed), hook
-resolution, the missing-TE error, torchao's conversion and torchao float8 training steps."""
+resolution, the missing-TE error, torchao's conversion, and every low-precision recipe that runs
+on the CPU (torchao, emulated NVFP4) trained beside bf16 on real tokens within the loss band of
+tests/fixtures/loss_band.py, with planted faults that leave it."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import subprocess
 import sys
@@ -13,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from fixtures import loss_band  # noqa: E402
 from fixtures.batches import RepeatedBatch  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
@@ -167,22 +171,105 @@ def test_torchao_leaves_linears_off_the_multiple_of_16_alone():
         hooks.check(torch, torch.device("cpu"), tiny_run(batch_size=3, seq_len=10))
 
 
-@pytest.mark.parametrize("name", TORCHAO_RECIPES)
-def test_torchao_float8_trains_on_the_cpu_through_the_engine(name):
-    pytest.importorskip("torchao")
-    run = tiny_run(precision="fp8", recipe=name, optim=OptimConfig(lr=3e-3, lr_warmup_steps=0))
+# ---- every low-precision recipe that runs on the CPU, trained beside bf16 on real tokens: the
+# band, the fall and their measurements are tests/fixtures/loss_band.py's
+
+TRAJECTORY = dict(steps=loss_band.STEPS, batch_size=4, seq_len=32)
+LOSS_FALL = loss_band.LOSS_FALL[(4, 32)]
+LOW_PRECISION_CPU = (*TORCHAO_RECIPES, "emulated-nvfp4")
+
+
+def trajectory(recipe: str | None):
+    """(plan, EngineOutput) of ``recipe`` (None: bf16) on the real batches, through the engine."""
+    from fixtures.real_tokens import TokenBatches, token_batches
+
+    run = tiny_run(precision=None if recipe else "bf16", recipe=recipe, warmup=1,
+                   optim=OptimConfig(lr=3e-3, lr_warmup_steps=0), **TRAJECTORY)
     engine = TorchEngine()
     plan = engine.check(run)
-    assert (plan.precision.recipe, plan.precision.backend, plan.precision.native) == (name, "torchao", False)
-    assert plan.precision.details["float8_recipe"] == name.rpartition("-")[2]
-    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
-    out = engine.train(run, plan, RepeatedBatch(batch), NullProgress())
-    losses = [s.loss for s in out.steps]
+    batches = token_batches(run.batch_size, run.seq_len, run.steps)
+    return plan, engine.train(run, plan, TokenBatches(batches), NullProgress())
+
+
+def losses_of(out) -> np.ndarray:
+    return np.array([s.loss for s in out.steps])
+
+
+@pytest.fixture(scope="module")
+def trajectories():
+    """{recipe: (plan, EngineOutput)} of bf16 and every CPU low-precision recipe whose library
+    this installation has (~1.5 s each)."""
+    from parallax import quant
+
+    out = {"bf16": trajectory(None)}
+    for name in LOW_PRECISION_CPU:
+        if name.startswith("torchao") and importlib.util.find_spec("torchao") is None:
+            continue
+        if name == "emulated-nvfp4" and not quant.available_bindings()["torch_op"]:
+            continue
+        out[name] = trajectory(name)
+    return out
+
+
+def test_bf16_learns_the_real_text(trajectories):
+    losses = losses_of(trajectories["bf16"][1])
     assert losses[0] == pytest.approx(math.log(TINY.vocab_size), abs=0.1)
-    assert losses[-1] < losses[0] - 0.5
+    assert losses[-5:].mean() < losses[0] - LOSS_FALL - 0.3, losses
+
+
+@pytest.mark.parametrize("name", LOW_PRECISION_CPU)
+def test_low_precision_recipe_trains_within_the_band_of_bf16(trajectories, name):
+    if name not in trajectories:
+        pytest.skip(f"{name}: its library or kernels are not installed")
+    low, bf16 = losses_of(trajectories[name][1]), losses_of(trajectories["bf16"][1])
+    print(name, "largest |loss - bf16| %.4f at step %d" % loss_band.largest_gap(low, bf16))
+    assert loss_band.band_problems(low, bf16, LOSS_FALL) == []
+    _, out = trajectories[name]
     assert all(s.grad_norm > 0 and math.isfinite(s.grad_norm) and s.bad_layers is None for s in out.steps)
     assert len(out.extra["quantized_parameters"]) == 4 * TINY.n_layers
     assert not any(n.startswith("lm_head") for n in out.extra["quantized_parameters"])
+
+
+@pytest.mark.parametrize("name", TORCHAO_RECIPES)
+def test_torchao_plan_labels_its_recipe(trajectories, name):
+    if name not in trajectories:
+        pytest.skip("torchao is not installed")
+    plan, _ = trajectories[name]
+    assert (plan.precision.recipe, plan.precision.backend, plan.precision.native) == (name, "torchao", False)
+    assert plan.precision.details["float8_recipe"] == name.rpartition("-")[2]
+
+
+def _planted(kind: str):
+    """TorchaoFloat8Hooks.build with a fault in every converted linear."""
+    from parallax.precision.torch.torchao_hooks import TorchaoFloat8Hooks
+
+    right = TorchaoFloat8Hooks.build
+
+    def build(self, torch, config, weights, device):
+        from torchao.float8.float8_linear import Float8Linear
+
+        module = right(self, torch, config, weights, device)
+        for layer in module.modules():
+            if isinstance(layer, Float8Linear):
+                if kind == "zero weight gradients":
+                    layer.weight.register_hook(lambda grad: grad * 0)
+                else:  # "outputs x2": a dequantization scale off by one power of two
+                    layer.register_forward_hook(lambda mod, args, y: y * 2)
+        return module
+
+    return build
+
+
+@pytest.mark.parametrize("fault", ["zero weight gradients", "outputs x2"])
+def test_a_planted_fault_leaves_the_band(trajectories, monkeypatch, fault):
+    pytest.importorskip("torchao")
+    from parallax.precision.torch.torchao_hooks import TorchaoFloat8Hooks
+
+    monkeypatch.setattr(TorchaoFloat8Hooks, "build", _planted(fault))
+    _, out = trajectory("torchao-fp8-tensorwise")
+    gap, step = loss_band.largest_gap(losses_of(out), losses_of(trajectories["bf16"][1]))
+    print(fault, "largest |loss - bf16| %.4f at step %d" % (gap, step))
+    assert gap > loss_band.LOSS_BAND
 
 
 def test_torchao_export_after_a_step_gives_canonical_weights():
