@@ -1,7 +1,8 @@
 """The emulated NVFP4 recipes on a GPU (run on the device; skipped elsewhere): the counter
 quantizer (the kernel reading the step from device memory) bit-identical to the CPU in torch and
-in JAX, and llama-100m-shaped block linears training in both engines with finite, nonzero
-gradients."""
+in JAX, llama-100m-shaped block linears with finite, nonzero gradients, tiny training on real
+tokens within the loss band of bf16 (tests/fixtures/loss_band.py) and llama-100m running in both
+engines. Their layers against the formats' bounds: test_layer_error_bounds_gpu.py."""
 
 from __future__ import annotations
 
@@ -87,15 +88,47 @@ def test_jax_llama_100m_linears_have_finite_nonzero_grads_on_gpu():
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
-def test_emulated_nvfp4_trains_on_the_gpu(framework, tmp_path):
+def test_emulated_nvfp4_trains_within_the_band_of_bf16_on_the_gpu(framework):
+    """tiny from the same weights on the same 30 distinct real-token batches as the framework's
+    bf16 (tests/fixtures/gpu_trajectories.py): the loss within loss_band.LOSS_BAND of bf16's at
+    every step, falling by FALL, labelled emulated; no numerics-guard problem."""
+    from fixtures import loss_band
+    from fixtures.gpu_trajectories import FALL, cached_torch_trajectory, jax_trajectory
+
+    if framework == "torch":
+        (plan, out), (_, bf16) = cached_torch_trajectory("emulated-nvfp4"), cached_torch_trajectory(None)
+        losses, ref = [s.loss for s in out.steps], [s.loss for s in bf16.steps]
+        assert (out.precision.recipe, out.precision.native) == ("emulated-nvfp4", False)
+        assert all(np.isfinite(s.grad_norm) and s.grad_norm > 0 and s.bad_layers is None for s in out.steps)
+        assert len(out.extra["quantized_parameters"]) == 4 * get_preset("tiny").n_layers
+    else:
+        result, bf16 = jax_trajectory("emulated-nvfp4"), jax_trajectory(None)
+        losses, ref = result["losses"], bf16["losses"]
+        assert (result["recipe"], result["native"], result["problem"]) == ("emulated-nvfp4", False, None)
+        assert len(result["quantized"]) == 7 * get_preset("tiny").n_layers
+    print(framework, "largest |loss - bf16| %.4f at step %d" % loss_band.largest_gap(losses, ref))
+    assert loss_band.band_problems(losses, ref, FALL) == []
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_emulated_nvfp4_runs_llama_100m_on_the_gpu(framework, tmp_path):
+    """The llama-100m shapes (its last two blocks bf16) through run_training: every step recorded,
+    the loss at ln(vocab) on synthetic tokens (uniform: nothing better exists) and finite, nonzero
+    gradient norms."""
     import json
+    import math
 
     from parallax.config import RunConfig
+    from parallax.results import load_steps
     from parallax.train import run_training
 
-    run = RunConfig.for_preset("llama-100m", framework=framework, precision="nvfp4", recipe="emulated-nvfp4", batch_size=4, seq_len=256,
-                               steps=4, warmup=1, output_dir=str(tmp_path))
+    run = RunConfig.for_preset("llama-100m", framework=framework, precision="nvfp4", recipe="emulated-nvfp4",
+                               batch_size=4, seq_len=256, steps=4, warmup=1, output_dir=str(tmp_path))
     run_training(run)
     data = json.loads((tmp_path / "run.json").read_text())
     assert data["status"] == "ok", data.get("error")
     assert data["precision"]["recipe"] == "emulated-nvfp4" and data["precision"]["native"] is False
+    rows = load_steps(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1, 2, 3]
+    assert all(abs(r["loss"] - math.log(run.model_config.vocab_size)) < 0.1 for r in rows), rows
+    assert all(math.isfinite(r["grad_norm"]) and r["grad_norm"] > 0 for r in rows)
