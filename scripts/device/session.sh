@@ -71,6 +71,9 @@
 #   fp8tests every fp8 recipe's GPU tests: the Flax ones (tests/gpu/test_jax_fp8_gpu.py, ~70 s) right
 #            after the kernels, while TE builds; the torch ones (TE, torchao) and TE-JAX's once TE is
 #            installed, before the matrix (~130 s).
+#   boundtests  once TE is installed, before the matrix: the per-layer error bounds and bf16 loss band of
+#            every GPU recipe (tests/gpu/test_layer_error_bounds_gpu.py, -s prints each ratio), under
+#            BOUNDTESTS_S (200 s).
 #   tejax    the TE-JAX GPU tests (tests/gpu/test_jax_te_gpu.py) alone, once TE is installed, before the
 #            matrix. MATRIX_RECIPES replaces the matrix's own --recipes beyond bf16,fp8 (default
 #            jax:flax-fp8-direct,maxtext:bf16-defaults,maxtext:te_fp8_delayedscaling; a maxtext run
@@ -471,6 +474,8 @@ run_crossover() {
         --output-dir "$E/crossover/report"
 }
 
+run_boundtests() { gpu_tests boundtests "${BOUNDTESTS_S:-200}" -s tests/gpu/test_layer_error_bounds_gpu.py; }
+
 run_tejax() {
     gpu_tests tejax 240 tests/gpu/test_jax_te_gpu.py
 }
@@ -542,8 +547,9 @@ run_parts() {  # every wanted part, in priority order, around TE's install
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
     done
-    if want matrix || want tejax || want fp8tests || want conv || want crossover; then
+    if want matrix || want tejax || want fp8tests || want boundtests || want conv || want crossover; then
         wait_te
+        want boundtests && run boundtests
         want fp8tests && run fp8tests
         want tejax && run tejax
         want conv && run conv

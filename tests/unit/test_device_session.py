@@ -102,6 +102,16 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
     assert (params["repeats"], params["steps"], params["warmup"], params["batch_size"]) == (3, 60, 20, 32)
 
 
+def test_the_bound_tests_run_after_te_and_before_the_matrix(tmp_path):
+    parts = dry_run(tmp_path, PARTS="matrix boundtests crossover", BOUNDTESTS_S="150")
+    assert [name for name, _, _ in parts][:6] == ["install", "carry-mt", "versions", "checkenv-te", "boundtests",
+                                                  "matrix"]
+    (name, limit, argv) = parts[4]
+    assert limit == 150
+    assert argv[-2:] == ["-s", "tests/gpu/test_layer_error_bounds_gpu.py"] and "gpu" in argv
+    assert (ROOT / argv[-1]).is_file()
+
+
 def test_kernels_run_first_and_the_nvfp4_part_skips_their_tests(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
     parts = dry_run(tmp_path, PARTS="kernels matrix nvfp4", NVFP4_REPEATS="2")
