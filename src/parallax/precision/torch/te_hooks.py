@@ -54,13 +54,16 @@ def prefer_torch_cudnn() -> None:
     load with ``libcudnn_cnn.so.9: undefined symbol ... libcudnn_graph.so.9``, and torch refused
     "compiled against (9, 19, 0) but found runtime version (9, 14, 0)"). So: CUDNN_PATH points
     at pip's copy and its libraries are loaded first, globally, so that every later
-    ``dlopen("libcudnn*.so.9")`` (TE's, torch's) gets the same version."""
-    if os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH"):
-        return
+    ``dlopen("libcudnn*.so.9")`` (TE's, torch's) gets the same version. A CUDNN_PATH that is
+    pip's copy (this function sets it, and a child process inherits it) is not the user's
+    choice: the libraries are loaded again in that process too; without that, a child saw
+    CUDNN_PATH, loaded nothing, and TE's JAX extension then failed on the system's
+    libcudnn_heuristic beside pip's libcudnn_graph (the H200, 2026-12-03)."""
     from parallax.gpu import pip_cudnn_folder
 
     folder = pip_cudnn_folder()
-    if folder is None:
+    chosen = os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH")
+    if folder is None or (chosen and os.path.realpath(chosen) != os.path.realpath(os.path.dirname(folder))):
         return
     os.environ["CUDNN_PATH"] = os.path.dirname(folder)
     for lib in sorted(glob.glob(os.path.join(folder, "libcudnn*.so.9")), key=lambda p: "graph" not in p):
