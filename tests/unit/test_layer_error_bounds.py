@@ -19,6 +19,7 @@ nn = pytest.importorskip("flax.linen")
 
 from fixtures import format_bounds as fb  # noqa: E402
 from fixtures import recipe_layers as rl  # noqa: E402
+from fixtures.reference_te import ReferenceTE  # noqa: E402
 from parallax import quant  # noqa: E402
 
 TORCHAO = ("torchao-fp8-tensorwise", "torchao-fp8-rowwise")
@@ -278,43 +279,6 @@ def test_te_expectations_hold_for_an_emulation_of_hybrid_fp8(scaling):
     fb.assert_within(measured)
 
 
-class _StandInTE:
-    """TE's LayerNormLinear / Linear / LayerNormMLP in plain torch (their parameter names, [out, in]
-    weights, SiLU on fc1's first half): TE modules that do not quantize."""
-
-    class Linear(torch.nn.Module):
-        def __init__(self, n_in, n_out, bias=False, params_dtype=None, device=None):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.empty(n_out, n_in, device=device))
-
-        def forward(self, x):
-            return x @ self.weight.T
-
-    class LayerNormLinear(Linear):
-        def __init__(self, n_in, n_out, eps, bias=False, normalization=None, params_dtype=None, device=None):
-            super().__init__(n_in, n_out, device=device)
-            self.eps, self.layer_norm_weight = eps, torch.nn.Parameter(torch.ones(n_in, device=device))
-
-        def forward(self, x):
-            return super().forward(_rms(x, self.layer_norm_weight, self.eps))
-
-    class LayerNormMLP(torch.nn.Module):
-        def __init__(self, d, d_ff, eps, bias=False, normalization=None, activation=None, params_dtype=None,
-                     device=None):
-            super().__init__()
-            self.eps = eps
-            self.layer_norm_weight = torch.nn.Parameter(torch.ones(d, device=device))
-            self.fc1_weight = torch.nn.Parameter(torch.empty(2 * d_ff, d, device=device))
-            self.fc2_weight = torch.nn.Parameter(torch.empty(d, d_ff, device=device))
-
-        def forward(self, x):
-            gate, up = (_rms(x, self.layer_norm_weight, self.eps) @ self.fc1_weight.T).chunk(2, dim=-1)
-            return (torch.nn.functional.silu(gate) * up) @ self.fc2_weight.T
-
-
-def _rms(x, gain, eps):
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * gain.to(x.dtype)
 
 
 def test_te_check_through_the_hooks_refuses_a_te_that_does_not_quantize(monkeypatch):
@@ -331,7 +295,7 @@ def test_te_check_through_the_hooks_refuses_a_te_that_does_not_quantize(monkeypa
     recipe.DelayedScaling = lambda **kwargs: types.SimpleNamespace(**kwargs)
     pytorch = types.ModuleType("transformer_engine.pytorch")
     for name in ("Linear", "LayerNormLinear", "LayerNormMLP"):
-        setattr(pytorch, name, getattr(_StandInTE, name))
+        setattr(pytorch, name, getattr(ReferenceTE, name))
     pytorch.autocast = lambda enabled, recipe: contextlib.nullcontext()
     pytorch.is_fp8_available = lambda return_reason: (True, "")
     root = types.ModuleType("transformer_engine")

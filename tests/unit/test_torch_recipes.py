@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from fixtures import loss_band  # noqa: E402
 from fixtures.batches import RepeatedBatch  # noqa: E402
+from fixtures.reference_te import ReferenceTE  # noqa: E402
 from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
@@ -287,43 +288,6 @@ def test_torchao_export_after_a_step_gives_canonical_weights():
 
 # ---- the TE model's glue on the CPU, with float32 stand-ins for the three TE modules
 
-class ReferenceTE:
-    """TE's LayerNormLinear / Linear / LayerNormMLP semantics in plain torch (parameter names
-    and [out, in] layout as TE has them; swiglu = silu(first half) · second half), so the
-    TELlama glue, its parameter names and the converters run without TE."""
-
-    class Linear(torch.nn.Module):
-        def __init__(self, n_in, n_out, bias=False, params_dtype=None, device=None):
-            super().__init__()
-            self.weight = torch.nn.Parameter(torch.empty(n_out, n_in, device=device))
-
-        def forward(self, x):
-            return x @ self.weight.T
-
-    class LayerNormLinear(Linear):
-        def __init__(self, n_in, n_out, eps, bias=False, normalization=None, params_dtype=None, device=None):
-            super().__init__(n_in, n_out, device=device)
-            self.eps, self.layer_norm_weight = eps, torch.nn.Parameter(torch.ones(n_in, device=device))
-
-        def forward(self, x):
-            return super().forward(rms(x, self.layer_norm_weight, self.eps))
-
-    class LayerNormMLP(torch.nn.Module):
-        def __init__(self, d, d_ff, eps, bias=False, normalization=None, activation=None, params_dtype=None,
-                     device=None):
-            super().__init__()
-            self.eps = eps
-            self.layer_norm_weight = torch.nn.Parameter(torch.ones(d, device=device))
-            self.fc1_weight = torch.nn.Parameter(torch.empty(2 * d_ff, d, device=device))
-            self.fc2_weight = torch.nn.Parameter(torch.empty(d, d_ff, device=device))
-
-        def forward(self, x):
-            gate, up = (rms(x, self.layer_norm_weight, self.eps) @ self.fc1_weight.T).chunk(2, dim=-1)
-            return (torch.nn.functional.silu(gate) * up) @ self.fc2_weight.T
-
-
-def rms(x, gain, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * gain
 
 
 def test_te_model_glue_with_reference_modules_equals_the_plain_model_in_float32():
