@@ -383,10 +383,29 @@ def collect_environment(timeout_s: float = 300) -> dict:
     return {**env, "error": f"parallax.envinfo failed: {last}"}
 
 
-def write_environment(output_dir: Path, environment: Callable[[], dict]) -> None:
+def write_environment(output_dir: Path, environment: Callable[[], dict], display: Display | None = None) -> None:
+    """environment.json, once; a resumed benchmark on another machine (other GPUs or host) is
+    warned before any cell runs: the report will refuse ratios between its old and new cells."""
     path = output_dir / ENVIRONMENT_FILE
     if not path.exists():
         atomic_write_json(path, environment(), default=str)
+        return
+    try:
+        stored = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return  # compare names a corrupt environment.json; the runs carry their own
+    before, now = _machine_of(stored), _machine_of(environment())
+    if before != now:
+        (display or NullDisplay()).warning(
+            f"{output_dir} was started on {before}, this is {now}: the report refuses ratios between cells of "
+            "two machines; run every cell here (a new --output-dir), or the bf16 twins here too and compare "
+            "with --cross-machine")
+
+
+def _machine_of(env: dict) -> str:
+    """Host and GPUs (name and UUID) of an environment record."""
+    gpus = ", ".join(f"{g.get('name')} {g.get('uuid')}" for g in env.get("gpus") or []) or "no GPU"
+    return f"{env.get('hostname') or 'an unnamed host'} ({gpus})"
 
 
 def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> None:
@@ -580,7 +599,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     output_dir.mkdir(parents=True, exist_ok=True)
     with locked(output_dir):
         check_matrix_file(output_dir, matrix, resume, display)
-        write_environment(output_dir, environment)
+        write_environment(output_dir, environment, display)
         results = scan(output_dir, matrix, display)
         write_index(output_dir, matrix, results)
         display.matrix_started(matrix, results)

@@ -352,7 +352,7 @@ def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
     assert pid is None or not _alive(pid)
 
 
-def test_environment_is_collected_once(tmp_path, monkeypatch):
+def test_environment_json_is_written_once(tmp_path, monkeypatch):
     calls = []
 
     def environment():
@@ -363,7 +363,33 @@ def test_environment_is_collected_once(tmp_path, monkeypatch):
     run(tmp_path, m, {"torch-bf16": "crash"}, monkeypatch, environment=environment)
     (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json").unlink()
     run(tmp_path, m, {}, monkeypatch, environment=environment, resume=True)
-    assert calls == [1] and json.loads((tmp_path / "environment.json").read_text()) == {"n": 1}
+    # written once; a resume asks again only to compare the machine (below)
+    assert calls == [1, 1] and json.loads((tmp_path / "environment.json").read_text()) == {"n": 1}
+
+
+class Warnings(runner.NullDisplay):
+    def __init__(self):
+        self.said = []
+
+    def warning(self, text):
+        self.said.append(text)
+
+
+def test_a_benchmark_resumed_on_another_machine_is_warned_before_any_cell(tmp_path, monkeypatch):
+    def on(uuid):
+        return lambda: {"hostname": "vm", "gpus": [{"name": "NVIDIA H200", "uuid": f"GPU-{uuid}"}]}
+
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
+    run(tmp_path, m, {"torch-bf16": "crash"}, monkeypatch, environment=on("aaaa"))
+    (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json").unlink()
+    same, other = Warnings(), Warnings()
+    run(tmp_path, m, {"torch-bf16": "crash"}, monkeypatch, environment=on("aaaa"), resume=True, display=same)
+    (tmp_path / "runs" / "torch-bf16-seed0-rep0" / "run.json").unlink()
+    run(tmp_path, m, {}, monkeypatch, environment=on("bbbb"), resume=True, display=other)
+    assert same.said == []
+    assert other.said == [f"{tmp_path} was started on vm (NVIDIA H200 GPU-aaaa), this is vm (NVIDIA H200 GPU-bbbb): "
+                          "the report refuses ratios between cells of two machines; run every cell here (a new "
+                          "--output-dir), or the bf16 twins here too and compare with --cross-machine"]
 
 
 def test_collect_environment_runs_in_a_child_and_never_fails(monkeypatch):
