@@ -29,11 +29,8 @@ from dataclasses import dataclass
 from parallax.errors import ParallaxError
 
 MACHINE, SOFTWARE, DATA, FRAMEWORK, RECIPE = "machine", "software", "data", "framework", "recipe"
-SCOPES = (MACHINE, SOFTWARE, DATA, FRAMEWORK, RECIPE)
 # The scopes a comparison of each kind may differ in (besides the cells' names).
 MAY_DIFFER = {"repeat": (), "recipe": (RECIPE,), "framework": (FRAMEWORK, RECIPE)}
-KINDS = (*MAY_DIFFER, "scaling")
-CROSS_MACHINE_OPTION = "--cross-machine"
 # Each engine's attention on a GPU when nothing refuses (torch probes cuDNN first, JAX asks for
 # cuDNN's fused attention); MaxText's is its config key, set by the recipe, so never a fallback.
 FIRST_CHOICE_ATTENTION = {"torch": "cudnn", "jax": "cudnn"}
@@ -124,6 +121,13 @@ def machine_label(run: dict) -> str:
     ids = "+".join(str(g.get("uuid") or "?").removeprefix("GPU-")[:8] for g in gpus)
     count = f"{len(gpus)}× " if len(gpus) > 1 else ""
     return f"{count}{'/'.join(names)} {ids}"
+
+
+def host_label(env: dict) -> str:
+    """The host and every GPU it shows (name and UUID) of an environment record: which machine a
+    benchmark folder was started on (environment.json), where a run's own GPUs are unknown."""
+    gpus = ", ".join(f"{g.get('name')} {g.get('uuid')}" for g in env.get("gpus") or []) or "no GPU"
+    return f"{env.get('hostname') or 'an unnamed host'} ({gpus})"
 
 
 def _software(env: dict, fw: dict) -> dict:

@@ -389,6 +389,11 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
         cell.record["maxtext_own"] = _maxtext_own(ok)
 
 
+def _run_speed(run: LoadedRun) -> float:
+    """One run's tokens/s: its tokens per step over the median of its measured steps."""
+    return float(stats.tokens_per_s_from_ms(tokens_per_step(run), np.median(_measured(run))))
+
+
 def epochs_seen(run: LoadedRun) -> float | None:
     """How many passes over its training tokens a run made (None on synthetic tokens)."""
     train = (run.run.get("data") or {}).get("train_tokens")
@@ -455,7 +460,7 @@ def _cell_speed(cell: CellData, ok: list[LoadedRun], n_boot: int, level: float) 
         "step_ms": {k: summary[k] for k in ("median", "p10", "p90", "mean", "count")},
         "tokens_per_s": {"value": tps, "ci": list(tps_ci)},
         "tokens_per_s_per_gpu": {"value": per_gpu, "ci": list(per_gpu_ci)},
-        "tokens_per_s_runs": [float(stats.tokens_per_s_from_ms(tokens, np.median(s))) for s in series],
+        "tokens_per_s_runs": [_run_speed(r) for r in ok],
         "flops": _cell_flops(first, per_gpu, per_gpu_ci, cell.gpus),
     }
 
@@ -718,9 +723,7 @@ def machine_twins(cells: dict) -> dict:
     for cell in cells.values():
         if len(cell.machines) < 2 or not _has_speed(cell):
             continue
-        tokens = tokens_per_step(cell.ok[0])
-        speed = {m: float(np.median([stats.tokens_per_s_from_ms(tokens, np.median(_measured(r))) for r in runs]))
-                 for m, runs in cell.machines.items()}
+        speed = {m: float(np.median([_run_speed(r) for r in runs])) for m, runs in cell.machines.items()}
         names = sorted(speed)
         for i, m1 in enumerate(names):
             for m2 in names[i + 1:]:
@@ -766,6 +769,7 @@ def scaling(cells: dict, level: float, judge: Judge | None = None) -> list[dict]
     global batch). Its interval is the percentile interval of the ratio of the two cells'
     bootstrap replicates (independent runs, as every speedup's), divided by N. Without a 1-GPU
     cell that has a result, the rows say so and carry no efficiency."""
+    judge = judge or Judge()
     groups: dict[tuple[str, str], list[CellData]] = {}
     for (fw, rec, _), cell in cells.items():
         groups.setdefault((fw, rec), []).append(cell)
@@ -780,7 +784,7 @@ def scaling(cells: dict, level: float, judge: Judge | None = None) -> list[dict]
             note = f"no 1-GPU cell of {fw} {rec} in this matrix: no scaling efficiency (add 1 to --gpus)"
         elif not _has_speed(one):
             note = f"the 1-GPU cell of {fw} {rec} has no throughput ({one.record['status']}): no scaling efficiency"
-        rows = [_scaling_row(c, one if note is None else None, level, judge or Judge()) for c in members]
+        rows = [_scaling_row(c, one if note is None else None, level, judge) for c in members]
         out.append({"framework": fw, "recipe": rec, "precision": members[0].precision,
                     "baseline_gpus": 1 if note is None else None, "note": note, "rows": rows})
     return out
@@ -889,15 +893,15 @@ def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     return out
 
 
-def eval_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
+def eval_deltas(cells: dict, level: float) -> list[dict]:
     """Validation loss of each low-precision cell minus its framework's bf16 (same GPU count),
     paired by seed: runs of one seed start from the same weights, see the same batches and are
     evaluated on the same held-out batches, so each seed gives one difference per evaluation
     step (its repeats averaged). Reported at the step where bf16's validation loss is lowest
     (on a small corpus trained for many epochs the later steps memorise) and at the last
     evaluation. The interval is over seeds (Student's t with seeds − 1 degrees of freedom): the
-    unit that varies when a recipe is chosen. One seed has no interval. ``n_boot`` is unused (an
-    interval over two to five seeds is not a bootstrap's)."""
+    unit that varies when a recipe is chosen (over two to five seeds, not a bootstrap). One seed
+    has no interval."""
     out = []
     for (fw, rec, g), cell in cells.items():
         base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION), g))
@@ -1063,7 +1067,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
     speedup_list = speedups(current.cells, level, judge)
     deltas = loss_deltas(current.cells, n_boot, level)
     mode = benchmark_mode(current)
-    penalties = eval_deltas(current.cells, n_boot, level)
+    penalties = eval_deltas(current.cells, level)
     record = {
         "schema": SCHEMA,
         "results_dir": str(current.results_dir),
@@ -1148,7 +1152,7 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
                                            other.record["memory"]["peak_reserved_bytes"])}
         row["loss_difference"] = loss_difference(cell, other, n_boot, level) if same_steps else None
         rows.append(row)
-    ours, theirs = sorted(machines_label(current.cells)), sorted(machines_label(base.cells))
+    ours, theirs = (sorted(m["machine"] for m in machines_of(a.cells)) for a in (current, base))
     cross = ours != theirs
     if cross:
         notes.append(f"cross-machine: this run's cells ran on {', '.join(ours) or 'no machine'}, the baseline's on "
@@ -1158,10 +1162,6 @@ def baseline_comparison(current: Analysis, base: Analysis, n_boot: int, level: f
             "machines": {"this": ours, "baseline": theirs},
             "config_differences": differences(*_comparable(base.config, current.config)),
             "environment_differences": environment_differences(base.environment, current.environment)}
-
-
-def machines_label(cells: dict) -> set[str]:
-    return {label for cell in cells.values() for label in cell.machines}
 
 
 def _comparable(a: dict, b: dict) -> tuple[dict, dict]:

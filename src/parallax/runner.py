@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from parallax import __version__, lifeline, progress_file
+from parallax import __version__, comparability, lifeline, progress_file
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.timestamps import utc_now
 from parallax.errors import ParallaxError
@@ -394,18 +394,12 @@ def write_environment(output_dir: Path, environment: Callable[[], dict], display
         stored = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         return  # compare names a corrupt environment.json; the runs carry their own
-    before, now = _machine_of(stored), _machine_of(environment())
+    before, now = comparability.host_label(stored), comparability.host_label(environment())
     if before != now:
         (display or NullDisplay()).warning(
             f"{output_dir} was started on {before}, this is {now}: the report refuses ratios between cells of "
             "two machines; run every cell here (a new --output-dir), or the bf16 twins here too and compare "
             "with --cross-machine")
-
-
-def _machine_of(env: dict) -> str:
-    """Host and GPUs (name and UUID) of an environment record."""
-    gpus = ", ".join(f"{g.get('name')} {g.get('uuid')}" for g in env.get("gpus") or []) or "no GPU"
-    return f"{env.get('hostname') or 'an unnamed host'} ({gpus})"
 
 
 def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> None:
