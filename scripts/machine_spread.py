@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How far one cell's throughput moves from machine to machine: every ok, timed run of a recipe
-in a set of result folders, grouped by the GPU it ran on (``parallax.comparability``), as a
+in a set of result folders, grouped by the GPU it ran on (``parallax.analysis.comparability``), as a
 Markdown table of each machine's median tokens/s and the spread between machines.
 
     python3 scripts/machine_spread.py docs/results --model llama-100m --batch-size 32 --recipe bf16
@@ -17,7 +17,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from parallax import comparability
+from parallax.analysis import comparability
 
 
 def timed_runs(root: Path, model: str, batch: int, recipe: str):

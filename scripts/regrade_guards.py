@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Judge recorded runs again with the numerics guard of this checkout (``parallax.train``).
+"""Judge recorded runs again with the numerics guard of this checkout (``parallax.run.train``).
 
 A run that the quantized-gradient guard failed is set back to ``ok`` when, under the current
 rules (GUARD_GRACE_STEPS), none of its recorded steps trips the guard any more; its measurements
@@ -15,8 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from parallax import results
-from parallax.train import guard_trips
+from parallax.store import results
+from parallax.run.train import guard_trips
 
 GUARD_PREFIX = "numerics guard: quantized layer gradient"
 

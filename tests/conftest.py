@@ -48,7 +48,7 @@ def pytest_unconfigure(config):
 def gpu_available() -> bool:
     """Whether the native probe finds an NVIDIA GPU, asked as ``parallax train --model auto``
     and check-env ask it (envinfo.probe_gpus answers 'none' when the probe itself fails)."""
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     return bool(envinfo.probe_gpus()["devices"])
 

@@ -15,7 +15,7 @@
 #   scripts/device/bench_jax.sh profile
 #       jax.profiler trace of 5 steps after 15 unprofiled ones, packed as $OUT/trace_jax.tar.gz
 #       (open the xplane.pb inside with TensorBoard's profile plugin or xprof).
-source "$(dirname "$0")/common.sh" parallax.train
+source "$(dirname "$0")/common.sh" parallax.run.train
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # as the engine sets it: peak memory is measurable
 MODE=${1:-train}
 [[ $# -gt 0 ]] && shift
@@ -26,13 +26,13 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --fo
 STEP_PY='
 import json, os, sys, time
 import jax, jax.numpy as jnp, numpy as np
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches
 from parallax.engines.jax import timing
 from parallax.engines.jax.convert import to_flax
 from parallax.engines.jax.model import Llama
 from parallax.engines.jax.runtime import jit_train_step, make_optimizer
-from parallax.weights import init_weights
+from parallax.engines.weights import init_weights
 
 attention, mode, out = sys.argv[1], sys.argv[2], os.environ["OUT"]
 run = RunConfig(framework="jax", model=os.environ.get("BENCH_MODEL", "llama-100m"),

@@ -10,7 +10,7 @@
 #       checks that the cell's process died with it (its GPU memory freed), resumes, and checks
 #       that only the missing cells ran and the finished run.json files are byte-identical.
 # Prints a short summary last and writes $OUT/bench_matrix.json.
-source "$(dirname "$0")/common.sh" parallax.runner
+source "$(dirname "$0")/common.sh" parallax.run.runner
 MODE=${1:-matrix}
 STEPS=${STEPS:-60}
 REPEATS=${REPEATS:-2}

@@ -14,7 +14,7 @@
 #       ms/step of the training step under several settings in one process (20 steps each
 #       after 10 warmup), to choose defaults: VARIANTS="cudnn:default flash:default cudnn:eager"
 #       (attention:compile-mode; modes are torch.compile's, e.g. max-autotune-no-cudagraphs).
-source "$(dirname "$0")/common.sh" parallax.train
+source "$(dirname "$0")/common.sh" parallax.run.train
 MODE=${1:-train}
 [[ $# -gt 0 ]] && shift
 
@@ -24,12 +24,12 @@ if [[ $MODE == profile || $MODE == variants ]]; then
     OUT="$OUT" MODE="$MODE" "$PYTHON" - <<'EOF'
 import gc, gzip, json, os, shutil, time
 import torch
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches
 from parallax.engines.torch.engine import ATTENTION_NAMES, Trainer, probe_attention, resolve_device
-from parallax.precision import registry
-from parallax.precision.torch.select import for_recipe
-from parallax.weights import init_weights
+from parallax.spec.precision import registry
+from parallax.engines.torch.recipes.select import for_recipe
+from parallax.engines.weights import init_weights
 
 out, mode = os.environ["OUT"], os.environ["MODE"]
 run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20)

@@ -275,7 +275,7 @@ def run(args) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from parallax import gpu
+    from parallax.native import gpu
 
     if not torch.cuda.is_available():
         raise SystemExit("ceiling_crosscheck: torch sees no CUDA GPU; run this on the GPU machine")

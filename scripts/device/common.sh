@@ -1,6 +1,6 @@
 # Sourced by the scripts in scripts/device/ (not run on its own):
 #
-#   source "$(dirname "$0")/common.sh" parallax.train
+#   source "$(dirname "$0")/common.sh" parallax.run.train
 #
 # Moves to the repository root, sets PYTHON (default python3) and OUT (default a new temporary
 # folder, created), and puts the source tree on PYTHONPATH when the named module cannot be

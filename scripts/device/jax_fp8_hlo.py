@@ -33,11 +33,11 @@ def one(recipe: str, out: Path) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
-    from parallax.config import OptimConfig, get_preset
+    from parallax.spec.config import OptimConfig, get_preset
     from parallax.data.synthetic import synthetic_batch
     from parallax.engines.jax import convert, runtime
-    from parallax.precision import registry
-    from parallax.weights import init_weights
+    from parallax.spec import registry
+    from parallax.engines.weights import init_weights
 
     model_config = get_preset("tiny")
     hooks = registry.get("jax", recipe).load_hooks()

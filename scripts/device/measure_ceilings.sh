@@ -14,8 +14,8 @@ DEVICE="$DEVICE" python3 - <<'PY'
 import json
 import os
 
-from parallax import gpu
-from parallax.config import get_preset
+from parallax.native import gpu
+from parallax.spec.config import get_preset
 
 device = int(os.environ["DEVICE"])
 result = gpu.measure_ceilings(device, get_preset("llama-100m"), 32, 1024)

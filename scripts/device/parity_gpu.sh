@@ -9,7 +9,7 @@
 # when a gated case fails or a case cannot run.
 # Builds nothing: it runs the installed `parallax` (or the source tree through PYTHONPATH=src).
 # Usage: scripts/device/parity_gpu.sh
-source "$(dirname "$0")/common.sh" parallax.parity
+source "$(dirname "$0")/common.sh" parallax.analysis.parity
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # torch and JAX share the GPU in one process
 DEVICE=${DEVICE:-gpu}
 
@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
 OUT="$OUT" DEVICE="$DEVICE" PYTHONUNBUFFERED=1 "$PYTHON" - <<'EOF'
 import json, os, time
 from parallax.cli.parity import print_report
-from parallax.parity import run_parity
+from parallax.analysis.parity import run_parity
 
 out, device = os.environ["OUT"], os.environ["DEVICE"]
 cases = [("tiny", "float32", 2, 32), ("tiny", "bfloat16", 2, 32),

@@ -3,7 +3,7 @@
 Builds the recipe's step as its engine does (the engine's own ``check``, then the torch
 ``Trainer`` or the JAX jitted step, on synthetic batches), runs ``--warmup`` steps unprofiled,
 times ``--steps`` steps without the profiler, then profiles ``--steps`` more and sums the GPU
-kernels by category (``parallax.profiling``). One (framework, recipe) per process: XLA reads
+kernels by category (``parallax.engines.profiling``). One (framework, recipe) per process: XLA reads
 the recipe's XLA_FLAGS once, when JAX starts.
 
     python3 scripts/device/profile_step.py --framework torch --recipe te-fp8-delayed --out DIR
@@ -48,11 +48,11 @@ try:
 except ImportError:  # the source tree, when parallax is not installed
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 
-from parallax import profiling  # noqa: E402
-from parallax.config import RunConfig  # noqa: E402
+from parallax.engines import profiling  # noqa: E402
+from parallax.spec.config import RunConfig  # noqa: E402
 from parallax.data.synthetic import SyntheticBatches  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 
 def parse(argv) -> argparse.Namespace:

@@ -26,10 +26,10 @@ import traceback
 def build(recipe_name: str, graphs: bool):
     """The Trainer that ``parallax train --recipe NAME --cuda-graphs on|off`` runs: the plan of the
     engine's check (device, recipe, attention, the graphs decision) and the capture inside Trainer."""
-    from parallax.config import RunConfig
+    from parallax.spec.config import RunConfig
     from parallax.engines.torch.engine import Trainer, TorchEngine
-    from parallax.precision import registry
-    from parallax.weights import init_weights
+    from parallax.spec import registry
+    from parallax.engines.weights import init_weights
 
     recipe = registry.get("torch", recipe_name)
     run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20,

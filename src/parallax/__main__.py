@@ -1,4 +1,4 @@
-from parallax.lifeline import die_with_runner
+from parallax.native.lifeline import die_with_runner
 
 die_with_runner()  # a benchmark cell: die with the runner (before the slow imports)
 

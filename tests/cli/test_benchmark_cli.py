@@ -14,9 +14,9 @@ import pytest
 from fixtures.cli import one_error_line
 from fixtures.matrix import fake_command
 
-from parallax import runner
+from parallax.run import runner
 from parallax.cli import defaults, main
-from parallax.config import PRESET_SIZES, PRESETS
+from parallax.spec.config import PRESET_SIZES, PRESETS
 
 TINY = ["--model", "tiny", "--batch-size", "4", "--seq-len", "32", "--steps", "12", "--warmup", "2",
         "--no-compile", "--device", "cpu"]
@@ -193,7 +193,7 @@ def test_compare_refuses_an_unwritable_report_before_the_work(tmp_path, capsys, 
     a = tmp_path / "a"
     assert main(["benchmark", *TINY, "--precisions", "bf16", "--output-dir", str(a)]) == 0
     capsys.readouterr()
-    monkeypatch.setattr("parallax.compare.build_comparison", lambda *a, **k: pytest.fail("the work started"))
+    monkeypatch.setattr("parallax.analysis.compare.build_comparison", lambda *a, **k: pytest.fail("the work started"))
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     report = blocker / "report.md"

@@ -10,11 +10,11 @@ import types
 
 import pytest
 
-import parallax
-from parallax import envinfo
+import parallax.native
+from parallax.plan import envinfo
 from parallax.cli import main
-from parallax.precision import capability as cap
-from parallax.precision import registry
+from parallax.plan import capability as cap
+from parallax.spec import registry
 
 from conftest import gpu_available
 
@@ -252,10 +252,10 @@ def fake_ceilings(calls):
 @pytest.fixture
 def fake_gpu_module(monkeypatch):
     calls = []
-    module = types.ModuleType("parallax.gpu")
+    module = types.ModuleType("parallax.native.gpu")
     module.measure_ceilings = fake_ceilings(calls)
-    monkeypatch.setitem(sys.modules, "parallax.gpu", module)
-    monkeypatch.setattr(parallax, "gpu", module, raising=False)
+    monkeypatch.setitem(sys.modules, "parallax.native.gpu", module)
+    monkeypatch.setattr(parallax.native, "gpu", module, raising=False)
     return calls
 
 

@@ -11,7 +11,7 @@ import pytest
 from fixtures.cli import one_error_line
 from fixtures.matrix import fake_command
 
-from parallax import distributed, runner
+from parallax.run import distributed, runner
 from parallax.cli import main
 
 TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16", "--no-compile",

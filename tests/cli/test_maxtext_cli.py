@@ -20,14 +20,14 @@ from fixtures import fake_maxtext  # noqa: E402
 from fixtures.cli import one_error_line  # noqa: E402
 from parallax.cli import main  # noqa: E402
 from parallax.engines.maxtext import child, metrics  # noqa: E402
-from parallax.runner import Matrix  # noqa: E402
+from parallax.run.runner import Matrix  # noqa: E402
 
 GPU_PACKAGES = {"maxtext": "0.2.5", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
                 "qwix": "0.1.8", "numpy": "2.0"}
 
 
 def fake_gpu(monkeypatch, name="NVIDIA H200", cc="9.0", packages=GPU_PACKAGES):
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     ok = {"available": True, "error": None}
     probe = {"driver": ok, "nvml": ok, "devices": [{"index": 0, "name": name, "compute_capability": cc,
@@ -79,7 +79,7 @@ def summary_text(result: dict) -> str:
 
     from rich.console import Console
 
-    from parallax.progress import summary_table
+    from parallax.run.progress import summary_table
 
     console = Console(file=io.StringIO(), width=300)
     console.print(summary_table(result))
@@ -143,7 +143,7 @@ def test_cpu_device_and_no_gpu_are_one_line(tmp_path, capsys, maxtext_here, monk
     assert train(tmp_path, "--device", "cpu") == 2
     assert one_error_line(capsys) == ("parallax: error: the maxtext engine trains on an NVIDIA GPU (MaxText's "
                                       "hardware: gpu); drop --device cpu, or use --framework jax on the CPU")
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     monkeypatch.setattr(envinfo, "probe_gpus", lambda: envinfo.no_gpu_probe("driver said no"))
     assert train(tmp_path) == 2
@@ -211,9 +211,9 @@ def test_maxtext_starts_from_parallax_weights_of_the_runs_seed(tmp_path, capsys,
     before MaxText starts (the fake trainer fails without it), and records it."""
     import numpy as np
 
-    from parallax.config import PRESETS
+    from parallax.spec.config import PRESETS
     from parallax.engines.maxtext.weights import to_maxtext
-    from parallax.weights import init_weights
+    from parallax.engines.weights import init_weights
 
     assert train(tmp_path, "--seed", "5") == 0
     run_dir = tmp_path / "run"
@@ -223,7 +223,7 @@ def test_maxtext_starts_from_parallax_weights_of_the_runs_seed(tmp_path, capsys,
     assert weights_dir.parent == tmp_path / "cache" / "maxtext-weights" and initial["cached_from"] is None
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
     assert config["load_parameters_path"] == str(weights_dir)
-    assert (initial["source"], initial["seed"]) == ("parallax.weights.init_weights", 5)
+    assert (initial["source"], initial["seed"]) == ("parallax.engines.weights.init_weights", 5)
     assert not (run_dir / "maxtext" / "initial_weights").exists()  # the results stay small
     saved = np.load(weights_dir / "items" / "params.npz")
     expected = to_maxtext(init_weights(PRESETS["tiny"], 5), PRESETS["tiny"])  # tuned: scan_layers false

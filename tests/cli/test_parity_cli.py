@@ -11,7 +11,7 @@ pytest.importorskip("jax")
 
 from fixtures.cli import one_error_line  # noqa: E402
 
-from parallax import parity  # noqa: E402
+from parallax.analysis import parity  # noqa: E402
 from parallax.cli import main  # noqa: E402
 
 

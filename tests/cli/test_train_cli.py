@@ -9,7 +9,7 @@ import pytest
 
 from fixtures.cli import one_error_line
 
-from parallax import results
+from parallax.store import results
 from parallax.cli import main
 from parallax.cli import defaults
 from parallax.cli import train as train_cli
@@ -190,7 +190,7 @@ def test_bad_input_with_model_auto_is_still_one_line(tmp_path, capsys, monkeypat
 
 
 def test_train_help_shows_the_defaults_of_run_config(capsys):
-    from parallax.config import RunConfig
+    from parallax.spec.config import RunConfig
 
     assert main(["train", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
@@ -202,7 +202,7 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
         after = text.split(option, 1)[1]
         assert f"[default: {value}]" in after.split(" --", 1)[0], option
     assert "[default: auto]" in text
-    from parallax.config import PRESET_SIZES
+    from parallax.spec.config import PRESET_SIZES
 
     for field in ("batch_size", "seq_len"):  # every preset's, in table order
         sizes = ", ".join(f"{name} {getattr(s, field)}" for name, s in PRESET_SIZES.items())

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from parallax import gpu
-from parallax.config import get_preset
+from parallax.native import gpu
+from parallax.spec.config import get_preset
 
 pytestmark = pytest.mark.gpu
 

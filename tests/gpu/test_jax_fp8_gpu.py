@@ -19,14 +19,14 @@ nn = pytest.importorskip("flax.linen")
 import jax.numpy as jnp  # noqa: E402
 
 from fixtures.batches import RepeatedBatch  # noqa: E402
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.jax import convert, runtime  # noqa: E402
-from parallax.train import training_problem  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.run.train import training_problem  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
 RECIPES = ("flax-fp8-delayed", "flax-fp8-direct")
@@ -83,10 +83,10 @@ def test_xla_keeps_fp8_in_the_compiled_block_gemms(recipe):
     result = in_fresh_process(f"""
         import jax, jax.numpy as jnp
         from gpu.test_jax_fp8_gpu import BATCH, TINY, gpu_run
-        from parallax.config import OptimConfig
+        from parallax.spec.config import OptimConfig
         from parallax.engines import get_engine
         from parallax.engines.jax import convert, runtime
-        from parallax.weights import init_weights
+        from parallax.engines.weights import init_weights
         plan = get_engine("jax").check(gpu_run({recipe!r}))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         model, _, _ = runtime.build_model(TINY, "bfloat16", device, 4, 128, hooks.dot_general_cls())

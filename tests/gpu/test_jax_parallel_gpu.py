@@ -26,7 +26,7 @@ pytest.importorskip("jax")
 
 
 def _gpu_count() -> int:
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     return len(envinfo.probe_gpus().get("devices") or [])
 

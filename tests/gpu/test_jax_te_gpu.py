@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from gpu.test_jax_fp8_gpu import BATCH, TINY, in_fresh_process  # noqa: F401  (BATCH, TINY: used by the children)
-from parallax.config import OptimConfig, RunConfig
-from parallax.envinfo import package_version
+from parallax.spec.config import OptimConfig, RunConfig
+from parallax.plan.envinfo import package_version
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(package_version("transformer_engine_jax") is None,
@@ -44,7 +44,7 @@ def test_te_bf16_matches_our_flax_bf16_from_the_same_weights():
         from parallax.engines import get_engine
         from parallax.engines.jax import convert, runtime
         from parallax.engines.jax.model import loss_fn
-        from parallax.weights import init_weights
+        from parallax.engines.weights import init_weights
         plan = get_engine("jax").check(gpu_run("te-bf16"))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         weights = init_weights(TINY, 0)
@@ -101,10 +101,10 @@ def test_fp8_metas_update_each_step_and_export_is_canonical(recipe):
         from flax.traverse_util import flatten_dict
         from gpu.test_jax_fp8_gpu import BATCH, TINY
         from gpu.test_jax_te_gpu import gpu_run
-        from parallax.config import OptimConfig
+        from parallax.spec.config import OptimConfig
         from parallax.engines import get_engine
         from parallax.engines.jax import runtime
-        from parallax.weights import check_canonical, init_weights
+        from parallax.engines.weights import check_canonical, init_weights
         plan = get_engine("jax").check(gpu_run({recipe!r}))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         weights = init_weights(TINY, 0)

@@ -21,7 +21,7 @@ from fixtures import format_bounds as fb  # noqa: E402
 from fixtures import recipe_layers as rl  # noqa: E402
 from fixtures.gpu_trajectories import fresh_process  # noqa: E402
 from parallax import quant  # noqa: E402
-from parallax.envinfo import package_version  # noqa: E402
+from parallax.plan.envinfo import package_version  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.filterwarnings("ignore:The Fp8DotGeneralOp is deprecated:DeprecationWarning")]
@@ -82,7 +82,7 @@ def test_te_check_catches_gradients_in_e4m3(monkeypatch):
     needs_te()
     from transformer_engine.common import recipe as te_recipes
 
-    from parallax.precision.torch.te_hooks import TransformerEngineHooks
+    from parallax.engines.torch.recipes.te_hooks import TransformerEngineHooks
 
     def e4m3_recipe(self):
         return te_recipes.DelayedScaling(fp8_format=te_recipes.Format.E4M3, amax_history_len=1024,

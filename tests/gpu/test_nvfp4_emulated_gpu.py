@@ -16,8 +16,8 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 from parallax import quant  # noqa: E402
-from parallax.config import get_preset  # noqa: E402
-from parallax.precision import nvfp4_scheme as scheme  # noqa: E402
+from parallax.spec.config import get_preset  # noqa: E402
+from parallax.spec import nvfp4_scheme as scheme  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -118,9 +118,9 @@ def test_emulated_nvfp4_runs_llama_100m_on_the_gpu(framework, tmp_path):
     import json
     import math
 
-    from parallax.config import RunConfig
-    from parallax.results import load_steps
-    from parallax.train import run_training
+    from parallax.spec.config import RunConfig
+    from parallax.store.results import load_steps
+    from parallax.run.train import run_training
 
     run = RunConfig.for_preset("llama-100m", framework=framework, precision="nvfp4", recipe="emulated-nvfp4",
                                batch_size=4, seq_len=256, steps=4, warmup=1, output_dir=str(tmp_path))

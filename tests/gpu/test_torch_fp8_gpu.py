@@ -14,14 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.torch.engine import TorchEngine, Trainer, attention_context, probe_attention  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.precision.torch.select import for_recipe  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.engines.torch.recipes.select import for_recipe  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -54,7 +54,7 @@ def trajectories():
 def installed(name: str) -> bool:
     """Whether the recipe's library is installed, read from package metadata as the registry
     reads it (importing TE before its hooks would load another cuDNN: te_hooks.prefer_torch_cudnn)."""
-    from parallax.envinfo import package_version
+    from parallax.plan.envinfo import package_version
 
     return all(any(package_version(d) for d in options) for options in registry.get("torch", name).backend.distributions)
 

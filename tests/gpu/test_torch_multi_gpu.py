@@ -15,9 +15,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from parallax.config import OptimConfig, RunConfig  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.results import load_run, load_steps  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.store.results import load_run, load_steps  # noqa: E402
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")]

@@ -8,11 +8,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("jax")
 
-from parallax import parity  # noqa: E402
-from parallax.config import OptimConfig  # noqa: E402
+from parallax.analysis import parity  # noqa: E402
+from parallax.spec.config import OptimConfig  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_an_optimizer_difference_fails_the_gate():
 
 def test_weights_cross_both_layouts_bit_exactly():
     """canonical -> torch state dict -> canonical -> Flax tree -> canonical gives the same bits."""
-    from parallax.config import get_preset
+    from parallax.spec.config import get_preset
     from parallax.engines.jax.convert import from_flax, to_flax
     from parallax.engines.torch.convert import from_torch_state, to_torch_state
 

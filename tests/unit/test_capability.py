@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from parallax.errors import ParallaxError
-from parallax.precision import PRECISIONS, registry
-from parallax.precision import capability as cap
+from parallax.spec.precision import PRECISIONS
+from parallax.spec import registry
+from parallax.plan import capability as cap
 
 REAL_ENGINE_PRESENT = cap.engine_present
 

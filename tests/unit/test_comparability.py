@@ -1,5 +1,5 @@
 """A ratio only between like cells: the facts a run records, the refusals, the fallback rule and
-the cross-machine section (``parallax.comparability``, ``parallax.compare.Judge``)."""
+the cross-machine section (``parallax.analysis.comparability``, ``parallax.analysis.compare.Judge``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 from fixtures.fake_runs import steps_from, tiny_config, write_ok_run
 
-from parallax import comparability, stats
+from parallax.analysis import comparability, stats
 from parallax.cli import main
-from parallax.compare import build_comparison
-from parallax.crossover import crossover
+from parallax.analysis.compare import build_comparison
+from parallax.analysis.crossover import crossover
 from parallax.errors import ParallaxError
-from parallax.report import export, markdown
+from parallax.analysis.report import export, markdown
 
 WARMUP_MS = [500.0, 300.0]
 LOSSES = [9.0, 8.0] + [3.0] * 10

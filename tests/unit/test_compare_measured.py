@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fixtures.fake_runs import ok_run, steps_from, tiny_config
 
-from parallax import compare
-from parallax.results import write_run
+from parallax.analysis import compare
+from parallax.store.results import write_run
 
 WARMUP = 3
 WARMUP_MS = [900.0, 800.0, 700.0]

@@ -10,7 +10,7 @@ from fixtures.cli import one_error_line
 from fixtures.fake_runs import steps_from, tiny_config, write_ok_run
 
 from parallax.cli import main
-from parallax.config import get_preset
+from parallax.spec.config import get_preset
 
 WARMUP_MS = [500.0, 300.0]
 
@@ -93,7 +93,7 @@ def test_a_speedup_measured_in_two_folders_is_refused(two_sizes, tmp_path, capsy
 
 def test_the_plot_draws_one_line_per_recipe_and_baseline():
     """te-fp8-delayed over bf16 and over te-bf16 are two curves: one line through both zigzags."""
-    from parallax.report.crossover import _line_key, _line_label
+    from parallax.analysis.report.crossover import _line_key, _line_label
 
     rows = [{"framework": "jax", "recipe": "te-fp8-delayed", "baseline": b, "gpus": 1} for b in ("bf16", "te-bf16")]
     assert len({_line_key(r) for r in rows}) == 2

@@ -12,13 +12,13 @@ import pytest
 
 from fixtures.fake_runs import ok_run, steps_from, tiny_config
 
-from parallax.compare import build_comparison
-from parallax.config import CUDA_GRAPHS, RunConfig
+from parallax.analysis.compare import build_comparison
+from parallax.spec.config import CUDA_GRAPHS, RunConfig
 from parallax.errors import ParallaxError
-from parallax.precision import registry
-from parallax.report import markdown
-from parallax.results import write_run
-from parallax.runner import Cell, Matrix
+from parallax.spec import registry
+from parallax.analysis.report import markdown
+from parallax.store.results import write_run
+from parallax.run.runner import Cell, Matrix
 
 CUDA, CPU = types.SimpleNamespace(type="cuda"), types.SimpleNamespace(type="cpu")
 TE_RECIPES = ("te-bf16", "te-fp8-delayed", "te-fp8-current")
@@ -71,8 +71,8 @@ def test_torch_check_puts_the_decision_in_the_plan(monkeypatch):
     # attention probe stand in; the decision and the Plan are the engine's own.
     torch = pytest.importorskip("torch")
     from parallax.engines.torch import engine
-    from parallax.precision import capability
-    from parallax.precision.torch import select
+    from parallax.plan import capability
+    from parallax.engines.torch.recipes import select
 
     fake = torch.device("cuda", 0)
     monkeypatch.setattr(engine, "resolve_device", lambda torch, spec: fake)

@@ -7,8 +7,8 @@ import ctypes
 
 import pytest
 
-from parallax import gpu
-from parallax.precision.torch import te_hooks
+from parallax.native import gpu
+from parallax.engines.torch.recipes import te_hooks
 
 
 @pytest.fixture

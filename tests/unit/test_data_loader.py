@@ -14,7 +14,7 @@ from fixtures.samples import TRAIN, VALID
 pytest.importorskip("tokenizers")
 
 from parallax import _native  # noqa: E402
-from parallax.config import RunConfig  # noqa: E402
+from parallax.spec.config import RunConfig  # noqa: E402
 from parallax.data.loader import TokenBatches, cache_dir, resolve_data  # noqa: E402
 from parallax.data.prepare import PreparedData  # noqa: E402
 from parallax.data.source import make_batch_source  # noqa: E402
@@ -195,7 +195,7 @@ def test_run_with_a_prepared_directory_or_a_raw_corpus(prepared, tmp_path, monke
 
 
 def first_options(run):
-    from parallax.config import DataConfig
+    from parallax.spec.config import DataConfig
 
     return DataConfig(vocab_size=run.model_config.vocab_size)
 

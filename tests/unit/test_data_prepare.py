@@ -16,7 +16,7 @@ from fixtures.samples import TRAIN, VALID, stories, unseparated
 
 pytest.importorskip("tokenizers")
 
-from parallax.config import DataConfig  # noqa: E402
+from parallax.spec.config import DataConfig  # noqa: E402
 from parallax.data.prepare import PreparedData, prepare  # noqa: E402
 from parallax.data.tokenfile import file_sha256  # noqa: E402
 from parallax.data.tokenizer import EOT  # noqa: E402

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.data.synthetic import rank_rows, synthetic_batch
 from parallax.errors import ParallaxError

@@ -154,7 +154,7 @@ def test_every_parallax_command_parses_with_the_real_cli(tmp_path):
 
 def benchmark_cells(argv: list[str]) -> tuple[dict, list[tuple[str, str]]]:
     from parallax.cli.benchmark import split_list
-    from parallax.precision import registry
+    from parallax.spec import registry
 
     params = parallax_context(argv).params
     frameworks = split_list(params["frameworks"], "--frameworks")

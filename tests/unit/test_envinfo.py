@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-import parallax
-from parallax import envinfo
+import parallax.native
+from parallax.plan import envinfo
 
 PROBE = {
     "driver": {"available": False, "error": "libcuda.so.1: not found", "library": None, "version": None,
@@ -50,8 +50,8 @@ def test_probe_failure_becomes_a_probe_shaped_answer(monkeypatch):
         def probe():
             raise RuntimeError("native module failed to load")
 
-    monkeypatch.setitem(sys.modules, "parallax.gpu", Broken)
-    monkeypatch.setattr(parallax, "gpu", Broken, raising=False)
+    monkeypatch.setitem(sys.modules, "parallax.native.gpu", Broken)
+    monkeypatch.setattr(parallax.native, "gpu", Broken, raising=False)
     probe = envinfo.probe_gpus()
     assert probe["devices"] == []
     assert probe["driver"]["available"] is False
@@ -60,7 +60,7 @@ def test_probe_failure_becomes_a_probe_shaped_answer(monkeypatch):
 
 def test_environment_imports_neither_torch_nor_jax():
     code = (
-        "import sys; from parallax import envinfo; envinfo.environment(); "
+        "import sys; from parallax.plan import envinfo; envinfo.environment(); "
         "print(sorted(m for m in ('torch', 'jax', 'flax') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

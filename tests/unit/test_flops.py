@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from parallax.config import PRESETS
-from parallax.flops import (
+from parallax.spec.config import PRESETS
+from parallax.spec.flops import (
     Denominators,
     achieved_tflops,
     flops_per_token,

@@ -1,4 +1,4 @@
-"""parallax.gpu on a CPU machine: probe shape, GEMM shapes, library search path, ceilings loop and cache."""
+"""parallax.native.gpu on a CPU machine: probe shape, GEMM shapes, library search path, ceilings loop and cache."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import types
 
 import pytest
 
-from parallax import _native, gpu
-from parallax.config import get_preset
+from parallax import _native
+from parallax.native import gpu
+from parallax.spec.config import get_preset
 from parallax.errors import ParallaxError
 
 DRIVER_KEYS = {"available", "error", "library", "version", "version_str"}

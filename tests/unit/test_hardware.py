@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from parallax import hardware
-from parallax.flops import Denominators
+from parallax.plan import hardware
+from parallax.spec.flops import Denominators
 
 
 def dev(name, cc, index=0):

@@ -13,7 +13,7 @@ pytest.importorskip("optax")
 
 import jax.numpy as jnp  # noqa: E402
 
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import SyntheticBatches, synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
@@ -21,8 +21,8 @@ from parallax.engines.jax import convert, timing  # noqa: E402
 from parallax.engines.jax.model import Llama, RMSNorm, apply_rope, count_params, param_shapes, rope_tables  # noqa: E402
 from parallax.engines.jax.runtime import make_optimizer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-from parallax.schedule import lr_at  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.engines.schedule import lr_at  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
 
@@ -269,8 +269,8 @@ def test_check_returns_the_bf16_label_of_the_device_that_will_run():
 @pytest.fixture
 def planned_jax_recipe(monkeypatch):
     """A planned JAX recipe in the registry (every real one is implemented today)."""
-    from parallax.precision import registry
-    from parallax.precision.recipe import Backend, Recipe
+    from parallax.spec import registry
+    from parallax.spec.recipe import Backend, Recipe
 
     real = registry.recipes()
     planned = Recipe(framework="jax", name="planned-fp8", format="fp8", backend=Backend("flax", module="flax"),
@@ -314,8 +314,8 @@ def test_unknown_device_is_refused():
 # --- through the shared driver and the CLI ----------------------------------------------------
 
 def test_the_driver_writes_a_valid_jax_run(tmp_path):
-    from parallax.results import load_run, load_steps
-    from parallax.train import run_training
+    from parallax.store.results import load_run, load_steps
+    from parallax.run.train import run_training
 
     run = tiny_run(steps=4, warmup=1, output_dir=str(tmp_path))
     run_training(run)

@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("jax")
 pytest.importorskip("flax")
 
-from parallax.config import RunConfig  # noqa: E402
+from parallax.spec.config import RunConfig  # noqa: E402
 from parallax.data.source import make_batch_source  # noqa: E402
 from parallax.data.synthetic import rank_rows  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
@@ -174,7 +174,7 @@ def test_run_config_checks_gpus_and_sharding(changes, message):
 
 
 def test_te_jax_recipes_refuse_several_devices():
-    from parallax.precision import registry
+    from parallax.spec import registry
 
     run = RunConfig(framework="jax", recipe="te-bf16", precision=None, model="tiny", gpus=2)
     with pytest.raises(ParallaxError, match="runs on one GPU in Parallax") as info:
@@ -272,7 +272,7 @@ def test_emulated_nvfp4_trains_on_two_devices(trained):
 
 def test_two_cpu_devices_in_a_process_that_started_jax_with_one_is_a_one_line_error():
     code = ("import jax; jax.devices()\n"
-            "from parallax.config import RunConfig\n"
+            "from parallax.spec.config import RunConfig\n"
             "from parallax.engines import get_engine\n"
             "from parallax.errors import ParallaxError\n"
             "try:\n"

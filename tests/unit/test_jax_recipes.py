@@ -17,17 +17,17 @@ optax = pytest.importorskip("optax")
 import jax.numpy as jnp  # noqa: E402
 
 from fixtures import loss_band  # noqa: E402
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
 from parallax.engines.base import NullProgress, bad_gradients  # noqa: E402
 from parallax.engines.jax import convert, runtime  # noqa: E402
 from parallax.engines.jax.model import BLOCK_LINEARS, Llama, loss_fn  # noqa: E402
 from parallax.engines.jax.training import OVERHEAD_STEPS  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.precision.jax.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
-from parallax.train import training_problem  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.engines.jax.recipes.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
+from parallax.run.train import training_problem  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Fp8DotGeneralOp is deprecated:DeprecationWarning")
 

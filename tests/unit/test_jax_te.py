@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from parallax.config import RunConfig, get_preset
+from parallax.spec.config import RunConfig, get_preset
 from parallax.errors import ParallaxError
-from parallax.precision import registry
-from parallax.weights import init_weights
+from parallax.spec import registry
+from parallax.engines.weights import init_weights
 
 jax = pytest.importorskip("jax")
 nn = pytest.importorskip("flax.linen")
@@ -29,8 +29,8 @@ from flax.core import freeze  # noqa: E402
 
 from parallax.engines.jax import te_model  # noqa: E402
 from parallax.engines.jax.model import Llama  # noqa: E402
-from parallax.precision.jax import te_hooks  # noqa: E402
-from parallax.precision.jax.select import for_recipe  # noqa: E402
+from parallax.engines.jax.recipes import te_hooks  # noqa: E402
+from parallax.engines.jax.recipes.select import for_recipe  # noqa: E402
 
 TINY = get_preset("tiny")
 
@@ -321,7 +321,7 @@ def test_check_refuses_what_te_cannot_run(monkeypatch, fake_te):
 # ---- capability and the command line, without TE ---------------------------------------------
 
 def test_check_env_names_the_te_jax_extra():
-    from parallax.precision import capability as cap
+    from parallax.plan import capability as cap
     from unit.test_capability import GPU_PACKAGES, H200, cell
 
     for name in ("te-bf16", "te-fp8-delayed"):
@@ -383,11 +383,11 @@ def test_the_engine_trains_the_te_model_through_the_hooks(te_standins, fake_te):
     import jax as _jax
 
     from fixtures.batches import RepeatedBatch
-    from parallax.config import OptimConfig
+    from parallax.spec.config import OptimConfig
     from parallax.data.synthetic import synthetic_batch
     from parallax.engines.base import NullProgress, Plan
     from parallax.engines.jax.training import train
-    from parallax.precision.jax.select import on_device
+    from parallax.engines.jax.recipes.select import on_device
 
     recipe = registry.get("jax", "te-bf16")
     precision = on_device(for_recipe(recipe, recipe.load_hooks()), "cpu")

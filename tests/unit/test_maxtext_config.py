@@ -9,10 +9,10 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from parallax.config import PRESETS, RunConfig  # noqa: E402
+from parallax.spec.config import PRESETS, RunConfig  # noqa: E402
 from parallax.engines.maxtext import config as mt  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-from parallax.precision import registry  # noqa: E402
+from parallax.spec import registry  # noqa: E402
 
 # Key names (only) of maxtext 0.2.5's configs/base.yml, read from the PyPI wheel.
 BASE_KEYS = Path(__file__).parent.parent / "fixtures" / "maxtext_0_2_5_base_yml_keys.txt"
@@ -115,8 +115,8 @@ def test_maxtexts_schedule_is_ours_one_step_behind_in_warmup_for_any_steps(steps
     keys written: ours at step - 1 during warm-up (its ramp starts at 0), ours exactly after it,
     also for runs that end inside the warm-up (steps <= W) or one step after it."""
     from fixtures.fake_maxtext import maxtext_lr
-    from parallax.config import OptimConfig
-    from parallax.schedule import lr_at
+    from parallax.spec.config import OptimConfig
+    from parallax.engines.schedule import lr_at
 
     optim = OptimConfig(lr_warmup_steps=warm)
     keys = mt.schedule_keys(RunConfig(model="tiny", steps=steps, optim=optim))
@@ -149,7 +149,7 @@ def test_the_initial_weights_section_names_the_checkpoint_and_the_seed():
     run = run_of("bf16", seed=3)
     text = mt.render(mt.sections(run, weights=mt.weights_keys(Path("/runs/r/maxtext/initial_weights"))),
                      mt.header(run, mt.file_name(run), "tuned"))
-    assert ("# initial weights: parallax.weights.init_weights(llama-100m, seed 3)\n"
+    assert ("# initial weights: parallax.engines.weights.init_weights(llama-100m, seed 3)\n"
             'load_parameters_path: "/runs/r/maxtext/initial_weights"\n') in text
     assert yaml.safe_load(text)["load_parameters_path"] == "/runs/r/maxtext/initial_weights"
     # export-configs writes none, and says how to make one

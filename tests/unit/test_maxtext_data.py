@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("tokenizers")
 
-from parallax.config import RunConfig  # noqa: E402
+from parallax.spec.config import RunConfig  # noqa: E402
 from parallax.data.loader import TokenBatches  # noqa: E402
 from parallax.engines.maxtext import data  # noqa: E402
 

@@ -83,7 +83,7 @@ def test_the_failure_line_is_the_exception_not_jaxs_note(tail, line):
                                               (None, None)])  # --precision nvfp4 alone: its default, te_nvfp4
 def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, tmp_path, monkeypatch):
     """TE's primitives have no CPU lowering, and the te_* modes' concrete init runs TE's quantize."""
-    from parallax.config import RunConfig
+    from parallax.spec.config import RunConfig
     seen = {}
 
     def fake_run(command, env, **kw):

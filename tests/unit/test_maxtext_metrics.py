@@ -134,8 +134,8 @@ def test_the_h200_metrics_file_parses_into_every_step():
     assert steps[-1].loss == 3.6416640281677246
     assert steps[1].lr == pytest.approx(6e-4 / 20)  # MaxText's warm-up starts at 0, one step behind ours
     # MaxText's FLOPs accounting of one step: ours ("maxtext", 612,311,040 a token) times 32 x 1024 tokens
-    from parallax import flops
-    from parallax.config import PRESETS
+    from parallax.spec import flops
+    from parallax.spec.config import PRESETS
 
     ours = flops.flops_per_token_maxtext(PRESETS["llama-100m"], 1024) * 32 * 1024 / 1e12
     assert [s.tflops_per_step for s in steps] == pytest.approx([ours] * 60, rel=1e-9)

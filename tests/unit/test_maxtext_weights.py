@@ -1,10 +1,10 @@
-"""parallax.weights -> MaxText's parameter tree (engines/maxtext/weights.py), NumPy only.
+"""parallax.engines.weights -> MaxText's parameter tree (engines/maxtext/weights.py), NumPy only.
 
 The trees MaxText 0.2.5 builds for our configs were read from the real MaxText (its abstract
 model, ``python -m parallax.engines.maxtext.initial_weights --tree CONFIG.yml``) into
 ``tests/fixtures/maxtext_0_2_5_param_tree_<model>_<scan|unscanned>.txt``. The function test runs
 our model and MaxText's llama2 block in NumPy, each written from its own definition: ours from
-REFERENCE.md §5 (attention scaled by 1/sqrt(head_dim), ``parallax.rope`` tables); MaxText's from
+REFERENCE.md §5 (attention scaled by 1/sqrt(head_dim), ``parallax.engines.rope`` tables); MaxText's from
 its 0.2.5 code (DenseGeneral contractions over [emb, heads, head_dim] kernels, no attention scale,
 ``RotaryEmbedding``: timescale = θ^(2i/head_dim), rotate_half, both halves), on MaxText's tree.
 """
@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from parallax.config import PRESETS
+from parallax.spec.config import PRESETS
 from parallax.engines.maxtext import weights as mw
 from parallax.errors import ParallaxError
-from parallax.rope import rope_tables
-from parallax.weights import init_weights
+from parallax.engines.rope import rope_tables
+from parallax.engines.weights import init_weights
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SCAN_AXIS = 1  # MaxText 0.2.5 base.yml: param_scan_axis

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from parallax import flops, gpu, train
-from parallax.config import RunConfig
+from parallax.spec import flops
+from parallax.native import gpu
+from parallax.run import train
+from parallax.spec.config import RunConfig
 from parallax.engines.base import EngineOutput
-from parallax.precision import PrecisionInfo, registry
+from parallax.spec.precision import PrecisionInfo
+from parallax.spec import registry
 
 SEQ = 16
 FLOPS_PER_TOKEN = flops.flops_per_token_spec(RunConfig(model="tiny").model_config, SEQ)

@@ -1,4 +1,4 @@
-"""The emulated NVFP4 recipes (precision/nvfp4_scheme.py): the seed scheme against the native
+"""The emulated NVFP4 recipes (spec/nvfp4_scheme.py): the seed scheme against the native
 hash, the torch and JAX emulated linears on the same inputs and seed (every GEMM operand bit
 for bit; y, dX, dW within the bf16-GEMM tolerance), the step counters, fullgraph torch.compile,
 and both engines training the tiny preset on the CPU."""
@@ -16,7 +16,7 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 from parallax import quant  # noqa: E402
-from parallax.precision import nvfp4_scheme as scheme  # noqa: E402
+from parallax.spec import nvfp4_scheme as scheme  # noqa: E402
 
 if not quant.available_bindings()["jax_ffi"]:
     pytest.skip("this build has no JAX FFI handlers", allow_module_level=True)
@@ -90,7 +90,7 @@ def test_the_last_blocks_stay_bf16():
 
 
 def test_shapes_must_tile_into_16_blocks():
-    from parallax.config import RunConfig
+    from parallax.spec.config import RunConfig
     from parallax.errors import ParallaxError
 
     run = RunConfig.for_preset("tiny", batch_size=3, seq_len=10)
@@ -212,9 +212,9 @@ def test_torch_module_advances_its_counter_only_under_autograd():
 
 
 def test_fullgraph_compile_matches_eager():
-    from parallax.config import get_preset
+    from parallax.spec.config import get_preset
     from parallax.engines.torch.model import Llama, batch_loss
-    from parallax.weights import init_weights
+    from parallax.engines.weights import init_weights
     from parallax.engines.torch.convert import to_torch_state
 
     config = get_preset("tiny")
@@ -244,9 +244,9 @@ def test_fullgraph_compile_matches_eager():
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_the_tiny_preset_trains_emulated_in_both_engines(framework, tmp_path):
-    from parallax.config import RunConfig
-    from parallax.results import load_steps
-    from parallax.train import run_training
+    from parallax.spec.config import RunConfig
+    from parallax.store.results import load_steps
+    from parallax.run.train import run_training
 
     # 2 x 32 tokens (four 16-blocks), not the preset's 8 x 128: the same run through the same
     # paths, its CPU steps 8x cheaper (torch 20 s -> 15 s, JAX 17 s -> 10 s on 2 cores)

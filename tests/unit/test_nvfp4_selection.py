@@ -11,10 +11,11 @@ import types
 
 import pytest
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.errors import ParallaxError
-from parallax.precision import capability, registry
-from parallax.precision.torch import te_hooks
+from parallax.plan import capability
+from parallax.spec import registry
+from parallax.engines.torch.recipes import te_hooks
 
 A100, H200, B200, B300, RTX_PRO = "8.0", "9.0", "10.0", "10.3", "12.0"
 
@@ -30,7 +31,7 @@ def test_precision_nvfp4_picks_per_compute_capability(cc, torch_recipe):
 
 
 def fake_gpus(monkeypatch, cc):
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     devices = [] if cc is None else [{"index": 0, "name": "fake", "compute_capability": cc}]
     monkeypatch.setattr(envinfo, "probe_gpus", lambda: {"devices": devices})

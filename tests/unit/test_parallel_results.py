@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from parallax import distributed, results, train
-from parallax.config import RunConfig
+from parallax.run import distributed, train
+from parallax.store import results
+from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, StepRecord
-from parallax.precision import PrecisionInfo, registry
+from parallax.spec.precision import PrecisionInfo
+from parallax.spec import registry
 
 BF16 = PrecisionInfo("bf16", "fake", "fake recipe", True)
 RANK_MS = [[50.0, 10.0, 12.0, 10.0, 11.0], [40.0, 11.0, 10.0, 14.0, 10.0]]  # rank 0, rank 1

@@ -1,4 +1,4 @@
-"""parallax.profiling on the CPU: the kernel classifier on real kernel names, the summary's
+"""parallax.engines.profiling on the CPU: the kernel classifier on real kernel names, the summary's
 arithmetic and table, both frameworks' readers (a real CPU trace has no GPU events; GPU planes
 and CUDA events are built by hand), and scripts/device/profile_step.py end to end on the CPU."""
 
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from parallax import profiling
-from parallax.profiling import classify, format_table, summarize
+from parallax.engines import profiling
+from parallax.engines.profiling import classify, format_table, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -311,7 +311,7 @@ def fake_maxtext_gpu(tmp_path, monkeypatch):
     """The fake MaxText (tests/fixtures/fake_maxtext.py) importable here and in its subprocess,
     an H200 as the probe sees it, and Python's version check lowered to this interpreter."""
     from fixtures import fake_maxtext
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     root = fake_maxtext.install(tmp_path / "site")
     monkeypatch.syspath_prepend(str(root))

@@ -7,17 +7,17 @@ import pathlib
 
 import pytest
 
-from parallax import hardware
-from parallax.config import RunConfig
+from parallax.plan import hardware
+from parallax.spec.config import RunConfig
 from parallax.errors import ParallaxError
-from parallax.precision import capability as cap
-from parallax.precision import recipe as recipe_mod
-from parallax.precision import registry
-from parallax.precision.recipe import Backend, Recipe
+from parallax.plan import capability as cap
+from parallax.spec import recipe as recipe_mod
+from parallax.spec import registry
+from parallax.spec.recipe import Backend, Recipe
 
 SRC = pathlib.Path(registry.__file__).parents[1]
 PLANTED = Recipe(framework="torch", name="planted-fp8", format="fp8", backend=Backend("torch.autocast"),
-                 hooks="parallax.precision.torch.autocast:AutocastHooks", min_cc=(8, 9), cpu=True,
+                 hooks="parallax.engines.torch.recipes.autocast:AutocastHooks", min_cc=(8, 9), cpu=True,
                  summary="a recipe defined only in the registry")
 H200 = {"devices": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0"}]}
 PACKAGES = {"torch": "2.11.0+cu130", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
@@ -33,8 +33,8 @@ def planted(monkeypatch):
 
 def test_every_reader_sees_a_recipe_added_to_the_registry_alone(planted, tmp_path):
     from parallax.cli.check_env import build_report
-    from parallax.compare import _baselines
-    from parallax.runner import Matrix
+    from parallax.analysis.compare import _baselines
+    from parallax.run.runner import Matrix
 
     assert RunConfig(recipe="planted-fp8", precision=None).validate().precision == "fp8"  # config
     found = [c for c in cap.capability_matrix(H200, PACKAGES) if c.recipe == "planted-fp8"]  # capability
@@ -51,7 +51,7 @@ def test_every_reader_sees_a_recipe_added_to_the_registry_alone(planted, tmp_pat
 
 
 def test_a_backends_bf16_baseline_has_the_same_tuning():
-    from parallax.compare import _baselines
+    from parallax.analysis.compare import _baselines
 
     assert _baselines("torch", "te-fp8-delayed", "fp8") == ["bf16", "te-bf16"]
     # MaxText's fp8 modes share bf16's backend; bf16 with base.yml's defaults is not their baseline
@@ -59,13 +59,25 @@ def test_a_backends_bf16_baseline_has_the_same_tuning():
     assert _baselines("maxtext", "bf16-defaults", "bf16") == ["bf16"]
 
 
-def test_recipe_names_live_only_under_precision():
-    """No module outside ``parallax/precision`` spells a recipe name (a default or a planned
-    mode alike): they ask the registry."""
+# Where recipes are defined: the registry and what a recipe is (spec/), the recipe modules and
+# their hooks (engines/<framework>/recipes/, engines/maxtext/recipes.py and recipe_hooks.py),
+# the emulated NVFP4 scheme, TE's shape rule, and what can run here (plan/capability.py).
+RECIPE_FILES = ("spec/registry.py", "spec/recipe.py", "spec/precision.py", "spec/nvfp4_scheme.py",
+                "engines/te_shapes.py", "engines/maxtext/recipes.py", "engines/maxtext/recipe_hooks.py",
+                "plan/capability.py")
+
+
+def is_recipe_file(relative: pathlib.Path) -> bool:
+    return "recipes" in relative.parts or relative.as_posix() in RECIPE_FILES
+
+
+def test_recipe_names_live_only_in_the_recipe_files():
+    """No module outside the recipe files spells a recipe name (a default or a planned mode
+    alike): they ask the registry."""
     names = {r.name for r in registry.recipes() if r.name not in recipe_mod.FORMATS}
     offenders = []
     for path in SRC.rglob("*.py"):
-        if "precision" in path.relative_to(SRC).parts:
+        if is_recipe_file(path.relative_to(SRC)):
             continue
         text = path.read_text()
         offenders += [f"{path.relative_to(SRC)}: {n}" for n in names if f'"{n}"' in text or f"'{n}'" in text]
@@ -86,7 +98,8 @@ def test_every_implemented_recipe_loads_its_hooks_without_a_framework_import():
     for r in registry.recipes():
         if r.implemented:
             module, _, cls = r.hooks.partition(":")
-            assert module.startswith("parallax.precision."), r.key
+            path = pathlib.Path(*module.split(".")[1:]).with_suffix(".py")
+            assert is_recipe_file(path), r.key
             assert cls, r.key
 
 
@@ -112,7 +125,7 @@ def test_a_framework_prefix_scopes_a_selector_to_that_framework():
 def test_a_planted_duplicate_is_refused(monkeypatch):
     registry.recipes.cache_clear()
     try:
-        import parallax.precision.torch.autocast as autocast
+        import parallax.engines.torch.recipes.autocast as autocast
 
         monkeypatch.setattr(autocast, "RECIPES", autocast.RECIPES * 2)
         with pytest.raises(RuntimeError, match="recipes defined twice: torch:bf16"):

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-from parallax import results
+from parallax.store import results
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "regrade_guards.py"
 

@@ -14,12 +14,12 @@ from rich.console import Console
 
 from fixtures.fake_runs import generated_steps, steps_from, tiny_config, write_ok_run
 
-from parallax.compare import build_comparison
+from parallax.analysis.compare import build_comparison
 from parallax.errors import ParallaxError
-from parallax.precision import registry
-from parallax.report import export, markdown, terminal, write_report
-from parallax.results import write_run
-from parallax.runner import Matrix
+from parallax.spec import registry
+from parallax.analysis.report import export, markdown, terminal, write_report
+from parallax.store.results import write_run
+from parallax.run.runner import Matrix
 
 TOKENS = 4 * 32  # tiny_config: batch 4 × seq 32
 WARMUP_MS = [500.0, 300.0]
@@ -400,7 +400,7 @@ def test_a_throughput_benchmark_with_evaluation_is_not_a_convergence_penalty(tmp
 
 def test_maxtexts_own_figures_are_compared_run_by_run():
     """Two machines: each run's figures against that run's tokens/s, not the cell's pooled one."""
-    from parallax.compare import LoadedRun, _maxtext_own
+    from parallax.analysis.compare import LoadedRun, _maxtext_own
 
     def mt_run(tps, logged, clock):
         own = {"tokens_per_s_median": logged, "wallclock_tokens_per_s_median": clock}
@@ -419,7 +419,7 @@ def test_maxtexts_own_figures_are_compared_run_by_run():
 
 
 def test_maxtexts_own_figures_sit_beside_ours():
-    from parallax.report import markdown
+    from parallax.analysis.report import markdown
 
     own = {"tokens_per_s_median": 404_000.0, "wallclock_tokens_per_s_median": 396_000.0, "tflops_per_step": 20.06421,
            "parallax_maxtext_accounting_tflops_per_step": 20.06421, "tflops_per_s_median": 245.1,

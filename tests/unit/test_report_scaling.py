@@ -13,12 +13,12 @@ from rich.console import Console
 from fixtures.fake_runs import tiny_config
 from fixtures.parallel_runs import write_parallel_run, write_single_run
 
-from parallax.compare import CELL_DIR, build_comparison, environment_summary
+from parallax.analysis.compare import CELL_DIR, build_comparison, environment_summary
 from parallax.errors import ParallaxError
-from parallax.flops import flops_per_token
-from parallax.config import get_preset
-from parallax.report import export, markdown, terminal, write_report
-from parallax.results import atomic_write_json, write_run
+from parallax.spec.flops import flops_per_token
+from parallax.spec.config import get_preset
+from parallax.analysis.report import export, markdown, terminal, write_report
+from parallax.store.results import atomic_write_json, write_run
 
 TOKENS = 4 * 32  # per GPU per step: tiny_config's batch 4 × seq 32
 WARMUP = [500.0, 300.0]
@@ -296,7 +296,7 @@ def test_environment_summary_counts_identical_gpus_and_names_the_interconnect():
 
 
 def test_crossover_rows_keep_the_gpu_count_of_their_speedup(matrix):
-    from parallax.crossover import speedup_rows
+    from parallax.analysis.crossover import speedup_rows
 
     rows = speedup_rows(build_comparison(matrix, n_boot=300), "tiny", str(matrix))
     assert sorted((r["recipe"], r["gpus"], round(r["ratio"], 4)) for r in rows) == [
@@ -315,8 +315,8 @@ def test_a_one_gpu_cell_that_saw_fewer_gpus_is_still_one_benchmark(matrix):
 
 
 def test_the_efficiency_interval_is_the_ratio_of_the_cells_replicates_over_n(tmp_path):
-    from parallax import stats
-    from parallax.compare import analyse, scaling
+    from parallax.analysis import stats
+    from parallax.analysis.compare import analyse, scaling
 
     run = config("torch", "bf16", "bf16")
     write_single_run(tmp_path / "runs" / "torch-bf16-seed0-rep0", run, WARMUP + [95.0, 105.0] * 10,

@@ -16,9 +16,9 @@ from fixtures.fake_runs import tiny_config
 from fixtures.fake_train import SKIP_REASON
 from fixtures.matrix import FAKE_TRAIN, fake_command, small_matrix
 
-from parallax import runner
+from parallax.run import runner
 from parallax.errors import ParallaxError
-from parallax.results import load_run, load_steps
+from parallax.store.results import load_run, load_steps
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -395,7 +395,7 @@ def test_a_benchmark_resumed_on_another_machine_is_warned_before_any_cell(tmp_pa
 def test_collect_environment_runs_in_a_child_and_never_fails(monkeypatch):
     env = runner.collect_environment(timeout_s=120)
     assert env["parallax_version"] and env["python"]
-    assert "gpus" in env or env["error"].startswith("parallax.envinfo")
+    assert "gpus" in env or env["error"].startswith("parallax.plan.envinfo")
 
 
 def test_fake_trainer_is_the_contract(tmp_path):
@@ -411,7 +411,7 @@ def test_fake_trainer_is_the_contract(tmp_path):
 # ----------------------------------------------------------------------------- the progress file
 
 def test_progress_file_rate_limits_and_flushes_the_last_step(tmp_path, monkeypatch):
-    from parallax import progress_file
+    from parallax.run import progress_file
 
     path = tmp_path / "p.jsonl"
     monkeypatch.setenv(progress_file.ENV_VAR, str(path))
@@ -442,7 +442,7 @@ def test_progress_file_rate_limits_and_flushes_the_last_step(tmp_path, monkeypat
 
 
 def test_progress_reader_waits_for_whole_lines(tmp_path):
-    from parallax import progress_file
+    from parallax.run import progress_file
 
     path = tmp_path / "p.jsonl"
     path.write_text('{"step": 1}\n{"step": 2, "lo')
@@ -458,14 +458,14 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
 def test_cells_start_without_forking_a_process_that_runs_jax(tmp_path):
     """The runner may have imported JAX (check-env, a test session): starting a cell must not
     fork it (JAX warns that fork after its threads start can deadlock). The death signal is
-    taken in the child instead (``parallax.lifeline``)."""
+    taken in the child instead (``parallax.native.lifeline``)."""
     pytest.importorskip("jax")
     script = ("import sys, warnings; sys.path.insert(0, %r)\n"
               "warnings.simplefilter('error')\n"  # the fork warning would fail the cell's start
               "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()\n"
               "from pathlib import Path\n"
               "from fixtures.matrix import fake_command, small_matrix\n"
-              "from parallax.runner import run_matrix\n"
+              "from parallax.run.runner import run_matrix\n"
               "rs = run_matrix(small_matrix(recipes=('bf16',)), Path(sys.argv[1]), command_for=fake_command,\n"
               "                environment=lambda: {'fake': True}, poll_s=0.05)\n"
               "print([r.status for r in rs])\n") % str(FIXTURES.parent)
@@ -479,10 +479,10 @@ def test_cells_start_without_forking_a_process_that_runs_jax(tmp_path):
 def test_a_cell_whose_runner_is_gone_exits_at_once(tmp_path):
     """The runner's pid in the environment is not the child's parent: the child stops."""
     code = ("import os; os.environ['PARALLAX_RUNNER_PID'] = '1' if os.getppid() != 1 else '2'\n"
-            "from parallax.lifeline import die_with_runner; die_with_runner(); print('still here')")
+            "from parallax.native.lifeline import die_with_runner; die_with_runner(); print('still here')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (proc.returncode, proc.stdout) == (1, "")
-    proc = subprocess.run([sys.executable, "-c", "from parallax.lifeline import die_with_runner; "
+    proc = subprocess.run([sys.executable, "-c", "from parallax.native.lifeline import die_with_runner; "
                            "die_with_runner(); print('still here')"], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PARALLAX_RUNNER_PID": str(os.getpid())})
     assert (proc.returncode, proc.stdout.strip()) == (0, "still here")
@@ -531,7 +531,7 @@ def test_concurrent_cells_run_at_once_and_their_runs_say_so(tmp_path, monkeypatc
 
 
 def test_concurrent_cells_have_loss_but_no_throughput_in_the_report(tmp_path, monkeypatch):
-    from parallax.compare import build_comparison
+    from parallax.analysis.compare import build_comparison
 
     run(tmp_path, small_matrix(concurrent=2), {}, monkeypatch)
     record = build_comparison(tmp_path)
@@ -542,7 +542,7 @@ def test_concurrent_cells_have_loss_but_no_throughput_in_the_report(tmp_path, mo
         assert cell["final_loss"]["value"] is not None
     assert record["speedups"] == []
     assert {d["framework"] for d in record["loss_deltas"]} == {"torch", "jax"}
-    from parallax.report import markdown
+    from parallax.analysis.report import markdown
     text = markdown.render(record)
     assert "No throughput to compare: the cells' speed was not measured" in text
     assert "No cell finished with a result." not in text  # every cell did

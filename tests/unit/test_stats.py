@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parallax import stats
+from parallax.analysis import stats
 
 
 def test_percentile_summary_matches_hand_values():

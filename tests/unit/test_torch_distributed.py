@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parallax.distributed import FAULT_ENV  # noqa: E402
-from parallax.results import load_run, load_steps  # noqa: E402
+from parallax.run.distributed import FAULT_ENV  # noqa: E402
+from parallax.store.results import load_run, load_steps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 # tiny at batch 8 x 32: the global batch; two ranks take 4 rows each. grad_clip 0.05 makes
@@ -28,7 +28,7 @@ STEPS, WARMUP = 4, 1
 
 
 def config(out: Path, per_gpu: int, gpus: int, **changes) -> Path:
-    from parallax.config import OptimConfig, RunConfig
+    from parallax.spec.config import OptimConfig, RunConfig
 
     run = RunConfig(framework="torch", model="tiny", batch_size=per_gpu, seq_len=32, steps=STEPS, warmup=WARMUP,
                     compile=False, device="cpu", gpus=gpus, eval_every=2, eval_batches=2, output_dir=str(out),
@@ -188,7 +188,7 @@ def test_a_benchmark_cell_of_two_gpus_ends_at_its_timeout_with_no_orphan(tmp_pat
     sessions, and they die with their launcher (lifeline)."""
     from fixtures.fake_runs import tiny_config
 
-    from parallax.runner import Matrix, run_matrix
+    from parallax.run.runner import Matrix, run_matrix
 
     monkeypatch.setenv(FAULT_ENV, "hang:1:1")
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "0")

@@ -10,15 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fixtures.batches import RepeatedBatch  # noqa: E402
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.torch import convert  # noqa: E402
 from parallax.engines.torch.engine import TorchEngine, make_optimizer  # noqa: E402
-from parallax.precision import registry  # noqa: E402
+from parallax.spec import registry  # noqa: E402
 from parallax.engines.torch.model import Llama, apply_rope, rope_tables  # noqa: E402
-from parallax.schedule import lr_at  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.engines.schedule import lr_at  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
 
@@ -276,7 +276,7 @@ def test_a_planted_zero_gradient_in_a_watched_layer_trips_the_guard(monkeypatch)
     """The guard watches the gradients of the layers a recipe quantizes; plant a recipe that
     'quantizes' w_down and a hook that zeroes that gradient, as a broken fp8 backward would."""
     from parallax.data.source import make_batch_source
-    from parallax.precision.torch.autocast import AutocastHooks
+    from parallax.engines.torch.recipes.autocast import AutocastHooks
 
     class ZeroingHooks(AutocastHooks):
         def quantized(self, module):

@@ -19,16 +19,16 @@ torch = pytest.importorskip("torch")
 from fixtures import loss_band  # noqa: E402
 from fixtures.batches import RepeatedBatch  # noqa: E402
 from fixtures.reference_te import ReferenceTE  # noqa: E402
-from parallax.config import OptimConfig, RunConfig, get_preset  # noqa: E402
+from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.base import NullProgress  # noqa: E402
 from parallax.engines.torch import convert, te_model  # noqa: E402
 from parallax.engines.base import Plan  # noqa: E402
 from parallax.engines.torch.engine import TorchEngine, Trainer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
-from parallax.precision import registry  # noqa: E402
-from parallax.precision.torch.select import for_recipe  # noqa: E402
-from parallax.weights import init_weights  # noqa: E402
+from parallax.spec import registry  # noqa: E402
+from parallax.engines.torch.recipes.select import for_recipe  # noqa: E402
+from parallax.engines.weights import init_weights  # noqa: E402
 
 TINY = get_preset("tiny")
 TORCHAO_RECIPES = ("torchao-fp8-tensorwise", "torchao-fp8-rowwise")
@@ -128,7 +128,7 @@ def test_te_on_the_cpu_is_one_line_through_the_cli(tmp_path):
 
 
 def test_missing_te_on_a_gpu_names_the_extra(monkeypatch):
-    from parallax.precision import capability
+    from parallax.plan import capability
 
     monkeypatch.setitem(sys.modules, "transformer_engine", None)
     monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)
@@ -242,7 +242,7 @@ def test_torchao_plan_labels_its_recipe(trajectories, name):
 
 def _planted(kind: str):
     """TorchaoFloat8Hooks.build with a fault in every converted linear."""
-    from parallax.precision.torch.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
 
     right = TorchaoFloat8Hooks.build
 
@@ -264,7 +264,7 @@ def _planted(kind: str):
 @pytest.mark.parametrize("fault", ["zero weight gradients", "outputs x2"])
 def test_a_planted_fault_leaves_the_band(trajectories, monkeypatch, fault):
     pytest.importorskip("torchao")
-    from parallax.precision.torch.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
 
     monkeypatch.setattr(TorchaoFloat8Hooks, "build", _planted(fault))
     _, out = trajectory("torchao-fp8-tensorwise")
@@ -526,7 +526,7 @@ def test_te_model_forward_replays_graphs_under_grad_and_runs_eager_blocks_under_
 
 
 def test_recipes_with_cuda_graphs_are_the_te_ones_and_their_hooks_capture():
-    from parallax.precision.torch.base import TorchHooks
+    from parallax.engines.torch.recipes.base import TorchHooks
 
     graphable = [r for r in registry.recipes() if r.cuda_graphs]
     assert [r.name for r in graphable] == ["te-bf16", "te-fp8-delayed", "te-fp8-current"]

@@ -7,13 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from parallax import results, train
-from parallax.config import RunConfig
+from parallax.store import results
+from parallax.run import train
+from parallax.spec.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.data.synthetic import synthetic_batch
 from parallax.engines.base import Engine, EngineOutput, EvalRecord, Plan, StepRecord
 from parallax.errors import ParallaxError
-from parallax.precision import PrecisionInfo, registry
+from parallax.spec.precision import PrecisionInfo
+from parallax.spec import registry
 
 BF16 = PrecisionInfo("bf16", "fake", "fake recipe", True)
 PLAN = Plan(recipe=registry.get("torch", "bf16"), precision=BF16, device="cpu")
@@ -174,7 +176,7 @@ def test_a_real_tiny_torch_run_writes_a_valid_result(tmp_path):
     assert loaded["precision"]["recipe"] == "bf16" and loaded["precision"]["backend"] == "torch.autocast"
     assert loaded["precision"]["details"]["summary"].startswith("torch.autocast(bfloat16) over fp32 master weights")
     assert loaded["engine_extra"]["quantized_parameters"] == []
-    # torch's CPU bf16 is native only where oneDNN has AVX512-BF16/AMX (precision/torch/base.py)
+    # torch's CPU bf16 is native only where oneDNN has AVX512-BF16/AMX (engines/torch/recipes/base.py)
     assert loaded["precision"]["native"] is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert "gpus" in loaded["environment"]
     assert len(results.load_steps(run.output_dir)) == 4
@@ -261,7 +263,7 @@ def test_run_gpu_matches_the_probe_entry_by_uuid_then_name():
 
 
 def test_the_h200_resolves_to_its_dense_bf16_peak():
-    from parallax import hardware
+    from parallax.plan import hardware
 
     device = train.run_gpu({"device": "cuda:0", "device_name": "NVIDIA H200", "compute_capability": "9.0"}, [])
     denominators, _ = hardware.denominators(device, "bf16")

@@ -11,12 +11,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from parallax.cli import defaults
-from parallax.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
+from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
-from parallax.precision import registry
-from parallax.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
-from parallax.train import writable_output_dir
+from parallax.spec import registry
+from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
+from parallax.run.train import writable_output_dir
 
 DEFAULTS = RunConfig()
 DEFAULT_OUTPUT_DIR = "benchmark_results"
@@ -43,7 +43,7 @@ def split_seeds(text: str) -> tuple[int, ...]:
 
 def split_gpus(text: str, device: str) -> tuple[int, ...]:
     """``--gpus 1,2,all``: each count checked against the visible GPUs (``distributed.resolve_gpus``)."""
-    from parallax.distributed import resolve_gpus
+    from parallax.run.distributed import resolve_gpus
 
     return tuple(resolve_gpus(item, device) for item in split_list(text, "--gpus"))
 
@@ -156,8 +156,8 @@ def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, se
 
 def summarise(output_dir: Path, report: bool) -> None:
     """The terminal table, and with --report the Markdown report, plots and exports."""
-    from parallax.compare import build_comparison
-    from parallax.report import terminal, write_report
+    from parallax.analysis.compare import build_comparison
+    from parallax.analysis.report import terminal, write_report
 
     from parallax.cli.compare import warn_problems
 

@@ -14,11 +14,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from parallax import __version__, envinfo, hardware, topology
-from parallax.config import PRECISIONS, RunConfig
+from parallax import __version__
+from parallax.plan import envinfo, hardware
+from parallax.native import topology
+from parallax.spec.config import PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
-from parallax.precision import capability as cap
-from parallax.precision import registry
+from parallax.plan import capability as cap
+from parallax.spec import registry
 
 _DEFAULTS = RunConfig()
 
@@ -80,7 +82,7 @@ def build_report(probe: dict, device: int) -> dict:
 
 def measure_ceilings(probe: dict, device: int, run: RunConfig) -> dict:
     """gpu.measure_ceilings with a progress bar on stderr, plus % of the dense datasheet peak."""
-    from parallax import gpu
+    from parallax.native import gpu
 
     result = gpu.measure_ceilings(device, run.model_config, run.batch_size, run.seq_len, progress=_progress())
     spec = hardware.resolve_device(_device(probe, device)).spec

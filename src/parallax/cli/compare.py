@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from parallax import stats
+from parallax.analysis import stats
 from parallax.errors import ParallaxError
-from parallax.train import writable_output_dir, writable_report
+from parallax.run.train import writable_output_dir, writable_report
 
 
 @click.command()
@@ -29,8 +29,8 @@ from parallax.train import writable_output_dir, writable_report
                    "(from cells run on both).")
 def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_machine):
     """Compare the cells of a benchmark: speedups, loss deltas, and ratios to a baseline."""
-    from parallax.compare import build_comparison
-    from parallax.report import terminal, write_report
+    from parallax.analysis.compare import build_comparison
+    from parallax.analysis.report import terminal, write_report
 
     if output_report:  # before the work, as `train` checks its --output-dir
         writable_report(Path(output_report), "--output-report")

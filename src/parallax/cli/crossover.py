@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from parallax import stats
-from parallax.train import writable_output_dir
+from parallax.analysis import stats
+from parallax.run.train import writable_output_dir
 
 
 @click.command()
@@ -23,8 +23,8 @@ from parallax.train import writable_output_dir
 def command(results_dirs, output_dir, bootstraps, cross_machine):
     """Line up benchmarks of several model presets (a results folder each, or several that share no
     speedup): where fp8 pays."""
-    from parallax.crossover import crossover
-    from parallax.report import crossover as render
+    from parallax.analysis.crossover import crossover
+    from parallax.analysis.report import crossover as render
 
     out = writable_output_dir(output_dir, "--output-dir")
     record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)

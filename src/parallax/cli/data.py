@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from parallax.config import DataConfig
+from parallax.spec.config import DataConfig
 
 DEFAULTS = DataConfig()
 

@@ -3,18 +3,18 @@
 ``--model auto`` (the default, ``config.DEFAULT_MODEL``) is llama-100m where the native probe
 finds an NVIDIA GPU, else the tiny preset on the CPU. A preset brings its own batch size and
 sequence length (``config.PRESET_SIZES``) unless the user gives them. The values themselves
-live in ``config.py``; this module only decides between them.
+live in ``spec/config.py``; this module only decides between them.
 """
 
 from __future__ import annotations
 
 import click
 
-from parallax.config import AUTO_MODEL, CPU_MODEL, DEFAULT_MODEL, GPU_MODEL, PRESET_SIZES, RunConfig, preset_sizes
+from parallax.spec.config import AUTO_MODEL, CPU_MODEL, DEFAULT_MODEL, GPU_MODEL, PRESET_SIZES, RunConfig, preset_sizes
 
 
 def gpu_found() -> bool:
-    from parallax import envinfo
+    from parallax.plan import envinfo
 
     return bool(envinfo.probe_gpus()["devices"])
 

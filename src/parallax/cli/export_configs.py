@@ -12,14 +12,14 @@ from pathlib import Path
 
 import click
 
-from parallax.config import GPU_MODEL, PRESET_SIZES, PRESETS, RunConfig, get_preset
+from parallax.spec.config import GPU_MODEL, PRESET_SIZES, PRESETS, RunConfig, get_preset
 from parallax.errors import ParallaxError
 
 DEFAULTS = RunConfig()
 
 
 def build_runs(model: str, recipes: str, batch_size, seq_len, steps, seed) -> list[RunConfig]:
-    from parallax.precision import registry
+    from parallax.spec import registry
 
     get_preset(model)
     selectors = tuple(s.strip() for s in recipes.split(",") if s.strip()) or ("all",)
@@ -40,7 +40,7 @@ def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
-    from parallax.train import writable_output_dir
+    from parallax.run.train import writable_output_dir
 
     rendered = []
     for run in runs:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from parallax.parity import DEVICES, DTYPES, ParityReport, run_parity
+from parallax.analysis.parity import DEVICES, DTYPES, ParityReport, run_parity
 
 
 @click.command("parity")
@@ -26,13 +26,13 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
     Exits 1 when a gated (float32) quantity is out of tolerance; bfloat16 rows are report-only.
     """
     if json_path is not None:  # before the run, not after it
-        from parallax.train import writable_report
+        from parallax.run.train import writable_report
 
         writable_report(json_path, "--json")
     report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device)
     print_report(report)
     if json_path is not None:
-        from parallax.results import atomic_write_json
+        from parallax.store.results import atomic_write_json
 
         atomic_write_json(json_path, report.to_dict())
     return 0 if report.passed else 1

@@ -1,12 +1,12 @@
 """``parallax train``: one training run with a live progress bar, a summary table and a result.
 
-Options left out take RunConfig's defaults (``config.py`` is their only home); ``--model``
+Options left out take RunConfig's defaults (``spec/config.py`` is their only home); ``--model``
 defaults to ``auto`` and a preset brings its own batch size and sequence length
 (``parallax.cli.defaults``). ``--help`` shows every default. Exit codes:
 0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory.
 
 ``--gpus N|all``: a torch run of several GPUs launches one process per GPU
-(``parallax.distributed``); rank 0 draws the progress and prints the summary, the launcher
+(``parallax.run.distributed``); rank 0 draws the progress and prints the summary, the launcher
 prints only a failure. ``--batch-size`` stays the per-GPU batch.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import click
 
 from parallax.cli import defaults
-from parallax.config import CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
+from parallax.spec.config import CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 
@@ -52,7 +52,7 @@ def build_run(options: dict) -> tuple[RunConfig, str | None]:
     """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
     batch size and sequence length unless given, RunConfig's defaults for the rest; and the
     line that says what ``auto`` chose."""
-    from parallax.distributed import resolve_gpus
+    from parallax.run.distributed import resolve_gpus
 
     data = _data_choice(options.pop("synthetic"), options.pop("data"), options.pop("hf"))
     if options.pop("no_compile"):
@@ -122,9 +122,9 @@ def _default(field: str) -> str:
                    "no other option goes with it.")
 def command(config_file, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
-    from parallax import distributed, progress_file
-    from parallax.progress import LiveProgress, print_summary
-    from parallax.train import exit_code, run_training
+    from parallax.run import distributed, progress_file
+    from parallax.run.progress import LiveProgress, print_summary
+    from parallax.run.train import exit_code, run_training
 
     if config_file:
         run = load_config(config_file, options)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from parallax.cache import cache_root
-from parallax.config import DataConfig, RunConfig
+from parallax.store.cache import cache_root
+from parallax.spec.config import DataConfig, RunConfig
 from parallax.data.prepare import META_FILE, PreparedData, prepare
 from parallax.data.tokenfile import open_token_file
 from parallax.errors import ParallaxError

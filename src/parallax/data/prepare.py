@@ -28,12 +28,12 @@ from typing import Callable, Iterator
 import numpy as np
 
 from parallax import __version__
-from parallax.config import DataConfig
+from parallax.spec.config import DataConfig
 from parallax.data.sources import HFDataset, Piece, Source, corpus_files, file_source
 from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
 from parallax.data.tokenizer import (EOT, check_tokenizer, eos_id, load_tokenizer, reserved_tokens,
                                      train_tokenizer)
-from parallax.timestamps import utc_now
+from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError, require_module
 
 FORMAT = "parallax.tokens/1"
@@ -436,7 +436,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     for name in (TOKENIZER_FILE, *SPLIT_FILES.values()):
         os.replace(staging / name, out / name)
     staging.rmdir()
-    from parallax.results import atomic_write_json
+    from parallax.store.results import atomic_write_json
 
     atomic_write_json(out / META_FILE, meta)
     return PrepareResult(PreparedData(out, meta), up_to_date=False, warnings=warnings)

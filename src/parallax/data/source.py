@@ -9,7 +9,7 @@ Evaluation batches are sliced the same way: the ranks' losses averaged are the 1
 
 from __future__ import annotations
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches, rank_rows
 from parallax.errors import ParallaxError
 

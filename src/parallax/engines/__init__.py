@@ -6,7 +6,7 @@ import importlib
 
 from parallax.engines.base import Engine
 from parallax.errors import ParallaxError
-from parallax.precision import registry
+from parallax.spec import registry
 
 _ENGINES = {
     "torch": ("parallax.engines.torch.engine", "TorchEngine"),

@@ -2,7 +2,7 @@
 
 An engine turns a validated RunConfig plus a BatchSource into raw measurements
 (``EngineOutput``). Everything else — FLOPs, MFU, statistics, the result files — is done
-once, for every engine, by ``parallax.train``.
+once, for every engine, by ``parallax.run.train``.
 
 Timing method (``docs/timing.md``): the step time of step k is the interval between the
 completion of step k-1 and step k, with the next step already queued so the device never
@@ -19,9 +19,9 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
-from parallax.config import RunConfig
-from parallax.precision import PrecisionInfo
-from parallax.precision.recipe import Recipe
+from parallax.spec.config import RunConfig
+from parallax.spec.precision import PrecisionInfo
+from parallax.spec.recipe import Recipe
 
 
 class BatchSource(Protocol):
@@ -141,7 +141,7 @@ class Engine(ABC):
 
     @abstractmethod
     def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:
-        """Train ``run.steps`` steps from ``parallax.weights.init_weights(model, run.seed)``
+        """Train ``run.steps`` steps from ``parallax.engines.weights.init_weights(model, run.seed)``
         as ``plan`` says."""
 
     def close(self, plan: Plan) -> None:
@@ -158,7 +158,7 @@ class Engine(ABC):
 class ReferenceTrainer(Protocol):
     """A synchronous, un-timed handle on one engine's model and optimizer, used by
     ``parallax parity`` to compare engines. Arrays are NumPy float32 in the canonical
-    layout of ``parallax.weights`` (names of ``ModelConfig.param_shapes()``, linear
+    layout of ``parallax.engines.weights`` (names of ``ModelConfig.param_shapes()``, linear
     weights [in, out]); batches are [B, S+1] integer arrays."""
 
     def logits(self, batch: np.ndarray) -> np.ndarray: ...  # [B, S, V] float32

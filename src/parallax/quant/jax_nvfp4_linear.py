@@ -1,6 +1,6 @@
 """The emulated NVFP4 linear in JAX: a ``jax.custom_vjp`` over the XLA FFI quantize-dequantize
 calls, and the Flax ``dot_general`` module the block linears' Dense layers use (as Flax's fp8
-ops are used). The equations and the seed scheme: ``parallax/precision/nvfp4_scheme.py``; the
+ops are used). The equations and the seed scheme: ``parallax/spec/nvfp4_scheme.py``; the
 torch twin is ``torch_nvfp4_linear.py``.
 
 Flax's Dense hands the op x [..., K] and its kernel [K, N] (= Wᵀ of torch's layout), both in
@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from parallax.precision import nvfp4_scheme as scheme
+from parallax.spec import nvfp4_scheme as scheme
 from parallax.quant import jax_ffi
 
 COLLECTION = "nvfp4_counter"

@@ -1,7 +1,7 @@
 """The emulated NVFP4 linear in PyTorch: a ``torch.autograd.Function`` around the opaque
 ``torch.ops.parallax`` quantize-dequantize ops, and the module that replaces an ``nn.Linear``.
 The equations, the seed scheme and why fused linears quantize per canonical part:
-``parallax/precision/nvfp4_scheme.py``. The JAX twin is ``jax_nvfp4_linear.py``.
+``parallax/spec/nvfp4_scheme.py``. The JAX twin is ``jax_nvfp4_linear.py``.
 
 torch.compile traces the Function (its forward and backward become AOTAutograd graphs with the
 custom ops as opaque nodes); the seeds are constants of each module and the step counter a
@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 import parallax.quant.torch_ops  # noqa: F401  (registers torch.ops.parallax.*)
-from parallax.precision import nvfp4_scheme as scheme
+from parallax.spec import nvfp4_scheme as scheme
 
 _ops = torch.ops.parallax
 

@@ -1,4 +1,4 @@
-"""Canonical weights (``parallax.weights``) <-> the Flax parameter tree of ``model.Llama``.
+"""Canonical weights (``parallax.engines.weights``) <-> the Flax parameter tree of ``model.Llama``.
 
 The canonical layout already stores linear weights [in, out], which is Flax's ``Dense``
 kernel layout, so conversion only renames: values are copied bit for bit both ways.
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from parallax.config import ModelConfig
-from parallax.weights import check_canonical
+from parallax.spec.config import ModelConfig
+from parallax.engines.weights import check_canonical
 
 NORMS = ("attention_norm", "ffn_norm", "norm")
 

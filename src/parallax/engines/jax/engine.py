@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, Progress
 from parallax.errors import ParallaxError
 
@@ -48,8 +48,8 @@ class JaxEngine(Engine):
         model is built (it needs a compiled probe on the device)."""
         from parallax.engines.jax import parallel
         from parallax.engines.jax.runtime import import_jax, resolve_device
-        from parallax.precision import capability
-        from parallax.precision.jax.select import for_recipe, on_device
+        from parallax.plan import capability
+        from parallax.engines.jax.recipes.select import for_recipe, on_device
 
         recipe = run.recipe_spec
         capability.require_implemented(recipe)

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from parallax.config import ModelConfig
-from parallax.rope import rope_tables
+from parallax.spec.config import ModelConfig
+from parallax.engines.rope import rope_tables
 
 
 class RMSNorm(nn.Module):
@@ -80,7 +80,7 @@ BLOCK_LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 
 
 def _dense(features: int, dtype, name: str, dot_general_cls=None) -> nn.Dense:
-    # Initial values come from parallax.weights through convert.py; this initializer only
+    # Initial values come from parallax.engines.weights through convert.py; this initializer only
     # gives model.init shapes. ``dot_general_cls`` None is Flax's default, lax.dot_general.
     return nn.Dense(features, use_bias=False, dtype=dtype, param_dtype=jnp.float32, name=name,
                     dot_general_cls=dot_general_cls)

@@ -7,10 +7,10 @@ import contextlib
 
 import numpy as np
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.jax.convert import from_flax, to_flax
 from parallax.engines.jax.runtime import build_model, import_jax, jit_train_step, make_optimizer, resolve_device
-from parallax.precision.jax.select import check_compute_dtype
+from parallax.engines.jax.recipes.select import check_compute_dtype
 
 
 class JaxReferenceTrainer:

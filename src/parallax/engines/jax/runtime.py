@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from functools import partial
 
-from parallax.config import ModelConfig, OptimConfig
+from parallax.spec.config import ModelConfig, OptimConfig
 from parallax.errors import ParallaxError, missing_dependency
-from parallax.schedule import lr_at
+from parallax.engines.schedule import lr_at
 
 # The BFC allocator stays (fast), but without grabbing 75% of the GPU up front, so that
 # peak_bytes_in_use reflects what the run needs; a user's explicit setting wins.

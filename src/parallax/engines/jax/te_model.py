@@ -42,10 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from parallax.config import ModelConfig
+from parallax.spec.config import ModelConfig
 from parallax.engines.jax.convert import flax_path
 from parallax.engines.jax.model import Llama, apply_rope
-from parallax.weights import check_canonical
+from parallax.engines.weights import check_canonical
 
 # The parts of one layer's canonical weights in each TE parameter, in the order they are laid out.
 QKV = ("wq", "wk", "wv")  # qkv/kernel [d, 3·H·hd]: column blocks

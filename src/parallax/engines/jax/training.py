@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.base import EngineOutput, EvalRecord, Progress, StepRecord, bad_gradients, eval_due
 from parallax.engines.jax import timing
 from parallax.engines.jax.parallel import Layout, host_value, memory_by_device, slowest_steps
@@ -20,8 +20,8 @@ from parallax.engines.jax.runtime import (
     jit_train_step,
     make_optimizer,
 )
-from parallax.schedule import lr_at
-from parallax.weights import init_weights
+from parallax.engines.schedule import lr_at
+from parallax.engines.weights import init_weights
 
 TIMING_METHOD = (
     "host clock when step k's metrics are ready minus the same for step k-1, "

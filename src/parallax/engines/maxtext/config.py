@@ -8,7 +8,7 @@ does not (a MaxText version whose keys moved).
 What matches our engines exactly: the model (REFERENCE.md §5), batch, sequence, steps, AdamW
 (b1, b2, eps, weight decay on matrices only via ``adamw_mask``), global-norm clipping, the
 cosine part of the schedule (MaxText's ``pct = (step - W) / (steps - W - 1)`` is ours), and the
-initial weights: the engine writes ``parallax.weights.init_weights(model, seed)`` as a MaxText
+initial weights: the engine writes ``parallax.engines.weights.init_weights(model, seed)`` as a MaxText
 checkpoint (``initial_weights.py``) and names it in ``load_parameters_path`` (``weights_keys``).
 What cannot: MaxText's linear warmup starts at 0 (``lr·step/W``), ours at ``lr/W``
 (``lr·(step+1)/W``), so MaxText's warmup runs one step behind ours. And MaxText's llama2 holds
@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.maxtext.child import TRAIN_MODULE  # noqa: F401 (config.TRAIN_MODULE, as before)
 from parallax.errors import ParallaxError
 
@@ -184,7 +184,7 @@ def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None
         Section("data", data or synthetic_keys()),
     ]
     if weights:
-        found.append(Section(f"initial weights: parallax.weights.init_weights({run.model}, seed {run.seed})",
+        found.append(Section(f"initial weights: parallax.engines.weights.init_weights({run.model}, seed {run.seed})",
                              weights))
     if output:
         found.append(Section("output", output))
@@ -319,6 +319,6 @@ def installed_base_yml() -> Path | None:
 
 
 def installed_version() -> str | None:
-    from parallax.envinfo import package_version
+    from parallax.plan.envinfo import package_version
 
     return package_version("maxtext")

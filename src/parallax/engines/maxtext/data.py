@@ -34,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.data.tokenfile import HEADER
 
 MMAP_MAGIC = b"MMIDIDX\x00\x00"

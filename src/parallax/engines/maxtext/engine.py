@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, Progress
-from parallax.envinfo import older
+from parallax.plan.envinfo import older
 from parallax.errors import ParallaxError
 
 MIN_PYTHON = (3, 12)  # MaxText 0.2.5: Requires-Python >= 3.12
@@ -36,7 +36,7 @@ def require_maxtext() -> str:
     import importlib.util
 
     from parallax.engines.maxtext import config
-    from parallax.precision.maxtext import MAXTEXT
+    from parallax.engines.maxtext.recipes import MAXTEXT
 
     version = config.installed_version()
     if version is None or importlib.util.find_spec("maxtext") is None:
@@ -65,9 +65,10 @@ class MaxTextEngine(Engine):
     name = "maxtext"
 
     def check(self, run: RunConfig) -> Plan:
-        from parallax import envinfo
+        from parallax.plan import envinfo
         from parallax.engines.maxtext import config
-        from parallax.precision import NATIVE, PrecisionInfo, capability
+        from parallax.spec.precision import NATIVE, PrecisionInfo
+        from parallax.plan import capability
 
         recipe = run.recipe_spec
         capability.require_implemented(recipe)
@@ -108,7 +109,7 @@ class MaxTextEngine(Engine):
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str, device: str):
         raise ParallaxError("parallax parity cannot drive MaxText: it runs in a subprocess; compare it through "
-                            "benchmark results instead (it starts from parallax.weights, as every engine does)")
+                            "benchmark results instead (it starts from parallax.engines.weights, as every engine does)")
 
 
 def planned_data_keys(run: RunConfig) -> dict:

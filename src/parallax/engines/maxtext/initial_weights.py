@@ -1,4 +1,4 @@
-"""Write ``parallax.weights.init_weights(MODEL, SEED)`` as the checkpoint MaxText loads with
+"""Write ``parallax.engines.weights.init_weights(MODEL, SEED)`` as the checkpoint MaxText loads with
 ``load_parameters_path``; run in MaxText's environment (Python 3.12+), on the CPU (the te_* modes
 on the GPU: ``launch.weights_env``):
 
@@ -80,9 +80,9 @@ def write(argv: list[str]) -> tuple[str, int | None]:
     counting failed)."""
     from maxtext.common import checkpointing
 
-    from parallax.config import get_preset
+    from parallax.spec.config import get_preset
     from parallax.engines.maxtext import weights
-    from parallax.weights import init_weights
+    from parallax.engines.weights import init_weights
 
     yml, out_dir, model_name, seed = argv
     config, build, abstract = abstract_model(yml)

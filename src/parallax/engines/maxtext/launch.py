@@ -5,7 +5,7 @@ The subprocess is ``python -m maxtext.trainers.pre_train.train <run>/maxtext/<na
 output goes to ``<run>/maxtext/train.log``; each ``completed step`` line moves our progress
 display. When it ends, its metrics file becomes our step records: step time, loss, learning
 rate, gradient norm before clipping. Before it, ``initial_weights.py`` writes our initial weights
-(``parallax.weights``, the run's seed) as the checkpoint the config's ``load_parameters_path``
+(``parallax.engines.weights``, the run's seed) as the checkpoint the config's ``load_parameters_path``
 names, so MaxText starts where our engines start. MaxText's own TFLOP/s and tokens/s, its parameter count
 (logged, and exact from ``count_params.py`` run after it) and memory lines are recorded beside
 ours (``engine_extra.maxtext``). A MaxText run that
@@ -23,11 +23,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallax.config import RunConfig
+from parallax.spec.config import RunConfig
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
-from parallax.gpu import pip_cudnn_folder
-from parallax.precision.maxtext import MAXTEXT_TE
+from parallax.native.gpu import pip_cudnn_folder
+from parallax.engines.maxtext.recipes import MAXTEXT_TE
 
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
                  "training loop, each step's loss fetched while the next runs")
@@ -40,7 +40,7 @@ WEIGHTS_TIMEOUT_S = 600  # MaxText's imports, an abstract model, our weights, on
 WEIGHTS_CACHE = "maxtext-weights"  # under the cache root
 WEIGHTS_CACHE_KEEP = 8  # checkpoints kept, most recently used first (llama-100m: ~0.4 GB each)
 WEIGHTS_DONE = "parallax-weights.txt"  # written last: a checkpoint without it is incomplete
-WEIGHTS_METHOD = ("initial_weights.py: parallax.weights.init_weights(model, seed) converted to MaxText's tree "
+WEIGHTS_METHOD = ("initial_weights.py: parallax.engines.weights.init_weights(model, seed) converted to MaxText's tree "
                   "(parallax.engines.maxtext.weights: query kernel / sqrt(head_dim), RoPE half-split as ours), "
                   "checked path by path against MaxText's abstract model and saved by its save_params_to_path; "
                   "MaxText loads it with load_parameters_path")
@@ -164,7 +164,7 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, name, tuning)))
     env = child_env(int(plan.device.split(":")[1]))
-    progress.phase(f"writing parallax.weights (seed {run.seed}) as MaxText's checkpoint")
+    progress.phase(f"writing parallax.engines.weights (seed {run.seed}) as MaxText's checkpoint")
     initial = cached_initial_weights(run, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     facts = stream(command, env, where.log, progress)
@@ -190,7 +190,7 @@ def keyed_cache_path(folder: str, key: dict) -> Path:
     import hashlib
     import json
 
-    from parallax.cache import cache_root
+    from parallax.store.cache import cache_root
 
     text = json.dumps(key, sort_keys=True, default=str)
     return cache_root() / folder / hashlib.sha256(text.encode()).hexdigest()[:24]
@@ -211,7 +211,7 @@ def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint:
         parameters = write_initial_weights(run, yml, where, partial, env)
         if parameters is not None:  # the same abstract model count_params.py would build after training
             keep_count(run, parameters, "initial_weights.py")
-        (partial / WEIGHTS_DONE).write_text(f"parallax.weights.init_weights({run.model}, seed {run.seed})\n")
+        (partial / WEIGHTS_DONE).write_text(f"parallax.engines.weights.init_weights({run.model}, seed {run.seed})\n")
         shutil.rmtree(checkpoint, ignore_errors=True)
         os.replace(partial, checkpoint)
     finally:
@@ -229,7 +229,7 @@ def evict_weights(root: Path, keep: int) -> None:
 
 
 def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
-    return {"source": "parallax.weights.init_weights", "seed": run.seed, "load_parameters_path": str(checkpoint),
+    return {"source": "parallax.engines.weights.init_weights", "seed": run.seed, "load_parameters_path": str(checkpoint),
             "method": WEIGHTS_METHOD, "log_file": str(where.root / "initial_weights.log"), "cached_from": None}
 
 
@@ -387,7 +387,7 @@ def die_with_parent() -> None:
     import ctypes
     import signal
 
-    from parallax.lifeline import PR_SET_PDEATHSIG
+    from parallax.native.lifeline import PR_SET_PDEATHSIG
 
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -401,7 +401,7 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 
 def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, command: list[str],
            data_facts: dict, counted: Counted, initial: dict) -> EngineOutput:
-    from parallax import flops
+    from parallax.spec import flops
 
     steps = metrics.read_metrics(where.metrics)
     if len(steps) != run.steps or [s.step for s in steps] != list(range(run.steps)):

@@ -1,4 +1,4 @@
-"""Canonical weights (``parallax.weights``) -> MaxText 0.2.5's parameter tree of our llama2 model.
+"""Canonical weights (``parallax.engines.weights``) -> MaxText 0.2.5's parameter tree of our llama2 model.
 
 NumPy only: the engine's child process (``initial_weights.py``) runs it in MaxText's environment,
 and CI tests it without MaxText. Paths are MaxText's NNX state paths joined by ``/`` (read from its
@@ -30,7 +30,7 @@ Two facts of MaxText's function decide the values, both read from MaxText 0.2.5'
   (docs/results/2026-12-02-cpu-gradnorm/).
 - **RoPE.** MaxText's llama2 (``rope_type: default``) uses ``embeddings.RotaryEmbedding``:
   half-split (``_rotate_half``: (x1, x2) -> (-x2, x1) over the two halves of head_dim), angle
-  pos / (θ^(2i/head_dim)), i < head_dim/2, both halves: ``parallax.rope``'s convention exactly,
+  pos / (θ^(2i/head_dim)), i < head_dim/2, both halves: ``parallax.engines.rope``'s convention exactly,
   so the q and k kernels need no permutation of their head dimensions.
 """
 
@@ -40,9 +40,9 @@ import math
 
 import numpy as np
 
-from parallax.config import ModelConfig
+from parallax.spec.config import ModelConfig
 from parallax.errors import ParallaxError
-from parallax.weights import check_canonical
+from parallax.engines.weights import check_canonical
 
 SEP = "/"
 

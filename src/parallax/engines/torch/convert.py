@@ -1,4 +1,4 @@
-"""Canonical weights (``parallax.weights``) to and from the torch ``Llama`` state dict.
+"""Canonical weights (``parallax.engines.weights``) to and from the torch ``Llama`` state dict.
 
 Canonical linear weights are [in, out] (y = x @ W); ``nn.Linear`` stores [out, in], so every
 linear is transposed. The fused torch layers concatenate along the output dimension:
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from parallax.config import ModelConfig
-from parallax.weights import check_canonical
+from parallax.spec.config import ModelConfig
+from parallax.engines.weights import check_canonical
 
 
 def _linear(w: np.ndarray) -> torch.Tensor:

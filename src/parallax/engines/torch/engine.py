@@ -1,6 +1,6 @@
 """The PyTorch training engine: the recipe's model and context, fused AdamW, torch.compile, SDPA.
 
-What precision means here is the recipe's business (``precision/torch/``): its hooks build the
+What precision means here is the recipe's business (``engines/torch/recipes/``): its hooks build the
 model, give the context every forward runs in and say which layers are quantized; this module
 runs the loop, times it and guards the numerics.
 
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parallax.config import ModelConfig, OptimConfig, RunConfig
+from parallax.spec.config import ModelConfig, OptimConfig, RunConfig
 from parallax.engines.base import (
     BatchSource,
     Engine,
@@ -45,8 +45,8 @@ from parallax.engines.base import (
     eval_due,
 )
 from parallax.errors import ParallaxError, missing_dependency
-from parallax.schedule import lr_at
-from parallax.weights import init_weights
+from parallax.engines.schedule import lr_at
+from parallax.engines.weights import init_weights
 
 TIMING_METHOD_CUDA = "cuda-events: interval between consecutive step-end events, one step in flight"
 TIMING_METHOD_HOST = "perf_counter: interval between consecutive step ends (CPU runs synchronously)"
@@ -150,7 +150,7 @@ def cuda_graphs_decision(run: RunConfig, recipe, device) -> bool:
     supported = recipe.cuda_graphs and device.type == "cuda"
     if run.cuda_graphs == "on" and not supported:
         if not recipe.cuda_graphs:
-            from parallax.precision import registry
+            from parallax.spec import registry
 
             graphable = ", ".join(r.name for r in registry.of_framework("torch") if r.cuda_graphs and r.implemented)
             raise ParallaxError(f"--cuda-graphs on: recipe '{recipe.name}' has no CUDA-graph capture (only "
@@ -330,9 +330,9 @@ class TrainLoop:
         self.evals: list[EvalRecord] = []
         self.compile_s = 0.0
         self.step = 0  # the step being run
-        from parallax.distributed import FAULT_ENV, planted_fault
+        from parallax.run.distributed import FAULT_ENV, planted_fault
 
-        # The test hook of parallax.distributed (a planted rank failure); None in real runs.
+        # The test hook of parallax.run.distributed (a planted rank failure); None in real runs.
         self.fault = planted_fault if os.environ.get(FAULT_ENV) else None
         # Several GPUs: the last warmup step runs under torch.profiler (CUDA kernels), for the
         # share of GPU kernel time in NCCL's collectives (parallel.communication_record). Not
@@ -394,7 +394,7 @@ class TrainLoop:
 
     def _profiled(self, profiler, end, step: int) -> None:
         from parallax.engines.torch.parallel import communication_record
-        from parallax.profiling import torch_kernel_events
+        from parallax.engines.profiling import torch_kernel_events
 
         self.clock.wait(end)
         profiler.stop()
@@ -424,8 +424,8 @@ class TorchEngine(Engine):
         """Device, recipe (library, capability, the recipe's own checks) and attention backend,
         decided once; ParallaxError before any training."""
         torch = import_torch()
-        from parallax.precision import capability
-        from parallax.precision.torch.select import for_recipe
+        from parallax.plan import capability
+        from parallax.engines.torch.recipes.select import for_recipe
 
         recipe = run.recipe_spec
         rank = self.rank(run)
@@ -465,7 +465,7 @@ class TorchEngine(Engine):
         """This process's RankInfo in a run of several GPUs (torchrun's environment), else None."""
         if run.gpus == 1:
             return None
-        from parallax.distributed import rank_info
+        from parallax.run.distributed import rank_info
 
         rank = rank_info()
         if rank is None:
@@ -575,7 +575,7 @@ class TorchReferenceTrainer:
 
     def __init__(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str, device: str):
         torch = import_torch()
-        from parallax.precision.torch.select import for_compute_dtype
+        from parallax.engines.torch.recipes.select import for_compute_dtype
 
         torch_device = resolve_device(torch, device)
         precision = for_compute_dtype(torch, compute_dtype, torch_device)

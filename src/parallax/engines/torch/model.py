@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parallax.config import ModelConfig
-from parallax.rope import rope_tables
+from parallax.spec.config import ModelConfig
+from parallax.engines.rope import rope_tables
 
 
 class RMSNorm(nn.Module):

@@ -1,6 +1,6 @@
 """The torch engine on several processes: the process group, DDP or FSDP2, and the ranks' records.
 
-One process per GPU (``parallax.distributed`` launches them under torch.distributed.run).
+One process per GPU (``parallax.run.distributed`` launches them under torch.distributed.run).
 Each rank joins the process group (NCCL on GPUs, gloo on the CPU) with the run's finite
 timeout (``RunConfig.dist_timeout_s``), builds the same model from the same seeded weights
 (``weights.init_weights``: every rank starts equal, DDP checks it by broadcasting rank 0's
@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from parallax.distributed import RankInfo, kept_env
+from parallax.run.distributed import RankInfo, kept_env
 from parallax.errors import ParallaxError
 
 TEARDOWN_S = 60.0  # a rank whose process group does not come apart in this long exits anyway
@@ -52,7 +52,7 @@ def check_run(run) -> None:
         raise ParallaxError(f"--cuda-graphs on with --gpus {run.gpus}: CUDA graphs are {GRAPHS_OFF}; "
                             "use --cuda-graphs auto or off")
     if run.sharding == "fsdp" and not recipe.fsdp:
-        from parallax.precision import registry
+        from parallax.spec import registry
 
         sharded = [r.name for r in registry.of_framework("torch") if r.fsdp and r.implemented]
         raise ParallaxError(f"recipe '{recipe.name}' does not run with --sharding fsdp (TransformerEngine modules "
@@ -210,7 +210,7 @@ NO_COMMUNICATION = {"cpu": "gloo runs on the host: the GPU profiler sees no coll
 def communication_record(events: list[tuple], step: int) -> dict:
     """The collectives' share of a profiled step's GPU kernel time, from (name, µs) events
     (``profiling.torch_kernel_events``), NCCL's kernels by ``profiling.classify``."""
-    from parallax.profiling import classify
+    from parallax.engines.profiling import classify
 
     total = sum(e[1] for e in events)
     comm = sum(e[1] for e in events if classify(e[0]) == "communication")

@@ -37,10 +37,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parallax.config import ModelConfig
+from parallax.spec.config import ModelConfig
 from parallax.engines.torch.convert import from_torch_state, to_torch_state
 from parallax.engines.torch.model import RMSNorm, apply_rope
-from parallax.rope import rope_tables
+from parallax.engines.rope import rope_tables
 
 # The TE linear weights of one block, whose GEMMs run in fp8 under an fp8 recipe.
 TE_LINEAR_WEIGHTS = ("attention.qkv.weight", "attention.wo.weight",
@@ -165,7 +165,7 @@ class TELlama(nn.Module):
         return self.head(h, targets)
 
 
-# ---- canonical weights ([in, out], parallax.weights) <-> the TE model's state (weights [out, in])
+# ---- canonical weights ([in, out], parallax.engines.weights) <-> the TE model's state (weights [out, in])
 #
 # The TE model holds exactly the tensors of the plain ``Llama`` (fused qkv, fc1 = [w_gate; w_up])
 # under other names, so its converters are the plain ones (``convert.py``) with the names mapped.

@@ -1,0 +1,137 @@
+"""What ``parallax train`` shows: a live progress bar while it runs, a summary table at the end.
+
+``LiveProgress`` implements ``engines.base.Progress``. On a terminal it is a rich progress bar
+(step, loss, tokens/s over the last steps); in a log file (no terminal) it writes one plain
+line every tenth of the run instead of redrawing a bar.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from parallax.analysis.report.format import gib, pct
+
+RECENT_STEPS = 20  # tokens/s in the bar is the median over this many recent steps
+
+
+class LiveProgress:
+    def __init__(self, total_steps: int, tokens_per_step: int, warmup: int, console: Console | None = None):
+        self.total, self.tokens_per_step, self.warmup = total_steps, tokens_per_step, warmup
+        self.console = console or Console(stderr=True)
+        self.recent: deque[float] = deque(maxlen=RECENT_STEPS)
+        self.log_every = max(1, total_steps // 10)
+        self.bar = Progress(
+            TextColumn("[bold]{task.description:<18}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]:>7}"),
+            TextColumn("{task.fields[tps]:>11} tok/s"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=self.console,
+            disable=not self.console.is_terminal,
+        )
+        self.task = self.bar.add_task("starting", total=total_steps, loss="-", tps="-")
+
+    def __enter__(self) -> "LiveProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def phase(self, text: str) -> None:
+        # The bar appears with the first phase, after the run passed its checks, so that bad
+        # input shows only its one-line error.
+        self.bar.start()
+        self.bar.update(self.task, description=text)
+        if not self.console.is_terminal:
+            self.console.print(f"[{text}]", highlight=False, markup=False)
+
+    def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
+        if step_ms is not None and step >= self.warmup:
+            self.recent.append(step_ms)
+        loss_text = "-" if loss is None else f"{loss:.4f}"
+        tps_text = f"{self.tokens_per_s():,.0f}" if self.recent else "(warmup)"
+        self.bar.update(self.task, completed=step + 1, loss=loss_text, tps=tps_text)
+        if not self.console.is_terminal and ((step + 1) % self.log_every == 0 or step + 1 == self.total):
+            ms = "-" if step_ms is None else f"{step_ms:.1f} ms"
+            self.console.print(f"step {step + 1}/{self.total}  loss {loss_text}  {ms}  {tps_text} tok/s",
+                               highlight=False)
+
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step * 1e3 / statistics.median(self.recent)
+
+
+def summary_table(result: dict) -> Table:
+    """One run's result (a run.json dict) as a two-column table."""
+    cfg, precision = result["config"], result.get("precision") or {}
+    table = Table(title=f"parallax train: {cfg['framework']} {cfg['precision']} {cfg['model']}",
+                  show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("status", result["status"])
+    if result["status"] != "ok":
+        table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
+    else:
+        _add_ok_rows(table, result, precision)
+    return table
+
+
+def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
+    cfg, timing, tput = result["config"], result["timing"], result["throughput"]
+    fw, ms = result["framework"], timing["step_ms"]
+    primary = result["flops"]["primary_accounting"]
+    row = result["flops"]["accountings"][primary]
+    native = "native" if precision.get("native") else "emulated"
+    table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {native})")
+    table.add_row("device", f"{fw.get('device_name') or fw.get('device')}; attention {fw.get('attention_backend')}; "
+                            f"{'compiled' if fw.get('compiled') else 'eager'}")
+    table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}; {timing['measured_steps']} measured "
+                                 f"steps after {timing['warmup_steps']} warmup")
+    par = result.get("parallel") or {}
+    if par.get("gpus", 1) > 1:
+        table.add_row("GPUs", f"{par['gpus']} ({par['sharding']}, {par['launcher']}, {par['backend']}): global batch "
+                              f"{par['global_batch']}, {tput['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU; step "
+                              "time of the slowest rank, MFU and memory per GPU")
+    table.add_row("tokens/s (median)", f"{tput['tokens_per_s']:,.0f}  (p10 {tput['tokens_per_s_p10']:,.0f}, "
+                                       f"p90 {tput['tokens_per_s_p90']:,.0f})")
+    table.add_row("step time (median)", f"{ms['median']:.2f} ms  (p10 {ms['p10']:.2f}, p90 {ms['p90']:.2f})")
+    table.add_row(f"TFLOP/s ({primary})", f"{row['tflops']:.1f}" if row["tflops"] >= 1 else f"{row['tflops']:.2g}")
+    mfu = [f"{pct(row['mfu_precision_peak'])} of {cfg['precision']} peak"]
+    if cfg["precision"] != "bf16":
+        mfu.append(f"{pct(row['mfu_bf16_peak'])} of bf16 peak")
+    mfu.append(f"{pct(row['mfu_measured_ceiling'])} of measured ceiling")
+    table.add_row(f"MFU ({primary})", ", ".join(mfu))
+    mem = result["memory"]
+    table.add_row("peak memory", f"{gib(mem['peak_allocated_bytes'])} allocated, "
+                                 f"{gib(mem['peak_reserved_bytes'])} reserved")
+    compile_s = timing["compile_s"]
+    table.add_row("compile / first step", "n/a" if compile_s is None else f"{compile_s:.1f} s")
+    loss = result["loss"]
+    table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f} (last-10 mean {loss['final_smoothed']:.4f})")
+    if result.get("eval"):
+        last = result["eval"][-1]
+        ppl = "n/a" if last["perplexity"] is None else f"{last['perplexity']:.2f}"
+        table.add_row("eval", f"loss {last['loss']:.4f}, perplexity {ppl} after step {last['step']}")
+    for warning in result["flops"].get("warnings") or []:
+        table.add_row("note", warning)
+
+
+def print_summary(result: dict, run_dir: str | None = None, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(summary_table(result))
+    if run_dir:  # unwrapped, so the path can be copied
+        console.print(f"wrote {run_dir}/run.json and steps.jsonl", soft_wrap=True, highlight=False, markup=False)

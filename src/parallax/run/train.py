@@ -1,0 +1,435 @@
+"""The training driver every engine shares: RunConfig in, ``run.json`` + ``steps.jsonl`` out.
+
+Order of work: validate the run, check the output directory is writable, ask the engine
+whether it can run (``Engine.check``: dependency, device, precision), open the batch source —
+all before any GPU work, so bad input costs nothing and writes nothing (ParallaxError, exit 2).
+Then the engine trains and this module turns its raw measurements into the result: step-time
+statistics over the measured steps (index ≥ warmup), throughput, FLOPs and MFU under every
+accounting and denominator, memory, loss and evaluation.
+
+A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
+``failed`` with the error and the traceback's tail (exit code 1).
+
+Several GPUs (``RunConfig.gpus`` > 1; ``parallax.run.distributed``): a torch run first launches its
+ranks (this process becomes the launcher, which writes the run.json of a failed launch), each
+rank trains here on its rows of every global batch, and rank 0 alone writes the result from
+every rank's measurements: ``timing.step_ms`` summarises, step by step, the slowest rank's time
+(the step ends when the last rank's does); ``throughput.tokens_per_s`` is global and
+``tokens_per_s_per_gpu`` its share per GPU, which MFU divides by one GPU's peak; ``memory`` is
+the largest rank's; ``parallel`` holds the launch and every rank's median step and peak memory.
+A rank that fails records its error for the launcher and exits non-zero (no run.json of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import socket
+import statistics
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from parallax.run import distributed
+from parallax.spec import flops
+from parallax.plan import hardware
+from parallax.spec.config import RunConfig
+from parallax.data.source import make_batch_source
+from parallax.engines import get_engine
+from parallax.engines.base import EngineOutput, NullProgress, Progress
+from parallax.store.timestamps import utc_now
+from parallax.errors import ParallaxError
+from parallax.spec.precision import PrecisionInfo
+from parallax.store.results import write_run
+from parallax.analysis.stats import percentile_summary, perplexity, smoothed_final
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
+EXIT_CODES = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM}
+TRACEBACK_LINES = 30
+
+
+def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
+    """Train ``run`` and write its result into ``run.output_dir``; return the run.json dict.
+
+    Raises ParallaxError (nothing written) when the run cannot start. A torch run of several
+    GPUs started here launches its ranks (``distributed.launch``) and returns rank 0's result
+    or the launcher's record of the failure; in a rank, ``progress`` is shown by rank 0 only."""
+    run = run.validate()
+    distributed.check_parallel(run)
+    if distributed.needs_launch(run):
+        return distributed.launch(run)
+    rank = distributed.rank_info() if run.gpus > 1 and run.framework in distributed.LAUNCHED else None
+    if rank is None:
+        return _train(run, progress)
+    try:
+        return _train(run, progress if rank.rank == 0 else None, launched=True)
+    except BaseException as exc:  # the launcher records the rank that failed first
+        step = getattr(exc, "parallax_step", None)
+        if distributed.launched_here():
+            distributed.record_failure(exc, rank, step)
+        elif not isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            distributed.outer_failure(run, rank, exc, step)
+        raise
+
+
+def _train(run: RunConfig, progress: Progress | None, launched: bool = False) -> dict:
+    """One process's part of the run; the writer (rank 0 of ``Plan.rank``) writes the result.
+    ``launched``: a rank under the launcher, whose failures end the process instead of being
+    written here."""
+    setup = SetupClock()
+    run_dir = writable_output_dir(run.output_dir)
+    engine = get_engine(run.framework)
+    plan = engine.check(run)
+    setup.lap("check")
+    batches = make_batch_source(run, plan.rank, plan.world)
+    setup.lap("data")
+    environment = capture_environment()
+    setup.lap("environment")
+    started = utc_now()
+    try:
+        out = engine.train(run, plan, batches, progress or NullProgress())
+        result = summarize(run, out, environment, data_record(run, batches), started)
+        result["timing"]["setup_s"] = setup.laps
+        result["recipe"] = plan.recipe.to_dict()
+        steps = step_rows(run, out)
+    except ParallaxError:
+        raise
+    except Exception as exc:  # the run started: record how it ended instead of losing it
+        if launched:
+            raise
+        traceback.print_exc()
+        result, steps = failure_result(run, plan.precision, environment, started, exc), []
+        result["recipe"] = plan.recipe.to_dict()
+    finally:
+        batches.close()
+    if plan.rank == 0:
+        write_run(run_dir, result, steps)
+    engine.close(plan)
+    return result
+
+
+class SetupClock:
+    """Seconds spent before training starts, by phase: ``imports`` (from the package's first
+    import to here), then each ``lap``. Recorded as ``timing.setup_s``; a benchmark cell's wall
+    time minus its training time is mostly this."""
+
+    def __init__(self):
+        import parallax
+
+        self.last = time.monotonic()
+        self.laps = {"imports": round(self.last - parallax.IMPORTED_AT, 3)}
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self.last, 3)
+        self.last = now
+
+
+def exit_code(result: dict) -> int:
+    return EXIT_CODES.get(result["status"], EXIT_FAILED)
+
+
+def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
+    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it and
+    the ``option`` that set it."""
+    run_dir = Path(path)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ParallaxError(
+            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
+        ) from None
+    return run_dir
+
+
+def writable_report(path: str | Path, option: str) -> Path:
+    """A file that a command writes at its end (a report, a JSON export): its folder is created
+    and proved writable now, so that bad input fails before the work."""
+    path = Path(path)
+    if path.is_dir():
+        raise ParallaxError(f"{option} '{path}' is a directory; pass a file name, e.g. {path / 'report.md'}")
+    try:
+        writable_output_dir(path.parent, option)
+    except ParallaxError:
+        raise ParallaxError(f"{option} '{path}' cannot be written (its folder '{path.parent}' is not writable); "
+                            f"pass {option} with a writable path") from None
+    return path
+
+
+def capture_environment() -> dict:
+    from parallax.plan import envinfo
+
+    return envinfo.environment()
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or an allocator's out-of-memory message (XLA: RESOURCE_EXHAUSTED)."""
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
+        or "RESOURCE_EXHAUSTED" in text
+
+
+def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,
+                   exc: BaseException) -> dict:
+    lines = str(exc).strip().splitlines()
+    first = lines[0] if lines else ""
+    tail = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    tail = "".join(tail).rstrip().splitlines()[-TRACEBACK_LINES:]
+    oom = is_out_of_memory(exc)
+    return {
+        "status": "oom" if oom else "failed",
+        "error": f"{'out of memory: ' if oom else ''}{type(exc).__name__}: {first}",
+        "traceback": "\n".join(tail),
+        "config": run.to_dict(),
+        "model": model_record(run),
+        "precision": precision.to_dict(),
+        "environment": environment,
+        # an engine that runs another program (MaxText) attaches that program's last lines
+        **({"log_tail": exc.log_tail} if getattr(exc, "log_tail", None) else {}),
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+
+
+def model_record(run: RunConfig) -> dict:
+    m = run.model_config
+    return {
+        "name": m.name, "parameters": m.param_count(), "n_layers": m.n_layers, "d_model": m.d_model,
+        "n_heads": m.n_heads, "head_dim": m.head_dim, "d_ff": m.d_ff, "vocab_size": m.vocab_size,
+        "max_seq_len": m.max_seq_len, "rope_theta": m.rope_theta, "norm_eps": m.norm_eps,
+    }
+
+
+def measured_steps(run: RunConfig, out: EngineOutput) -> list:
+    return [s for s in out.steps if s.step >= run.warmup]
+
+
+def data_record(run: RunConfig, batches) -> dict:
+    """Where the tokens came from; a real-data source adds its facts (files, hashes, ring)."""
+    info = batches.info() if hasattr(batches, "info") else {}
+    return {"source": batches.description, "synthetic": run.synthetic, **info}
+
+
+def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, started: str) -> dict:
+    """The run.json of a run that finished (see ``parallax.store.results``)."""
+    parallel = parallel_record(run, out)  # the slowest rank's step times go into out.steps
+    measured = measured_steps(run, out)
+    if not measured:
+        raise RuntimeError(f"the engine returned {len(out.steps)} steps, none after the {run.warmup} warmup steps")
+    step_ms = percentile_summary(s.step_ms for s in measured)
+    throughput = throughput_record(run.tokens_per_step, step_ms)
+    throughput["tokens_per_s_per_gpu"] = throughput["tokens_per_s"] / run.gpus
+    peaks = {key: _max_over_ranks(parallel["per_rank"], key, getattr(out, key))
+             for key in ("peak_allocated_bytes", "peak_reserved_bytes")}
+    losses = [s.loss for s in out.steps]
+    problem = training_problem(out)
+    return {
+        "status": "failed" if problem else "ok",
+        "error": problem,
+        "config": run.to_dict(),
+        "model": model_record(run),
+        "precision": out.precision.to_dict(),
+        "framework": out.framework,
+        "environment": environment,
+        "data": {**data, **out.extra.get("data", {})},  # the engine may say what it really read
+        "timing": {
+            "method": out.timing_method,
+            "warmup_steps": run.warmup,
+            "measured_steps": len(measured),
+            "compile_s": out.compile_s,
+            "warmup_ms_total": sum(s.step_ms for s in out.steps if s.step < run.warmup),
+            "step_ms": step_ms,
+        },
+        "throughput": throughput,
+        # MFU per GPU: one GPU's share of the tokens against one GPU's peak.
+        "flops": flops_record(run, out, environment, throughput["tokens_per_s_per_gpu"]),
+        "memory": peaks,  # the largest rank's
+        "parallel": parallel,
+        "loss": {
+            "first": losses[0],
+            "final": losses[-1],
+            "final_smoothed": smoothed_final(losses),
+        },
+        "eval": [
+            {"step": e.step, "loss": e.loss, "perplexity": perplexity(e.loss), "batch_losses": e.batch_losses}
+            for e in out.evals
+        ],
+        "per_step": {
+            "step_ms": [s.step_ms for s in out.steps],
+            "loss": [s.loss for s in out.steps],
+        },
+        "engine_extra": out.extra,
+        "guards": {"tolerated_zero_gradients": tolerated_zero_gradients(out)},
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+
+
+def parallel_record(run: RunConfig, out: EngineOutput) -> dict:
+    """run.json's ``parallel`` record from the engine's ``extra["parallel"]`` (absent: one
+    process on one GPU). Ranks that report per-step times (``step_ms``, one per step: torch)
+    make each step's time the slowest rank's, in ``out.steps`` too, and lose the lists here
+    (steps.jsonl keeps them as ``rank_step_ms``)."""
+    given = dict(out.extra.get("parallel") or {})
+    ranks = [dict(r) for r in given.get("per_rank") or []] or [{
+        "rank": 0, "host": socket.gethostname(), "device": out.framework.get("device"),
+        "peak_allocated_bytes": out.peak_allocated_bytes, "peak_reserved_bytes": out.peak_reserved_bytes}]
+    timed = [r for r in ranks if len(r.get("step_ms") or ()) == len(out.steps)]
+    if len(timed) > 1:
+        for i, step in enumerate(out.steps):
+            step.rank_step_ms = [r["step_ms"][i] for r in timed]
+            step.step_ms = max(step.rank_step_ms)
+    run_times = [s.step_ms for s in measured_steps(run, out)]
+    for entry in ranks:
+        own = entry.pop("step_ms", None)
+        entry.pop("loss", None)
+        if "step_ms_median" not in entry:
+            # a rank without times of its own steps with the run (one process: JAX's devices)
+            times = [t for k, t in enumerate(own) if out.steps[k].step >= run.warmup] if own else run_times
+            entry["step_ms_median"] = statistics.median(times) if times else None
+    return {
+        "gpus": run.gpus, "processes": given.get("processes", 1), "hosts": given.get("hosts", 1),
+        "sharding": run.sharding, "per_gpu_batch": run.batch_size, "global_batch": run.global_batch,
+        "launcher": given.get("launcher", "single"), "backend": given.get("backend"),
+        **{k: v for k, v in given.items() if k not in PARALLEL_KEYS},
+        "per_rank": ranks,
+    }
+
+
+PARALLEL_KEYS = ("gpus", "processes", "hosts", "sharding", "per_gpu_batch", "global_batch", "launcher",
+                 "backend", "per_rank")
+
+
+def _max_over_ranks(ranks: list[dict], key: str, fallback):
+    values = [r[key] for r in ranks if r.get(key) is not None]
+    return max(values) if values else fallback
+
+
+def throughput_record(tokens: int, step_ms: dict) -> dict:
+    """Tokens/s from the step-time summary: the median step gives ``tokens_per_s``."""
+    return {
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens * 1e3 / step_ms["median"],
+        "tokens_per_s_mean": tokens * 1e3 / step_ms["mean"],
+        # tokens/s percentiles are the step-time percentiles mirrored: p10 of tokens/s
+        # is the p90 step time.
+        "tokens_per_s_p10": tokens * 1e3 / step_ms["p90"],
+        "tokens_per_s_p90": tokens * 1e3 / step_ms["p10"],
+    }
+
+
+def flops_record(run: RunConfig, out: EngineOutput, environment: dict, tokens_per_s: float) -> dict:
+    """TFLOP/s and MFU under every accounting against every denominator of the run's GPU."""
+    denominators, warnings = mfu_denominators(run, out, environment)
+    return {
+        "primary_accounting": flops.PRIMARY_ACCOUNTING,
+        "denominators_tflops": dataclasses.asdict(denominators),
+        "warnings": warnings,
+        "accountings": flops.mfu_table(tokens_per_s, run.model_config, run.seq_len, denominators),
+    }
+
+
+def training_problem(out: EngineOutput) -> str | None:
+    """Why a run that finished did not really train, or None. Failures that look like success
+    in a throughput table: a loss that became NaN/inf; a quantized layer whose gradient is all
+    zero or not finite (TransformerEngine's NVFP4 recipe trained on zero gradients on sm_120
+    before TE 2.19; REFERENCE.md §1); gradients that are all zero at every step. Such a run is
+    recorded as failed with the reason, step and layer, all its measurements kept. (The third
+    guard, a loss gap against the run's bf16 twin, needs the twin: ``runner`` applies it.)"""
+    bad = [s.step for s in out.steps if not math.isfinite(s.loss)]
+    if bad:
+        return f"the loss is not finite from step {bad[0]} on ({len(bad)} of {len(out.steps)} steps)"
+    layers = next((s for s in out.steps if guard_trips(s)), None)
+    if layers is not None:
+        count = sum(1 for s in out.steps if guard_trips(s))
+        return (f"numerics guard: quantized layer gradient all zero or not finite at step {layers.step}: "
+                f"{', '.join(layers.bad_layers[:3])}{' ...' if len(layers.bad_layers) > 3 else ''} "
+                f"({count} of {len(out.steps)} steps)")
+    norms = [s.grad_norm for s in out.steps if s.grad_norm is not None]
+    if norms and all(n == 0.0 for n in norms):
+        return (f"the gradient norm is exactly 0 at all {len(norms)} steps: nothing trained "
+                "(a precision recipe that drops gradients?)")
+    return None
+
+
+# The first steps of an fp8 recipe can round the small first gradients of some layers to zero in
+# E5M2: seen on the H200 at step 0 for TE DelayedScaling and both Flax fp8 ops at llama-100m and
+# 330m (jax 0.11.2, flax 0.12.10, TE 2.20.2), and at steps 0 and 1 for TE DelayedScaling and Flax
+# delayed scaling at llama-860m (2026-12-01), whose scales have seen no amax yet. Zero gradients in
+# the first GUARD_GRACE_STEPS steps are recorded (``guards.tolerated_zero_gradients``), not a
+# failure; later ones, and non-finite ones at any step, fail the run.
+GUARD_GRACE_STEPS = 2
+
+
+def guard_trips(step) -> bool:
+    """Whether a step's quantized-layer gradients fail the run (see GUARD_GRACE_STEPS)."""
+    if not step.bad_layers:
+        return False
+    return step.step >= GUARD_GRACE_STEPS or any(not b.endswith("(zero)") for b in step.bad_layers)
+
+
+def tolerated_zero_gradients(out: EngineOutput) -> list[dict]:
+    return [{"step": s.step, "layers": len(s.bad_layers)} for s in out.steps
+            if s.bad_layers and not guard_trips(s)]
+
+
+def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
+    """The lines of ``steps.jsonl``."""
+    return [
+        {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
+         "grad_norm": s.grad_norm, "measured": s.step >= run.warmup,
+         **({"bad_layers": s.bad_layers} if s.bad_layers else {}),
+         **({"rank_step_ms": s.rank_step_ms} if s.rank_step_ms else {})}
+        for s in out.steps
+    ]
+
+
+def mfu_denominators(run: RunConfig, out: EngineOutput, environment: dict):
+    """(Denominators, warnings) for the GPU the engine ran on: the datasheet peaks from
+    ``parallax.plan.hardware`` and the cuBLASLt ceiling that ``check-env --measure`` stored for it."""
+    device = run_gpu(out.framework, environment.get("gpus") or [])
+    fmt = run.recipe_spec.mfu_format  # an emulated recipe's GEMMs run in bf16
+    ceiling = measured_ceiling(device, fmt)
+    return hardware.denominators(device, fmt, run.peak_tflops, ceiling)
+
+
+def run_gpu(framework: dict, gpus: list[dict]) -> dict | None:
+    """The probe entry of the GPU the engine used: by UUID where the engine reports one, else
+    the only GPU, else the first of the reported name; None for CPU runs. Without a probe
+    entry (no native probe in this build), the name and capability the engine reports."""
+    uuid = _uuid(framework.get("device_uuid"))
+    if uuid:
+        for gpu in gpus:
+            if _uuid(gpu.get("uuid")) == uuid:
+                return gpu
+    on_cpu = str(framework.get("device", "")).startswith("cpu") or framework.get("platform") == "cpu"
+    if on_cpu:
+        return None
+    if not gpus:
+        if framework.get("device_name") and framework.get("compute_capability"):
+            return {"name": framework["device_name"], "compute_capability": framework["compute_capability"]}
+        return None
+    if len(gpus) == 1:
+        return gpus[0]
+    name = framework.get("device_name")
+    return next((g for g in gpus if g.get("name") == name), gpus[0])
+
+
+def _uuid(value) -> str:
+    """NVML writes 'GPU-<hex>', torch '<hex>'; compare the hex."""
+    return str(value or "").lower().removeprefix("gpu-")
+
+
+def measured_ceiling(device: dict | None, precision: str) -> float | None:
+    if device is None:
+        return None
+    try:
+        from parallax.native import gpu
+    except ImportError:  # a build without the native GPU module
+        return None
+    lookup = getattr(gpu, "measured_ceiling_tflops", None)
+    return lookup(device.get("uuid"), precision) if lookup else None
