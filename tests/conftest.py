@@ -118,3 +118,14 @@ def prepared(tmp_path_factory):
     reserved = result.data.meta["tokenizer"]["reserved_tokens"]
     assert 0 < reserved < 10_000 and f"filled up to 10,000 with {reserved:,} reserved tokens" in warning
     return result.data
+
+
+@pytest.fixture(autouse=True)
+def fresh_machine():
+    """Each test probes the machine anew (``plan.machine`` keeps one probe per process): a test
+    that fakes the GPUs (``envinfo.probe_gpus``) is not answered by another test's probe."""
+    from parallax.plan import machine
+
+    machine.forget()
+    yield
+    machine.forget()

@@ -11,7 +11,8 @@ import pytest
 from fixtures.cli import one_error_line
 from fixtures.matrix import fake_command
 
-from parallax.run import distributed, runner
+from parallax.plan import world
+from parallax.run import runner
 from parallax.cli import main
 
 TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-len", "16", "--no-compile",
@@ -21,12 +22,12 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
 @pytest.fixture
 def two_gpus(monkeypatch):
     """A machine whose probe sees two GPUs (no GPU is touched: the errors come first)."""
-    monkeypatch.setattr(distributed, "visible_gpus", lambda: 2)
+    monkeypatch.setattr(world, "visible_gpus", lambda: 2)
 
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(distributed, "visible_gpus", lambda: 0)
+    monkeypatch.setattr(world, "visible_gpus", lambda: 0)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -77,13 +78,13 @@ def test_gpu_count_with_the_model_chosen_by_the_machine_is_still_a_gpu_count(tmp
 
 
 def test_resolve_gpus(monkeypatch):
-    monkeypatch.setattr(distributed, "visible_gpus", lambda: 4)
-    assert distributed.resolve_gpus("all", "auto") == 4
-    assert distributed.resolve_gpus("ALL", "cuda") == 4
-    assert distributed.resolve_gpus(3, "auto") == 3
-    assert distributed.resolve_gpus("7", "cpu") == 7  # CPU ranks: any number
-    monkeypatch.setattr(distributed, "visible_gpus", lambda: 0)
-    assert distributed.resolve_gpus("1", "auto") == 1  # one GPU: as before, the engine decides
+    monkeypatch.setattr(world, "visible_gpus", lambda: 4)
+    assert world.resolve_gpus("all", "auto") == 4
+    assert world.resolve_gpus("ALL", "cuda") == 4
+    assert world.resolve_gpus(3, "auto") == 3
+    assert world.resolve_gpus("7", "cpu") == 7  # CPU ranks: any number
+    monkeypatch.setattr(world, "visible_gpus", lambda: 0)
+    assert world.resolve_gpus("1", "auto") == 1  # one GPU: as before, the engine decides
 
 
 def test_the_train_help_names_the_flags(capsys):
@@ -137,9 +138,9 @@ def test_inside_an_outer_launch_gpus_counts_the_world(monkeypatch, two_gpus):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert distributed.resolve_gpus("4", "auto") == 4 and distributed.resolve_gpus("all", "cuda") == 4
+    assert world.resolve_gpus("4", "auto") == 4 and world.resolve_gpus("all", "cuda") == 4
     with pytest.raises(ParallaxError, match="started 4 ranks \\(2 on this host\\); give --gpus 4"):
-        distributed.resolve_gpus("2", "auto")
+        world.resolve_gpus("2", "auto")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")
     with pytest.raises(ParallaxError, match="3 ranks on this host but only 2 GPUs visible"):
-        distributed.resolve_gpus("4", "auto")
+        world.resolve_gpus("4", "auto")

@@ -169,8 +169,10 @@ def test_rank_slices_are_the_rows_of_the_same_global_batch():
     ({"sharding": "zero3"}, "--sharding must be one of ddp, fsdp"),
 ])
 def test_run_config_checks_gpus_and_sharding(changes, message):
-    with pytest.raises(ParallaxError, match=message):
-        RunConfig(model="tiny", batch_size=8, seq_len=16, steps=3, warmup=1, **changes).validate()
+    from parallax.plan.resolve import resolve
+
+    with pytest.raises(ParallaxError, match=message):  # --gpus: counted by plan.world, once
+        resolve(RunConfig(model="tiny", batch_size=8, seq_len=16, steps=3, warmup=1, **changes))
 
 
 def test_te_jax_recipes_refuse_several_devices():

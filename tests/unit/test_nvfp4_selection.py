@@ -14,6 +14,7 @@ import pytest
 from parallax.spec.config import RunConfig
 from parallax.errors import ParallaxError
 from parallax.plan import capability
+from parallax.plan.resolve import resolve
 from parallax.spec import registry
 from parallax.engines.torch.recipes import te_hooks
 
@@ -43,7 +44,8 @@ def fake_gpus(monkeypatch, cc):
 def test_a_run_resolves_nvfp4_on_the_gpu_it_names(monkeypatch, cc, device, expected):
     fake_gpus(monkeypatch, cc)
     run = RunConfig.for_preset("tiny", framework="torch", precision="nvfp4", steps=3, warmup=1, device=device)
-    assert run.validate().recipe == expected  # cuda:1 names a GPU the fake probe does not have
+    assert resolve(run).run.recipe == expected  # cuda:1 names a GPU the fake probe does not have
+    assert resolve(run).recipe.name == expected
 
 
 def test_te_nvfp4_on_an_h200_is_one_line_naming_the_emulated_recipe():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from parallax.plan import world
 from parallax.run import distributed, train
 from parallax.store import results
 from parallax.spec.config import RunConfig
@@ -125,14 +126,14 @@ def test_a_rank_refusing_the_run_is_bad_input_and_nothing_is_written(tmp_path):
 
 
 def test_the_planted_fault_hook_acts_only_at_its_rank_and_step(monkeypatch):
-    monkeypatch.setenv(distributed.FAULT_ENV, "raise:1:2")
-    distributed.planted_fault(0, 2)
-    distributed.planted_fault(1, 1)
+    monkeypatch.setenv(world.FAULT_ENV, "raise:1:2")
+    world.planted_fault(0, 2)
+    world.planted_fault(1, 1)
     with pytest.raises(RuntimeError, match="planted failure"):
-        distributed.planted_fault(1, 2)
-    monkeypatch.setenv(distributed.FAULT_ENV, "nonsense")
+        world.planted_fault(1, 2)
+    monkeypatch.setenv(world.FAULT_ENV, "nonsense")
     with pytest.raises(RuntimeError, match="KIND:RANK:STEP"):
-        distributed.planted_fault(0, 0)
+        world.planted_fault(0, 0)
 
 
 def test_the_communication_share_is_ncclS_part_of_the_profiled_kernel_time():

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parallax.run.distributed import FAULT_ENV  # noqa: E402
+from parallax.plan.world import FAULT_ENV  # noqa: E402
 from parallax.store.results import load_run, load_steps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

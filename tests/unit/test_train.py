@@ -232,7 +232,7 @@ def test_an_output_dir_below_a_file_is_refused(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(ParallaxError, match="is not writable"):
-        train.writable_output_dir(str(blocker / "run"))
+        results.writable_output_dir(str(blocker / "run"))
 
 
 def test_the_engine_check_runs_before_the_batch_source_opens(tmp_path, use_engine, monkeypatch):
@@ -271,7 +271,7 @@ def test_the_h200_resolves_to_its_dense_bf16_peak():
 
 
 def test_out_of_memory_detection_covers_torch_and_xla_messages():
-    assert train.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate"))
-    assert train.is_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
-    assert not train.is_out_of_memory(RuntimeError("shape mismatch"))
+    assert results.is_out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate"))
+    assert results.is_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate"))
+    assert not results.is_out_of_memory(RuntimeError("shape mismatch"))
 

@@ -16,7 +16,7 @@ from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.spec import registry
 from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
-from parallax.run.train import writable_output_dir
+from parallax.store.results import writable_output_dir
 
 DEFAULTS = RunConfig()
 DEFAULT_OUTPUT_DIR = "benchmark_results"
@@ -42,8 +42,8 @@ def split_seeds(text: str) -> tuple[int, ...]:
 
 
 def split_gpus(text: str, device: str) -> tuple[int, ...]:
-    """``--gpus 1,2,all``: each count checked against the visible GPUs (``distributed.resolve_gpus``)."""
-    from parallax.run.distributed import resolve_gpus
+    """``--gpus 1,2,all``: each count checked against the visible GPUs (``plan.world.resolve_gpus``)."""
+    from parallax.plan.world import resolve_gpus
 
     return tuple(resolve_gpus(item, device) for item in split_list(text, "--gpus"))
 

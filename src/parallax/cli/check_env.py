@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from parallax import __version__
-from parallax.plan import envinfo, hardware
+from parallax.plan import envinfo, hardware, machine
 from parallax.native import topology
 from parallax.spec.config import PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
@@ -37,7 +37,7 @@ def command(as_json, measure, device, model, batch_size, seq_len):
     """Show the GPUs and their interconnect, driver, package versions and the framework × precision
     capability matrix."""
     run = RunConfig(model=model, batch_size=batch_size, seq_len=seq_len).validate()
-    probe = envinfo.probe_gpus()
+    probe = machine.probe()
     _check_device(probe, device, measure)
     report = build_report(probe, device)
     if measure:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from parallax.analysis import stats
 from parallax.errors import ParallaxError
-from parallax.run.train import writable_output_dir, writable_report
+from parallax.store.results import writable_output_dir, writable_report
 
 
 @click.command()

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 
 from parallax.analysis import stats
-from parallax.run.train import writable_output_dir
+from parallax.store.results import writable_output_dir
 
 
 @click.command()

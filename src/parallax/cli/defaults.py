@@ -14,9 +14,9 @@ from parallax.spec.config import AUTO_MODEL, CPU_MODEL, DEFAULT_MODEL, GPU_MODEL
 
 
 def gpu_found() -> bool:
-    from parallax.plan import envinfo
+    from parallax.plan import machine
 
-    return bool(envinfo.probe_gpus()["devices"])
+    return bool(machine.devices())
 
 
 def model_help() -> str:

@@ -40,7 +40,7 @@ def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
-    from parallax.run.train import writable_output_dir
+    from parallax.store.results import writable_output_dir
 
     rendered = []
     for run in runs:

@@ -26,7 +26,7 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
     Exits 1 when a gated (float32) quantity is out of tolerance; bfloat16 rows are report-only.
     """
     if json_path is not None:  # before the run, not after it
-        from parallax.run.train import writable_report
+        from parallax.store.results import writable_report
 
         writable_report(json_path, "--json")
     report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device)

@@ -51,9 +51,7 @@ def load_config(path: str, options: dict) -> RunConfig:
 def build_run(options: dict) -> tuple[RunConfig, str | None]:
     """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
     batch size and sequence length unless given, RunConfig's defaults for the rest; and the
-    line that says what ``auto`` chose."""
-    from parallax.run.distributed import resolve_gpus
-
+    line that says what ``auto`` chose. ``--gpus`` stays as given: ``plan.resolve`` counts it."""
     data = _data_choice(options.pop("synthetic"), options.pop("data"), options.pop("hf"))
     if options.pop("no_compile"):
         options["compile"] = False
@@ -62,8 +60,8 @@ def build_run(options: dict) -> tuple[RunConfig, str | None]:
     if "recipe" in given and "precision" not in given:
         given["precision"] = None  # the recipe's own format
     run, note = defaults.run_config({**given, **data})
-    if gpus is not None:  # checked against the device asked for: 'auto' on a machine without a GPU is no CPU-rank lab
-        run = run.replace(gpus=resolve_gpus(gpus, given.get("device", "auto")))
+    if gpus is not None:
+        run = run.replace(gpus=gpus)
     return run, note
 
 
@@ -122,25 +120,30 @@ def _default(field: str) -> str:
                    "no other option goes with it.")
 def command(config_file, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
+    from parallax.plan import world
+    from parallax.plan.resolve import resolve
     from parallax.run import distributed, progress_file
     from parallax.run.progress import LiveProgress, print_summary
     from parallax.run.train import exit_code, run_training
 
+    asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
-        run = load_config(config_file, options)
+        run, note = load_config(config_file, options), None
+        asked = run.device
     else:
         run, note = build_run(options)
-        run.validate()  # bad input stays one error line: the note comes after it
-        defaults.say(note)
-    rank = distributed.rank_info() if run.gpus > 1 else None
+    plan = resolve(run, asked_device=asked)  # once: --gpus, every field, the recipe; bad input is one line
+    defaults.say(note)
+    run = plan.run
+    rank = world.rank_info() if run.gpus > 1 else None
     if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
-        result = run_training(run)
+        result = run_training(plan)
         if result["status"] != "ok":
             print_summary(result, run.output_dir)
         return exit_code(result)
     if rank is not None and rank.rank != 0:
-        return exit_code(run_training(run))
+        return exit_code(run_training(plan))
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
-        result = run_training(run, progress_file.attach(live))
+        result = run_training(plan, progress_file.attach(live))
     print_summary(result, run.output_dir)
     return exit_code(result)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from parallax.spec.flops import Denominators
 from parallax.spec.recipe import FORMATS as PRECISIONS
-from parallax.spec.recipe import NATIVE_MIN_CC, PEAK_COLUMN  # noqa: F401 (hardware.NATIVE_MIN_CC)
+from parallax.spec.recipe import NATIVE_MIN_CC, PEAK_COLUMN, cc_tuple  # noqa: F401 (hardware.NATIVE_MIN_CC)
 
 
 @dataclass(frozen=True)
@@ -107,16 +107,6 @@ BY_KEY = {gpu.key: gpu for gpu in GPUS}
 
 def normalise_name(name: str) -> str:
     return " ".join(name.lower().split())
-
-
-def cc_tuple(cc) -> tuple[int, int] | None:
-    """'9.0', (9, 0) or 9.0 -> (9, 0); None when absent or unreadable."""
-    if cc is None:
-        return None
-    if isinstance(cc, (tuple, list)):
-        return int(cc[0]), int(cc[1])
-    match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def cc_string(cc) -> str | None:

@@ -23,133 +23,31 @@ reach of the runner's process-group kill).
 
 The environment passes to every rank unchanged: NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 and NVSHMEM_DISABLE_NVLS=1 where set are never unset
-(``KEPT_ENV``; each rank records what it saw).
+(``plan.world.KEPT_ENV``; each rank records what it saw).
 
-Test hook: ``PARALLAX_TEST_FAULT=KIND:RANK:STEP`` plants a fault in rank RANK before step STEP
-(``planted_fault``): ``raise`` (a RuntimeError), ``oom`` (torch's OutOfMemoryError), ``exit``
-(``os._exit(7)``: death without a Python error) or ``hang`` (sleeps forever before the step's
-collectives). Only tests set it.
+Test hook: ``PARALLAX_TEST_FAULT`` (``plan.world.planted_fault``) plants a fault in one rank.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.plan.world import RankInfo, rank_info
 
 RANKS_DIR = "ranks"  # inside the run's output directory: the launch config, rank errors, rank logs
-FAULT_ENV = "PARALLAX_TEST_FAULT"
 RANK_ERRORS_ENV = "PARALLAX_RANK_ERRORS"  # the folder where each rank writes its failure record
-# Multicast/NVLS stay off on the machines this project runs on; never unset, also in children.
-KEPT_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 TRACEBACK_LINES = 30
 # Frameworks whose several GPUs are several processes that this module launches. JAX runs one
 # process per host over all its devices (engines/jax), MaxText has no multi-GPU path here.
 LAUNCHED = ("torch",)
 MULTI_GPU_FRAMEWORKS = ("torch", "jax")
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    """This process's place in a torchrun launch (torchrun's environment variables)."""
-
-    rank: int
-    world: int
-    local_rank: int
-    local_world: int
-    host: str
-    launcher: str  # "torch.distributed.run"
-
-
-def rank_info() -> RankInfo | None:
-    """The rank this process is, when a torch launcher started it (RANK and WORLD_SIZE set); else None."""
-    env = os.environ
-    if "RANK" not in env or "WORLD_SIZE" not in env:
-        return None
-    try:
-        rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-        local_rank = int(env.get("LOCAL_RANK", rank))
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
-    except ValueError:
-        raise ParallaxError(f"RANK={env['RANK']!r}, WORLD_SIZE={env['WORLD_SIZE']!r}: not integers; "
-                            "start ranks with torch.distributed.run") from None
-    return RankInfo(rank, world, local_rank, local_world, socket.gethostname(), "torch.distributed.run")
-
-
-def kept_env() -> dict:
-    """The NVLS/multicast switches as this process sees them (None: not set)."""
-    return {name: os.environ.get(name) for name in KEPT_ENV}
-
-
-# ----------------------------------------------------------------------------- --gpus
-
-def visible_gpus() -> int:
-    """GPUs this process may use: the native probe's devices (the CUDA driver's count honours
-    CUDA_VISIBLE_DEVICES), no GPU work."""
-    from parallax.plan import envinfo
-
-    return len(envinfo.probe_gpus().get("devices") or [])
-
-
-def resolve_gpus(value, device: str | None, option: str = "--gpus") -> int:
-    """The count of ``--gpus N|all`` for a run on ``device``: checked against the visible GPUs
-    (on ``--device cpu`` N CPU ranks, any N >= 1); a one-line ParallaxError otherwise."""
-    text = str(value).strip().lower()
-    on_cpu = device == "cpu"
-    rank = rank_info()
-    if rank is not None and rank.world > 1:  # an outer torchrun started this rank: --gpus counts its world
-        return _world_gpus(text, rank, on_cpu, option)
-    if text == "all":
-        if on_cpu:
-            raise ParallaxError(f"{option} all counts GPUs; with --device cpu give the number of CPU ranks, "
-                                f"e.g. {option} 2")
-        found = visible_gpus()
-        if not found:
-            raise ParallaxError(f"{option} all: no NVIDIA GPU is visible; use --device cpu {option} N "
-                                "for N CPU ranks")
-        return found
-    try:
-        count = int(text)
-    except ValueError:
-        raise ParallaxError(f"{option} must be a number of GPUs or 'all', got {value!r}") from None
-    if count < 1:
-        raise ParallaxError(f"{option} must be at least 1 (or 'all'), got {count}")
-    if on_cpu or count == 1:
-        return count
-    found = visible_gpus() * jax_processes()
-    if count > found:
-        fix = (f"use {option} {found} or fewer, or {option} all" if found else
-               f"use --device cpu {option} {count} for {count} CPU ranks")
-        raise ParallaxError(f"{option} {count}: only {found} GPU{'' if found == 1 else 's'} visible; {fix}")
-    return count
-
-
-def jax_processes() -> int:
-    """The processes of a several-host JAX launch set up in the environment (1 otherwise): its
-    --gpus counts every GPU of every host, each host checked for its own share by the engine."""
-    from parallax.engines.jax.parallel import process_count_from_env
-
-    return process_count_from_env()
-
-
-def _world_gpus(text: str, rank: RankInfo, on_cpu: bool, option: str) -> int:
-    """``--gpus`` inside a launch of ``rank.world`` ranks (several hosts): all of them, or 'all'."""
-    if text != "all" and text != str(rank.world):
-        raise ParallaxError(f"{option} {text}: torch.distributed.run started {rank.world} ranks "
-                            f"({rank.local_world} on this host); give {option} {rank.world} or {option} all")
-    found = 0 if on_cpu else visible_gpus()
-    if not on_cpu and rank.local_world > found:
-        raise ParallaxError(f"{rank.local_world} ranks on this host but only {found} GPU{'' if found == 1 else 's'} "
-                            "visible; lower --nproc-per-node")
-    return rank.world
 
 
 def check_parallel(run) -> None:
@@ -165,21 +63,22 @@ def check_parallel(run) -> None:
         check_run(run)
 
 
-def precheck(run) -> None:
+def precheck(plan) -> None:
     """What the ranks' engine check would refuse and the launcher can tell without a GPU (the
     native probe's capability): refused here, it is one line instead of one per rank."""
     from parallax.plan import capability
 
+    run = plan.run
     platform = "cpu" if run.device == "cpu" else "gpu"
     gpu = None
     if platform == "gpu":
-        from parallax.plan import envinfo
+        from parallax.plan import machine
 
-        devices = envinfo.probe_gpus().get("devices") or []
+        devices = machine.devices()
         gpu = devices[0] if devices else None
         if gpu is None:  # "auto" on a machine without a GPU: the ranks run on the CPU
             platform = "cpu" if run.device == "auto" else platform
-    capability.require(run.recipe_spec, platform, gpu and gpu.get("compute_capability"), (gpu or {}).get("name", ""))
+    capability.require(plan.recipe, platform, gpu and gpu.get("compute_capability"), (gpu or {}).get("name", ""))
 
 
 def launched_here() -> bool:
@@ -195,16 +94,16 @@ def needs_launch(run) -> bool:
 
 # ----------------------------------------------------------------------------- the launcher
 
-def launch(run) -> dict:
-    """Run ``run``'s ranks under torch.distributed.run and return its run.json: rank 0's, or the
-    launcher's record of the rank that failed first. ParallaxError when a rank refused the run
-    (bad input found on the device: nothing written)."""
+def launch(plan) -> dict:
+    """Run the ranks of ``plan`` (a RunPlan) under torch.distributed.run and return its
+    run.json: rank 0's, or the launcher's record of the rank that failed first. ParallaxError
+    when a rank refused the run (bad input found on the device: nothing written)."""
     from parallax.native import lifeline
     from parallax.store.results import RUN_FILE, STEPS_FILE, atomic_write_json, load_run
-    from parallax.run.train import writable_output_dir
+    from parallax.store.results import writable_output_dir
 
-    resolve_gpus(run.gpus, run.device)  # a --config file's count, checked as the command line's is
-    precheck(run)
+    run = plan.run
+    precheck(plan)
     run_dir = writable_output_dir(run.output_dir)
     ranks_dir = run_dir / RANKS_DIR
     _clear(ranks_dir)
@@ -335,7 +234,8 @@ def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, st
     """The launcher's run.json of a run whose ranks did not all succeed (status failed or oom),
     or a ParallaxError when the first failure was bad input (nothing written)."""
     from parallax.store.results import write_run
-    from parallax.run.train import capture_environment, model_record
+    from parallax.plan import machine
+    from parallax.store.results import model_record
 
     errors = rank_errors(ranks_dir)
     rank, cause = root_cause(errors, failures)
@@ -353,7 +253,7 @@ def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, st
         "config": run.to_dict(),
         "model": model_record(run),
         "recipe": run.recipe_spec.to_dict(),
-        "environment": capture_environment(),
+        "environment": machine.environment(),
         "parallel": {**launch_record(run), **(launcher or {}), "failed_rank": rank,
                      "rank_failures": [{"rank": r, **_failure_summary(errors.get(r), failures.get(r))}
                                        for r in sorted(set(errors) | set(failures))]},
@@ -413,7 +313,7 @@ def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None,
     folder = folder or os.environ.get(RANK_ERRORS_ENV)
     if not folder:
         return
-    from parallax.run.train import is_out_of_memory
+    from parallax.store.results import is_out_of_memory
 
     lines = str(exc).strip().splitlines()
     tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip().splitlines()
@@ -455,29 +355,3 @@ def outer_failure(run, rank: RankInfo, exc: BaseException, step: int | None = No
                              _now(), 0.0, launcher={"hosts": hosts, "launcher": "torch.distributed.run (outer)"})
     except ParallaxError:
         pass  # another rank refused the run first: bad input, nothing to write
-
-
-def planted_fault(rank: int, step: int) -> None:
-    """The test hook (``FAULT_ENV``): act when this is the planted rank and step; else nothing."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    try:
-        kind, at_rank, at_step = spec.split(":")
-        at_rank, at_step = int(at_rank), int(at_step)
-    except ValueError:
-        raise RuntimeError(f"{FAULT_ENV}={spec!r}: expected KIND:RANK:STEP") from None
-    if (rank, step) != (at_rank, at_step):
-        return
-    if kind == "raise":
-        raise RuntimeError(f"planted failure ({FAULT_ENV}) in rank {rank} at step {step}")
-    if kind == "oom":
-        import torch
-
-        raise torch.OutOfMemoryError(f"planted out of memory ({FAULT_ENV}) in rank {rank} at step {step}")
-    if kind == "exit":
-        os._exit(7)
-    if kind == "hang":
-        while True:
-            time.sleep(3600)
-    raise RuntimeError(f"{FAULT_ENV}={spec!r}: unknown kind {kind!r} (raise, oom, exit, hang)")

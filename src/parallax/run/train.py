@@ -26,14 +26,13 @@ import dataclasses
 import math
 import socket
 import statistics
-import tempfile
 import time
 import traceback
-from pathlib import Path
 
 from parallax.run import distributed
 from parallax.spec import flops
-from parallax.plan import hardware
+from parallax.plan import hardware, machine
+from parallax.plan.resolve import RunPlan, resolve
 from parallax.spec.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.engines import get_engine
@@ -41,7 +40,7 @@ from parallax.engines.base import EngineOutput, NullProgress, Progress
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec.precision import PrecisionInfo
-from parallax.store.results import write_run
+from parallax.store.results import is_out_of_memory, model_record, writable_output_dir, write_run
 from parallax.analysis.stats import percentile_summary, perplexity, smoothed_final
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
@@ -49,16 +48,19 @@ EXIT_CODES = {"ok": EXIT_OK, "failed": EXIT_FAILED, "oom": EXIT_OOM}
 TRACEBACK_LINES = 30
 
 
-def run_training(run: RunConfig, progress: Progress | None = None) -> dict:
+def run_training(run: RunConfig | RunPlan, progress: Progress | None = None) -> dict:
     """Train ``run`` and write its result into ``run.output_dir``; return the run.json dict.
+    A RunConfig is resolved here (``plan.resolve``); the command line hands its RunPlan, which
+    it resolved once to decide how to show the run.
 
     Raises ParallaxError (nothing written) when the run cannot start. A torch run of several
     GPUs started here launches its ranks (``distributed.launch``) and returns rank 0's result
     or the launcher's record of the failure; in a rank, ``progress`` is shown by rank 0 only."""
-    run = run.validate()
+    plan = run if isinstance(run, RunPlan) else resolve(run)
+    run = plan.run
     distributed.check_parallel(run)
     if distributed.needs_launch(run):
-        return distributed.launch(run)
+        return distributed.launch(plan)
     rank = distributed.rank_info() if run.gpus > 1 and run.framework in distributed.LAUNCHED else None
     if rank is None:
         return _train(run, progress)
@@ -84,7 +86,7 @@ def _train(run: RunConfig, progress: Progress | None, launched: bool = False) ->
     setup.lap("check")
     batches = make_batch_source(run, plan.rank, plan.world)
     setup.lap("data")
-    environment = capture_environment()
+    environment = machine.environment()
     setup.lap("environment")
     started = utc_now()
     try:
@@ -130,49 +132,6 @@ def exit_code(result: dict) -> int:
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
 
 
-def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
-    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it and
-    the ``option`` that set it."""
-    run_dir = Path(path)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise ParallaxError(
-            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
-        ) from None
-    return run_dir
-
-
-def writable_report(path: str | Path, option: str) -> Path:
-    """A file that a command writes at its end (a report, a JSON export): its folder is created
-    and proved writable now, so that bad input fails before the work."""
-    path = Path(path)
-    if path.is_dir():
-        raise ParallaxError(f"{option} '{path}' is a directory; pass a file name, e.g. {path / 'report.md'}")
-    try:
-        writable_output_dir(path.parent, option)
-    except ParallaxError:
-        raise ParallaxError(f"{option} '{path}' cannot be written (its folder '{path.parent}' is not writable); "
-                            f"pass {option} with a writable path") from None
-    return path
-
-
-def capture_environment() -> dict:
-    from parallax.plan import envinfo
-
-    return envinfo.environment()
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """torch's OutOfMemoryError, or an allocator's out-of-memory message (XLA: RESOURCE_EXHAUSTED)."""
-    text = str(exc)
-    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
-        or "RESOURCE_EXHAUSTED" in text
-
-
 def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,
                    exc: BaseException) -> dict:
     lines = str(exc).strip().splitlines()
@@ -192,15 +151,6 @@ def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, 
         **({"log_tail": exc.log_tail} if getattr(exc, "log_tail", None) else {}),
         "started_at": started,
         "finished_at": utc_now(),
-    }
-
-
-def model_record(run: RunConfig) -> dict:
-    m = run.model_config
-    return {
-        "name": m.name, "parameters": m.param_count(), "n_layers": m.n_layers, "d_model": m.d_model,
-        "n_heads": m.n_heads, "head_dim": m.head_dim, "d_ff": m.d_ff, "vocab_size": m.vocab_size,
-        "max_seq_len": m.max_seq_len, "rope_theta": m.rope_theta, "norm_eps": m.norm_eps,
     }
 
 

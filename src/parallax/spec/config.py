@@ -218,30 +218,12 @@ class RunConfig:
 
     @property
     def recipe_spec(self):
-        """The registry recipe this run uses (``precision.registry.resolve``)."""
+        """The registry recipe of this run: ``recipe`` by name, else the format's default where
+        no GPU chooses (``registry.resolve``; pure, no probe). A run's default on this machine's
+        GPU is named once by ``parallax.plan.resolve``, which every runner of a run calls first."""
         from parallax.spec import registry
 
-        return registry.resolve(self.framework, self.precision, self.recipe, self.device_cc())
-
-    def device_cc(self) -> str | None:
-        """The compute capability of the GPU this run's ``device`` names, asked only where the
-        default recipe of the run's format depends on it (torch nvfp4: registry.default); None
-        for the CPU, no GPU, a recipe given by name, or a format whose default is fixed."""
-        from parallax.spec import registry
-
-        if self.recipe is not None or self.precision not in PRECISIONS or self.framework not in FRAMEWORKS:
-            return None
-        if not registry.device_dependent(self.framework, self.precision):
-            return None
-        kind, _, index = self.device.partition(":")
-        if kind == "cpu":
-            return None
-        from parallax.plan import envinfo
-
-        position = int(index) if index.isdigit() else 0
-        devices = envinfo.probe_gpus().get("devices") or []
-        found = next((d for d in devices if d.get("index") == position), None)
-        return found.get("compute_capability") if found else None
+        return registry.resolve(self.framework, self.precision, self.recipe)
 
     @property
     def global_batch(self) -> int:
@@ -265,14 +247,16 @@ class RunConfig:
         data["optim"] = OptimConfig(**data.get("optim", {}))
         return cls(**data)
 
-    def validate(self, timed: bool = True) -> "RunConfig":
+    def validate(self, timed: bool = True, compute_capability: str | None = None) -> "RunConfig":
         """Raise ParallaxError for the first bad field; return the run with its recipe named
-        (``precision`` the recipe's format) when all are good. ``timed``: the run's step times
-        are measured, so its first step, which compiles (torch.compile, XLA), must be a warmup
-        step. ``parallax parity`` times nothing."""
+        (``precision`` the recipe's format) when all are good: the format's default recipe on a
+        GPU of ``compute_capability`` (None: no GPU or not known; ``plan.resolve`` passes the
+        machine's). ``timed``: the run's step times are measured, so its first step, which
+        compiles (torch.compile, XLA), must be a warmup step. ``parallax parity`` times nothing.
+        ``gpus`` is checked against the machine by ``plan.world.resolve_gpus``, not here."""
         from parallax.spec import registry
 
-        recipe = registry.resolve(self.framework, self.precision, self.recipe, self.device_cc())
+        recipe = registry.resolve(self.framework, self.precision, self.recipe, compute_capability)
         model = get_preset(self.model)
         for name in ("batch_size", "seq_len", "steps"):
             if getattr(self, name) <= 0:
@@ -306,8 +290,6 @@ class RunConfig:
             raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
         if self.peak_tflops is not None and self.peak_tflops <= 0:
             raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
-        if not isinstance(self.gpus, int) or isinstance(self.gpus, bool) or self.gpus < 1:
-            raise ParallaxError(f"--gpus must be at least 1 (or 'all'), got {self.gpus}")
         if self.sharding not in SHARDINGS:
             raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
         if not self.dist_timeout_s > 0:

@@ -16,6 +16,7 @@ Recipes are defined one file per backend under ``engines/torch/recipes/``, ``eng
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 
 # Number formats, in report order. A run's ``--precision`` names one; its recipe says how.
@@ -26,6 +27,16 @@ FRAMEWORKS = ("torch", "jax", "maxtext")
 PEAK_COLUMN = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
 # Minimum compute capability whose tensor cores run the format natively.
 NATIVE_MIN_CC = {"bf16": (8, 0), "fp8": (8, 9), "nvfp4": (10, 0)}
+
+
+def cc_tuple(cc) -> tuple[int, int] | None:
+    """'9.0', (9, 0) or 9.0 -> (9, 0); None when absent or unreadable."""
+    if cc is None:
+        return None
+    if isinstance(cc, (tuple, list)):
+        return int(cc[0]), int(cc[1])
+    match = re.fullmatch(r"\s*(\d+)\.(\d+)\s*", str(cc))
+    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import functools
 import importlib
 
 from parallax.errors import ParallaxError
-from parallax.spec.recipe import FORMATS, FRAMEWORKS, Recipe
+from parallax.spec.recipe import FORMATS, FRAMEWORKS, Recipe, cc_tuple
 
 RECIPE_MODULES = (
     "parallax.engines.torch.recipes.autocast",
@@ -76,8 +76,6 @@ def default(framework: str, fmt: str, compute_capability=None) -> Recipe | None:
     recipe with ``default_min_cc`` is the default on GPUs of at least that capability (torch
     nvfp4: TE's native NVFP4BlockScaling on 10.0+), the plain ``default`` recipe elsewhere
     (torch nvfp4: emulated-nvfp4 on the H200, A100, CPU)."""
-    from parallax.plan.hardware import cc_tuple
-
     check_format(fmt)
     own = [r for r in of_framework(framework) if r.format == fmt]
     have = cc_tuple(compute_capability)

@@ -182,3 +182,49 @@ def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
         elif va != vb:
             out.append(f"{prefix}{key} {va!r} → {vb!r}")
     return out
+
+
+def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
+    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it and
+    the ``option`` that set it."""
+    run_dir = Path(path)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise ParallaxError(
+            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
+        ) from None
+    return run_dir
+
+
+def writable_report(path: str | Path, option: str) -> Path:
+    """A file that a command writes at its end (a report, a JSON export): its folder is created
+    and proved writable now, so that bad input fails before the work."""
+    path = Path(path)
+    if path.is_dir():
+        raise ParallaxError(f"{option} '{path}' is a directory; pass a file name, e.g. {path / 'report.md'}")
+    try:
+        writable_output_dir(path.parent, option)
+    except ParallaxError:
+        raise ParallaxError(f"{option} '{path}' cannot be written (its folder '{path.parent}' is not writable); "
+                            f"pass {option} with a writable path") from None
+    return path
+
+
+def model_record(run: RunConfig) -> dict:
+    m = run.model_config
+    return {
+        "name": m.name, "parameters": m.param_count(), "n_layers": m.n_layers, "d_model": m.d_model,
+        "n_heads": m.n_heads, "head_dim": m.head_dim, "d_ff": m.d_ff, "vocab_size": m.vocab_size,
+        "max_seq_len": m.max_seq_len, "rope_theta": m.rope_theta, "norm_eps": m.norm_eps,
+    }
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """torch's OutOfMemoryError, or an allocator's out-of-memory message (XLA: RESOURCE_EXHAUSTED)."""
+    text = str(exc)
+    return type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() \
+        or "RESOURCE_EXHAUSTED" in text

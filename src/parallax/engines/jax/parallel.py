@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from parallax.errors import ParallaxError
+from parallax.plan.world import NUM_PROCESSES_ENV, SLURM_STEP_ENV, int_env, process_count_from_env
 
 AXIS = "data"
-NUM_PROCESSES_ENV, PROCESS_ID_ENV = "PARALLAX_NUM_PROCESSES", "PARALLAX_PROCESS_ID"
+PROCESS_ID_ENV = "PARALLAX_PROCESS_ID"
 COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 LOCAL_DEVICE_IDS_ENV = "JAX_LOCAL_DEVICE_IDS"
-SLURM_STEP_ENV = ("SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_NTASKS", "SLURM_PROCID", "SLURM_LOCALID")
 CPU_COUNT_FLAG = "--xla_force_host_platform_device_count"
 # jax.distributed's timeouts, in seconds: how long the processes wait for each other to join;
 # how long a process may miss heartbeats (it was killed, its host died) before the others are
@@ -67,25 +67,6 @@ INIT_TIMEOUT_S, HEARTBEAT_TIMEOUT_S, SHUTDOWN_TIMEOUT_S = 300, 60, 60
 
 
 # ---- processes ------------------------------------------------------------------------------
-
-def _int_env(environ, name: str) -> int:
-    value = environ.get(name, "")
-    try:
-        return int(value)
-    except ValueError:
-        raise ParallaxError(f"{name}={value!r} is not an integer") from None
-
-
-def process_count_from_env(environ=None) -> int:
-    """How many processes this run has, from the environment alone (``distributed_args``):
-    1 unless a several-process launch is set up. The CLI multiplies the visible GPUs by it."""
-    environ = os.environ if environ is None else environ
-    if environ.get(NUM_PROCESSES_ENV):
-        return max(1, _int_env(environ, NUM_PROCESSES_ENV))
-    if all(name in environ for name in SLURM_STEP_ENV):
-        return max(1, _int_env(environ, "SLURM_NTASKS"))
-    return 1
-
 
 def distributed_args(gpus: int, environ=None) -> dict | None:
     """The keyword arguments of ``jax.distributed.initialize`` for this run, or None for one
@@ -106,7 +87,7 @@ def distributed_args(gpus: int, environ=None) -> dict | None:
         if not environ.get(PROCESS_ID_ENV):
             raise ParallaxError(f"{NUM_PROCESSES_ENV}={count} needs {PROCESS_ID_ENV} (0 .. {count - 1}) "
                                 "in every process")
-        index = _int_env(environ, PROCESS_ID_ENV)
+        index = int_env(environ, PROCESS_ID_ENV)
         if not 0 <= index < count:
             raise ParallaxError(f"{PROCESS_ID_ENV}={index} is outside 0 .. {count - 1}")
         args.update(coordinator_address=environ[COORDINATOR_ENV], num_processes=count, process_id=index,
@@ -129,7 +110,7 @@ def local_gpus(per_process: int, environ) -> list[int]:
     visible = [v for v in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
     first = 0
     if not environ.get(NUM_PROCESSES_ENV) and len(visible) != per_process:
-        first = _int_env(environ, "SLURM_LOCALID") * per_process
+        first = int_env(environ, "SLURM_LOCALID") * per_process
     return list(range(first, first + per_process))
 
 

@@ -65,8 +65,8 @@ class MaxTextEngine(Engine):
     name = "maxtext"
 
     def check(self, run: RunConfig) -> Plan:
-        from parallax.plan import envinfo
-        from parallax.engines.maxtext import config
+        from parallax.plan import envinfo, machine
+        from parallax.engines.maxtext import config, launch
         from parallax.spec.precision import NATIVE, PrecisionInfo
         from parallax.plan import capability
 
@@ -79,13 +79,13 @@ class MaxTextEngine(Engine):
             raise ParallaxError(f"maxtext {version} has no configs/base.yml; reinstall it: pip install '{EXTRA}'")
         tuning_name = config.recipe_tuning(recipe)
         keys = config.flat(config.sections(run, tuning_name, data=planned_data_keys(run),
-                                           output=output_keys(run), weights=config.weights_keys(Path("weights"))))
+                                           output=launch.output_keys(run), weights=config.weights_keys(Path("weights"))))
         config.check_keys(keys, base_yml, version)
         if run.eval_every > 0:
             raise ParallaxError("the maxtext engine does not evaluate yet (MaxText's eval pipeline is not wired); "
                                 "use --eval-every 0")
         index = gpu_index(run.device)
-        probe = envinfo.probe_gpus()
+        probe = machine.probe()
         device = next((d for d in probe.get("devices") or [] if d.get("index") == index), None)
         if device is None:
             raise ParallaxError(f"the maxtext engine needs an NVIDIA GPU; {capability.no_gpu_reason(probe)}"
@@ -120,13 +120,3 @@ def planned_data_keys(run: RunConfig) -> dict:
     if run.synthetic:
         return config.synthetic_keys()
     return data.keys_for("npy_dir", "prefix", 0)
-
-
-def output_keys(run: RunConfig) -> dict:
-    from pathlib import Path
-
-    from parallax.engines.maxtext.launch import Layout
-
-    where = Layout(Path(run.output_dir))
-    return {"run_name": "parallax", "base_output_directory": str(where.output.resolve()),
-            "metrics_file": str(where.metrics.resolve())}

@@ -148,9 +148,13 @@ def one_cudnn(env: dict) -> dict:
     return {"CUDNN_PATH": os.path.dirname(folder), "LD_LIBRARY_PATH": os.pathsep.join(path)}
 
 
-def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
-    from parallax.engines.maxtext.engine import output_keys
+def output_keys(run: RunConfig) -> dict:
+    where = Layout(Path(run.output_dir))
+    return {"run_name": "parallax", "base_output_directory": str(where.output.resolve()),
+            "metrics_file": str(where.metrics.resolve())}
 
+
+def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
     where = Layout(Path(run.output_dir))
     where.root.mkdir(parents=True, exist_ok=True)
     where.metrics.unlink(missing_ok=True)

@@ -330,9 +330,9 @@ class TrainLoop:
         self.evals: list[EvalRecord] = []
         self.compile_s = 0.0
         self.step = 0  # the step being run
-        from parallax.run.distributed import FAULT_ENV, planted_fault
+        from parallax.plan.world import FAULT_ENV, planted_fault
 
-        # The test hook of parallax.run.distributed (a planted rank failure); None in real runs.
+        # The test hook of parallax.plan.world (a planted rank failure); None in real runs.
         self.fault = planted_fault if os.environ.get(FAULT_ENV) else None
         # Several GPUs: the last warmup step runs under torch.profiler (CUDA kernels), for the
         # share of GPU kernel time in NCCL's collectives (parallel.communication_record). Not
@@ -465,7 +465,7 @@ class TorchEngine(Engine):
         """This process's RankInfo in a run of several GPUs (torchrun's environment), else None."""
         if run.gpus == 1:
             return None
-        from parallax.run.distributed import rank_info
+        from parallax.plan.world import rank_info
 
         rank = rank_info()
         if rank is None:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from parallax.run.distributed import RankInfo, kept_env
+from parallax.plan.world import RankInfo, kept_env
 from parallax.errors import ParallaxError
 
 TEARDOWN_S = 60.0  # a rank whose process group does not come apart in this long exits anyway
