@@ -27,7 +27,7 @@ import torch
 from parallax.spec.config import RunConfig
 from parallax.data.synthetic import SyntheticBatches
 from parallax.engines.torch.engine import ATTENTION_NAMES, Trainer, probe_attention, resolve_device
-from parallax.spec.precision import registry
+from parallax.spec import registry
 from parallax.engines.torch.recipes.select import for_recipe
 from parallax.engines.weights import init_weights
 
