@@ -7,6 +7,7 @@ inside a function (the package imports frameworks and its own heavy modules lazi
     python scripts/import_graph.py             # mermaid graph of the layers (docs/architecture.md)
     python scripts/import_graph.py --dot       # the same as Graphviz DOT
     python scripts/import_graph.py --modules   # one edge per line between modules
+    python scripts/import_graph.py --hide errors   # the picture without the layer everyone imports
 
 ``tests/unit/test_import_graph.py`` reads the same edges to keep the layers acyclic.
 """
@@ -94,12 +95,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dot", action="store_true", help="Graphviz DOT instead of mermaid")
     parser.add_argument("--modules", action="store_true", help="module edges, one per line")
+    parser.add_argument("--hide", action="append", default=[], metavar="LAYER", help="leave a layer out")
     args = parser.parse_args()
     edges = graph()
     if args.modules:
         print("\n".join(f"{a} -> {b}" for a in sorted(edges) for b in sorted(edges[a])))
-    else:
-        print(dot(layer_edges(edges)) if args.dot else mermaid(layer_edges(edges)))
+        return
+    shown = {(a, b) for a, b in layer_edges(edges) if a not in args.hide and b not in args.hide}
+    print(dot(shown) if args.dot else mermaid(shown))
 
 
 if __name__ == "__main__":
