@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import numpy as np
 
+from parallax.errors import ParallaxError
 from parallax.spec.config import RunConfig
 from parallax.spec.precision import PrecisionInfo
 from parallax.spec.recipe import Recipe
@@ -112,6 +113,40 @@ class EngineOutput:
     extra: dict = field(default_factory=dict)
 
 
+@dataclass
+class Step:
+    """One engine's training step, built as ``Engine.train`` builds it, for profilers and
+    compiler inspection (``Engine.build_step``): no timing, no result.
+
+    ``fn(*state, batch)`` runs one optimizer step and returns ``(*state, metrics)``; ``state``
+    is what it advances (torch: the Trainer, whose model and optimizer change in place; JAX:
+    params, the recipe's extra variables and the optimizer state, donated); ``batch`` is the
+    run's first synthetic batch on the device and ``batches`` yields every batch from it, as
+    ``train`` draws them. ``wait(metrics)`` blocks until the device has done the step that gave
+    ``metrics``. ``plan``: what ``Engine.check`` decided; ``details``: what a profile records
+    (compilation, attention, library versions). JAX's ``fn`` is the ahead-of-time compiled
+    executable and ``lowered`` its lowering (``lowered.as_text()``: the HLO before XLA's passes,
+    ``fn.as_text()``: after)."""
+
+    fn: Callable
+    state: tuple
+    batch: Any
+    batches: Iterator
+    wait: Callable[[Any], None]
+    plan: Plan
+    details: dict = field(default_factory=dict)
+    lowered: Any = None
+
+    def run(self, n: int):
+        """``n`` steps on the next batches, waiting for the last; its metrics."""
+        metrics = None
+        for _ in range(n):
+            *state, metrics = self.fn(*self.state, next(self.batches))
+            self.state = tuple(state)
+        self.wait(metrics)
+        return metrics
+
+
 def bad_gradients(names: list[str], norms: list[float]) -> list[str] | None:
     """The quantized layers whose gradient norm is exactly zero or not finite, or None
     (``StepRecord.bad_layers``; every engine's numerics guard)."""
@@ -147,6 +182,12 @@ class Engine(ABC):
     def close(self, plan: Plan) -> None:
         """Release what ``check``/``train`` acquired beyond the run (a process group), once
         the result is written; nothing by default."""
+
+    def build_step(self, plan) -> Step:
+        """The training step of ``plan`` (a ``parallax.plan.RunPlan`` of one device) on the run's
+        synthetic batches, for a profiler or an HLO dump (``Step``)."""
+        raise ParallaxError(f"the {self.name} engine builds no step of its own here; profile it through "
+                            "scripts/device/profile_step.py")
 
     @abstractmethod
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from parallax.spec.config import RunConfig
-from parallax.engines.base import Engine, EngineOutput, Plan, Progress
+from parallax.engines.base import Engine, EngineOutput, Plan, Progress, Step
 from parallax.errors import ParallaxError
 
 
@@ -95,6 +95,35 @@ class JaxEngine(Engine):
         from parallax.engines.jax.training import train
 
         return train(run, plan, batches, progress)
+
+    def build_step(self, plan, attention: str | None = None) -> Step:
+        """The jitted step of ``plan`` (a RunPlan of one device) as ``train`` builds and compiles
+        it (``training.build``): the recipe's XLA flags, model, extra variables and kernels,
+        compiled ahead of time for the run's batch; ``attention`` (cudnn or xla) overrides the
+        engine's choice. ``state`` is (params, extra, opt_state); ``lowered`` the lowering."""
+        import itertools
+        import os
+
+        from parallax.data.synthetic import SyntheticBatches
+        from parallax.engines.jax import training
+        from parallax.engines.jax.runtime import import_jax
+
+        run = plan.run
+        if run.gpus > 1:
+            raise ParallaxError(f"build_step builds the step of one device; the plan has --gpus {run.gpus}")
+        checked = self.check(run)
+        jax, hooks = import_jax(), checked.handles["precision"].hooks
+        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
+        with hooks.context():  # TE's autocast: its modules read the recipe when traced
+            built = training.build(run, checked, source, attention)
+            first = next(built.device_batches)
+            lowered = built.step.lower(*built.state, first)
+            compiled = lowered.compile()
+        device = checked.handles["device"]
+        details = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention": built.attention,
+                   "jax": jax.__version__, "device_name": device.device_kind}
+        return Step(fn=compiled, state=built.state, batch=first, batches=itertools.chain([first], built.device_batches),
+                    wait=lambda metrics: metrics.block_until_ready(), plan=checked, details=details, lowered=lowered)
 
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,
                           device: str):

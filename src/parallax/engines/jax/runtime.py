@@ -190,17 +190,21 @@ def init_extra(model, collections: tuple[str, ...], batch_shape: tuple[int, int]
 
 
 def build_model(config: ModelConfig, compute_dtype: str, device, batch_size: int, seq_len: int,
-                dot_general_cls=None, module=None):
+                dot_general_cls=None, module=None, attention: str | None = None):
     """(Flax module, attention implementation, why) for this device and shape: the plain Llama
     with ``dot_general_cls`` (a recipe's) in the block linears, or what ``module(config, dtype,
-    attention)`` builds (a recipe's own model, e.g. TransformerEngine's, ``JaxHooks.model``)."""
+    attention)`` builds (a recipe's own model, e.g. TransformerEngine's, ``JaxHooks.model``).
+    ``attention`` (cudnn or xla) overrides the choice (``choose_attention``)."""
     import jax.numpy as jnp
 
     from parallax.engines.jax.model import Llama
 
     dtype = jnp.dtype(compute_dtype)
     shape = (batch_size, seq_len, config.n_heads, config.head_dim)
-    attention, reason = choose_attention(dtype, device, shape)
+    if attention is None:
+        attention, reason = choose_attention(dtype, device, shape)
+    else:
+        reason = "asked for"
     if module is not None:
         return module(config, dtype, attention), attention, reason
     model = Llama(config, dtype=dtype, attention=attention, dot_general_cls=dot_general_cls)

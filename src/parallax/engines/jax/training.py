@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -40,16 +42,31 @@ def train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
         return _train(run, plan, batches, progress)
 
 
-def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
+@dataclass
+class Built:
+    """The model, its state and its jitted step as ``train`` builds them (``build``)."""
+
+    model: object
+    attention: str
+    attention_reason: str
+    layout: Layout
+    state: tuple  # (params, extra, opt_state)
+    step: object  # jit_train_step's function, not compiled yet
+    names: list[str]  # the quantized kernels whose gradient norms the metrics carry
+    first: np.ndarray  # a private copy of the first host batch
+    device_batches: Iterator  # every batch from the first, on the device(s)
+
+
+def build(run: RunConfig, plan, batches, attention: str | None = None) -> Built:
+    """The model of ``run``, its initial state and its jitted step, as ``plan`` (the engine's
+    check) says; ``attention`` overrides the attention choice (``JaxEngine.build_step``)."""
     jax = import_jax()
     device, precision = plan.handles["device"], plan.handles["precision"]
     # A plan made by hand (tests) may name only its device: one device, then.
     layout: Layout = plan.handles.get("layout") or Layout.one_device(run, device)
     config, hooks = run.model_config, precision.hooks
-
-    progress.phase("building the model")
     model, attention, attention_reason = build_model(
-        config, precision.compute_dtype, device, run.batch_size, run.seq_len, module=hooks.model)
+        config, precision.compute_dtype, device, run.batch_size, run.seq_len, module=hooks.model, attention=attention)
     params = layout.place_params(hooks.to_params(init_weights(config, run.seed), config))
     extra = init_extra(model, hooks.extra_collections(), (run.batch_size, run.seq_len), device)
     if not layout.single:  # the recipe's variables, replicated over the mesh
@@ -60,11 +77,21 @@ def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     watched, names = [path for path, _ in kernels], [name for _, name in kernels]
     first, host_batches = _with_private_first(batches)
     device_batches = timing.device_batches(host_batches, layout.put_batch)
+    state = (params, extra, opt_state)
+    return Built(model, attention, attention_reason, layout, state, jit_train_step(model, tx, watched, layout, state),
+                 names, first, device_batches)
+
+
+def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
+    device, precision = plan.handles["device"], plan.handles["precision"]
+    progress.phase("building the model")
+    built = build(run, plan, batches)
+    model, attention, attention_reason, layout = built.model, built.attention, built.attention_reason, built.layout
+    state, names, first, device_batches = built.state, built.names, built.first, built.device_batches
+    params, extra, _ = state
 
     progress.phase("compiling")
-    state = (params, extra, opt_state)
-    step_fn, aot_compile_s = _timed_compile(jit_train_step(model, tx, watched, layout, state), state, first,
-                                            layout)
+    step_fn, aot_compile_s = _timed_compile(built.step, state, first, layout)
     eval_set = batches.eval_batches() if run.eval_every > 0 else []
     evaluate, eval_compile_s = _evaluator(model, eval_set, layout, params, extra)
     peak_after_compile = max_peak(memory_by_device(layout))

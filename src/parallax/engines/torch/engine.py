@@ -40,6 +40,7 @@ from parallax.engines.base import (
     EvalRecord,
     Plan,
     Progress,
+    Step,
     StepRecord,
     bad_gradients,
     eval_due,
@@ -506,6 +507,48 @@ class TorchEngine(Engine):
             evals=loop.evals,
             extra=extra,
         )
+
+    def build_step(self, plan, attention: str | None = None, compile_mode: str | None = None) -> Step:
+        """The Trainer's step of ``plan`` (a RunPlan of one device) as ``train`` builds it: the
+        check's device, recipe, attention and CUDA-graphs decision, the run's compilation, the
+        initial weights of its seed; ``attention`` (cudnn, flash, efficient, math) and
+        ``compile_mode`` (a torch.compile mode, or eager) override the check's choices, for
+        comparing variants. ``state`` is (the Trainer,)."""
+        import itertools
+
+        from parallax.data.synthetic import SyntheticBatches
+
+        run = plan.run
+        if run.gpus > 1:
+            raise ParallaxError(f"build_step builds the step of one device; the plan has --gpus {run.gpus}")
+        torch = import_torch()
+        checked = self.check(run)
+        device, precision = checked.handles["device"], checked.handles["precision"]
+        chosen = {name: backend for backend, name in ATTENTION_NAMES.items()}.get(attention,
+                                                                                  checked.handles["attention"])
+        compiled = run.compile if compile_mode is None else compile_mode != "eager"
+        cuda = device.type == "cuda"
+        if cuda:
+            torch.cuda.set_device(device)
+        trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, chosen, compiled,
+                          compile_mode if compiled and compile_mode else "default", cuda_graphs=checked.cuda_graphs)
+        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
+        batches = (trainer.upload(b) for b in source)
+        first = next(batches)
+        steps = itertools.count()
+
+        def fn(state, batch):
+            return state, state.train_step(batch, state.lr(next(steps)))
+
+        def wait(metrics) -> None:
+            if cuda:
+                torch.cuda.synchronize(device)
+
+        details = {"compile_mode": trainer.compile_mode or "eager", "attention": ATTENTION_NAMES[chosen],
+                   "torch": torch.__version__, "cuda_graphs": checked.cuda_graphs,
+                   "device_name": torch.cuda.get_device_name(device) if cuda else "cpu"}
+        return Step(fn=fn, state=(trainer,), batch=first, batches=itertools.chain([first], batches), wait=wait,
+                    plan=checked, details=details)
 
     def close(self, plan: Plan) -> None:
         group = plan.handles.pop("group", None)
