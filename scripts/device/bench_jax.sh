@@ -25,41 +25,37 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.used --fo
 # One measurement of the bare training step in this process: prints one JSON line.
 STEP_PY='
 import json, os, sys, time
-import jax, jax.numpy as jnp, numpy as np
+from parallax.engines.jax.engine import JaxEngine
+from parallax.plan.resolve import resolve
 from parallax.spec.config import RunConfig
-from parallax.data.synthetic import SyntheticBatches
-from parallax.engines.jax import timing
-from parallax.engines.jax.convert import to_flax
-from parallax.engines.jax.model import Llama
-from parallax.engines.jax.runtime import jit_train_step, make_optimizer
-from parallax.engines.weights import init_weights
 
 attention, mode, out = sys.argv[1], sys.argv[2], os.environ["OUT"]
 run = RunConfig(framework="jax", model=os.environ.get("BENCH_MODEL", "llama-100m"),
                 batch_size=int(os.environ.get("BENCH_BATCH", 32)), seq_len=int(os.environ.get("BENCH_SEQ", 1024)),
                 steps=200, warmup=20)
-cfg, dev = run.model_config, jax.devices()[0]
-model = Llama(cfg, dtype=jnp.bfloat16, attention=attention)
-tx = make_optimizer(run.optim, run.steps)
-params = jax.device_put(to_flax(init_weights(cfg, 0), cfg), dev)
-state = (params, jax.device_put(tx.init(params), dev))
-batches = timing.device_batches(SyntheticBatches(0, run.batch_size, run.seq_len, cfg.vocab_size), dev)
 t0 = time.perf_counter()
-step = jit_train_step(model, tx)
-state, _ = timing.untimed_steps(step, state, batches, 10)
+step = JaxEngine().build_step(resolve(run), attention=attention)  # the bf16 step of the engine, compiled
+step.run(10)
 warm_s = time.perf_counter() - t0
+
+def timed(n):
+    start = time.perf_counter()
+    step.run(n)
+    return time.perf_counter() - start
+
 if mode == "profile":
-    state, _ = timing.untimed_steps(step, state, batches, 5)
+    import jax
+    step.run(5)
     trace = os.path.join(out, "trace_jax")
     with jax.profiler.trace(trace):
-        state, total = timing.untimed_steps(step, state, batches, 5)
+        total = timed(5)
     n = 5
 else:
     n = 30
-    state, total = timing.untimed_steps(step, state, batches, n)
+    total = timed(n)
 ms = total * 1e3 / n
-stats = dev.memory_stats() or {}
-print(json.dumps({"attention": attention, "xla_flags": os.environ.get("XLA_FLAGS", ""),
+stats = step.plan.handles["device"].memory_stats() or {}
+print(json.dumps({"attention": step.details["attention"], "xla_flags": os.environ.get("XLA_FLAGS", ""),
                   "compile_and_warmup_s": round(warm_s, 1), "ms_per_step": round(ms, 3),
                   "tokens_per_s": round(run.tokens_per_step / ms * 1e3),
                   "peak_gib": round(stats.get("peak_bytes_in_use", 0) / 2**30, 2)}), flush=True)

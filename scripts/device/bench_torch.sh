@@ -24,44 +24,36 @@ if [[ $MODE == profile || $MODE == variants ]]; then
     OUT="$OUT" MODE="$MODE" "$PYTHON" - <<'EOF'
 import gc, gzip, json, os, shutil, time
 import torch
-from parallax.spec.config import RunConfig
-from parallax.data.synthetic import SyntheticBatches
-from parallax.engines.torch.engine import ATTENTION_NAMES, Trainer, probe_attention, resolve_device
+from parallax.engines.torch.engine import TorchEngine
+from parallax.plan.resolve import resolve
 from parallax.spec import registry
-from parallax.engines.torch.recipes.select import for_recipe
-from parallax.engines.weights import init_weights
+from parallax.spec.config import RunConfig
 
 out, mode = os.environ["OUT"], os.environ["MODE"]
-run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20)
-device = resolve_device(torch, "cuda")
 recipe = registry.get("torch", os.environ.get("RECIPE", "bf16"))  # any torch recipe, e.g. RECIPE=te-fp8-delayed
-run = run.replace(precision=recipe.format, recipe=recipe.name)
-precision = for_recipe(torch, recipe, device)
-weights = init_weights(run.model_config, 0)
-by_name = {v: k for k, v in ATTENTION_NAMES.items()}
+run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20, device="cuda",
+                precision=recipe.format, recipe=recipe.name, cuda_graphs="off")
+plan = resolve(run)
 
 def build(attention_name, compile_mode):
-    attention = by_name.get(attention_name) or probe_attention(
-        torch, device, precision.compute_dtype, run.model_config, run.seq_len)
-    compiled = compile_mode != "eager"
-    return Trainer(run, weights, precision, device, attention, compiled, compile_mode if compiled else "default")
+    """The engine's step (TorchEngine.build_step); attention and compile mode as the variant says
+    (no attention name: the engine's probe chooses)."""
+    return TorchEngine().build_step(plan, attention=attention_name or None, compile_mode=compile_mode)
 
-def steps(trainer, batches, first, n):
-    for k in range(first, first + n):
-        trainer.train_step(trainer.upload(next(batches)), trainer.lr(k))
-
-def measure(trainer, warmup=10, n=20):
-    batches = iter(SyntheticBatches(0, run.batch_size, run.seq_len, run.model_config.vocab_size))
-    t0 = time.perf_counter(); steps(trainer, batches, 0, warmup); torch.cuda.synchronize()
+def measure(step, warmup=10, n=20):
+    t0 = time.perf_counter(); step.run(warmup)
     warm_s = time.perf_counter() - t0
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record(); steps(trainer, batches, warmup, n); end.record(); end.synchronize()
+    start.record()
+    for _ in range(n):
+        step.fn(*step.state, next(step.batches))
+    end.record(); end.synchronize()
     ms = start.elapsed_time(end) / n
-    return batches, {"recipe": recipe.name, "attention": ATTENTION_NAMES[trainer.attention],
-                     "compile_mode": trainer.compile_mode or "eager",
-                     "warmup_s": round(warm_s, 1), "ms_per_step": round(ms, 3),
-                     "tokens_per_s": round(run.tokens_per_step / ms * 1e3),
-                     "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
+    return {"recipe": recipe.name, "attention": step.details["attention"],
+            "compile_mode": step.details["compile_mode"],
+            "warmup_s": round(warm_s, 1), "ms_per_step": round(ms, 3),
+            "tokens_per_s": round(run.tokens_per_step / ms * 1e3),
+            "peak_allocated_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2)}
 
 if mode == "variants":
     rows = []
@@ -69,20 +61,19 @@ if mode == "variants":
         attention_name, compile_mode = variant.split(":")
         torch.cuda.reset_peak_memory_stats()
         torch._dynamo.reset()
-        trainer = build(attention_name, compile_mode)
-        _, row = measure(trainer)
+        step = build(attention_name, compile_mode)
+        row = measure(step)
         rows.append(row); print(json.dumps(row), flush=True)
-        del trainer; gc.collect(); torch.cuda.empty_cache()
+        del step; gc.collect(); torch.cuda.empty_cache()
     json.dump(rows, open(os.path.join(out, "variants_torch.json"), "w"), indent=2)
     best = max(rows, key=lambda r: r["tokens_per_s"])
     print("bench_torch variants: best", json.dumps(best))
 else:
     from torch.profiler import ProfilerActivity, profile
-    trainer = build(os.environ.get("ATTENTION", ""), os.environ.get("COMPILE_MODE", "default"))
-    batches, row = measure(trainer, warmup=10, n=20)
+    step = build(os.environ.get("ATTENTION", ""), os.environ.get("COMPILE_MODE", "default"))
+    row = measure(step, warmup=10, n=20)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        steps(trainer, batches, 30, 5)
-        torch.cuda.synchronize()
+        step.run(5)
     table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=50)
     with open(os.path.join(out, "profile_torch.txt"), "w") as f:
         f.write(f"{json.dumps(row)}\n5 profiled steps\n{table}\n")

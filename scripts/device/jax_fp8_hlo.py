@@ -1,7 +1,7 @@
 """What XLA makes of the Flax fp8 recipes on this GPU: the optimized HLO of one training step.
 
 For each recipe (and XLA_FLAGS variant, each in its own process, since XLA reads the flags once)
-it compiles the engine's own step for the tiny preset and counts, in the optimized HLO, the fp8
+it compiles the engine's own step for the tiny preset (``JaxEngine.build_step``) and counts, in the optimized HLO, the fp8
 types, the custom calls by target and the fusions by kind, so that "did the GEMMs run in fp8"
 is answered from the compiler's output rather than assumed. Writes OUT/jax_fp8_hlo.json and
 the HLO texts; prints one line per case.
@@ -30,31 +30,23 @@ CASES = [
 
 def one(recipe: str, out: Path) -> dict:
     import jax
-    import jax.numpy as jnp
-    import numpy as np
 
-    from parallax.spec.config import OptimConfig, get_preset
-    from parallax.data.synthetic import synthetic_batch
-    from parallax.engines.jax import convert, runtime
+    from parallax.engines.jax.engine import JaxEngine
+    from parallax.plan.resolve import resolve
     from parallax.spec import registry
-    from parallax.engines.weights import init_weights
+    from parallax.spec.config import RunConfig
 
-    model_config = get_preset("tiny")
-    hooks = registry.get("jax", recipe).load_hooks()
-    device = jax.devices()[0]  # the GPU on the device machine (the CPU only to try this script)
-    model, _, _ = runtime.build_model(model_config, "bfloat16", device, 8, 128, hooks.dot_general_cls())
-    params = jax.device_put(convert.to_flax(init_weights(model_config, 0), model_config), device)
-    extra = runtime.init_extra(model, hooks.extra_collections(), (8, 128), device)
-    tx = runtime.make_optimizer(OptimConfig(), 20)
-    step = runtime.jit_train_step(model, tx, runtime.quantized_kernels(model_config, hooks.dot_general_cls()))
-    batch = jax.device_put(jnp.asarray(synthetic_batch(0, 0, 8, 128, model_config.vocab_size), np.int32), device)
-    lowered = step.lower(params, extra, jax.device_put(tx.init(params), device), batch)
-    before, after = lowered.as_text(), lowered.compile().as_text()
-    name = f"{recipe}{'-' + re.sub('[^a-z0-9]+', '_', os.environ.get('XLA_FLAGS', '')) if os.environ.get('XLA_FLAGS') else ''}"
+    flags = os.environ.get("XLA_FLAGS", "")  # the case's; the engine adds the recipe's own
+    chosen = registry.get("jax", recipe)
+    run = RunConfig.for_preset("tiny", framework="jax", precision=chosen.format, recipe=chosen.name, steps=20,
+                               warmup=1, seed=0)
+    step = JaxEngine().build_step(resolve(run))  # the GPU on the device machine (the CPU only to try this script)
+    before, after = step.lowered.as_text(), step.fn.as_text()
+    name = f"{recipe}{'-' + re.sub('[^a-z0-9]+', '_', flags) if flags else ''}"
     (out / f"hlo_{name}.txt").write_text(after)
     targets = collections.Counter(re.findall(r'custom_call_target="([^"]+)"', after))
     kinds = collections.Counter(re.findall(r'"kind":"([^"]+)"', after))
-    return {"recipe": recipe, "xla_flags": os.environ.get("XLA_FLAGS", ""), "jax": jax.__version__,
+    return {"recipe": recipe, "xla_flags": flags, "xla_flags_run": step.details["xla_flags"], "jax": jax.__version__,
             "f8e4m3fn_before": before.count("f8E4M3FN") + before.count("f8e4m3fn"),
             "f8e4m3fn_after": after.count("f8e4m3fn"), "f8e5m2_after": after.count("f8e5m2"),
             "custom_call_targets": dict(targets), "fusion_kinds": dict(kinds),

@@ -1,7 +1,7 @@
 """Where one recipe's training step spends its GPU time: a profile summary by kernel category.
 
-Builds the recipe's step as its engine does (the engine's own ``check``, then the torch
-``Trainer`` or the JAX jitted step, on synthetic batches), runs ``--warmup`` steps unprofiled,
+Builds the recipe's step through its engine (``Engine.build_step``: the torch ``Trainer`` or the
+JAX jitted step as ``train`` builds them, on synthetic batches), runs ``--warmup`` steps unprofiled,
 times ``--steps`` steps without the profiler, then profiles ``--steps`` more and sums the GPU
 kernels by category (``parallax.engines.profiling``). One (framework, recipe) per process: XLA reads
 the recipe's XLA_FLAGS once, when JAX starts.
@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
 import sys
 import tarfile
@@ -50,9 +49,8 @@ except ImportError:  # the source tree, when parallax is not installed
 
 from parallax.engines import profiling  # noqa: E402
 from parallax.spec.config import RunConfig  # noqa: E402
-from parallax.data.synthetic import SyntheticBatches  # noqa: E402
+from parallax.plan.resolve import resolve  # noqa: E402
 from parallax.spec import registry  # noqa: E402
-from parallax.engines.weights import init_weights  # noqa: E402
 
 
 def parse(argv) -> argparse.Namespace:
@@ -90,33 +88,19 @@ def run_config(args) -> RunConfig:
 
 
 class TorchStep:
-    """The torch engine's Trainer for ``run``; ``steps(n)`` runs n steps and waits for them."""
+    """The torch engine's step for ``run`` (``TorchEngine.build_step``); ``steps(n)`` runs n
+    steps and waits for them."""
 
     def __init__(self, run: RunConfig):
-        from parallax.engines.torch.engine import ATTENTION_NAMES, TorchEngine, Trainer, import_torch
+        from parallax.engines.torch.engine import TorchEngine
 
-        self.torch = torch = import_torch()
-        plan = TorchEngine().check(run)
-        device, precision, attention = (plan.handles[k] for k in ("device", "precision", "attention"))
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        self.device = device
-        self.trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention,
-                               run.compile, cuda_graphs=plan.cuda_graphs)
-        self.batches = iter(SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size))
-        self.done = 0
-        self.device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-        self.flags = {"compile_mode": self.trainer.compile_mode or "eager",
-                      "attention": ATTENTION_NAMES[attention], "torch": torch.__version__,
-                      "cuda_graphs": plan.cuda_graphs}
+        self.step = TorchEngine().build_step(resolve(run))
+        self.device = self.step.plan.handles["device"]
+        self.device_name = self.step.details["device_name"]
+        self.flags = {k: self.step.details[k] for k in ("compile_mode", "attention", "torch", "cuda_graphs")}
 
     def steps(self, n: int) -> None:
-        trainer = self.trainer
-        for _ in range(n):
-            trainer.train_step(trainer.upload(next(self.batches)), trainer.lr(self.done))
-            self.done += 1
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize(self.device)
+        self.step.run(n)
 
     def profile(self, n: int, out: Path, name: str, keep: bool) -> list:
         from torch.profiler import ProfilerActivity, profile
@@ -138,34 +122,19 @@ def _gzip_chrome_trace(prof, path: Path) -> None:
 
 
 class JaxStep:
-    """The JAX engine's jitted step for ``run``, compiled ahead of time as the engine does."""
+    """The JAX engine's jitted step for ``run``, compiled ahead of time (``JaxEngine.build_step``)."""
 
     def __init__(self, run: RunConfig):
-        from parallax.engines.jax import convert, timing
         from parallax.engines.jax.engine import JaxEngine
-        from parallax.engines.jax.runtime import (build_model, import_jax, init_extra, jit_train_step,
-                                                  make_optimizer, quantized_kernels)
+        from parallax.engines.jax.runtime import import_jax
 
-        plan = JaxEngine().check(run)  # adds the recipe's XLA_FLAGS before JAX starts
-        jax = import_jax()
-        device, precision = plan.handles["device"], plan.handles["precision"]
-        config, hooks, shape = run.model_config, precision.hooks, (run.batch_size, run.seq_len)
-        model, attention, _ = build_model(config, precision.compute_dtype, device, *shape, hooks.dot_general_cls())
-        params = jax.device_put(convert.to_flax(init_weights(config, run.seed), config), device)
-        extra = init_extra(model, hooks.extra_collections(), shape, device)
-        tx = make_optimizer(run.optim, run.steps)
-        self.state = (params, extra, jax.device_put(tx.init(params), device))
-        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, config.vocab_size)
-        self.batches = timing.device_batches(source, device)
-        step = jit_train_step(model, tx, quantized_kernels(config, hooks.dot_general_cls()))
-        self.compiled = step.lower(*self.state, next(self.batches)).compile()
-        self.untimed_steps, self.jax = timing.untimed_steps, jax
-        self.device_name = device.device_kind
-        self.flags = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention": attention,
-                      "jax": jax.__version__}
+        self.step = JaxEngine().build_step(resolve(run))  # adds the recipe's XLA_FLAGS before JAX starts
+        self.jax = import_jax()
+        self.device_name = self.step.details["device_name"]
+        self.flags = {k: self.step.details[k] for k in ("xla_flags", "attention", "jax")}
 
     def steps(self, n: int) -> None:
-        self.state, _ = self.untimed_steps(self.compiled, self.state, self.batches, n)
+        self.step.run(n)
 
     def profile(self, n: int, out: Path, name: str, keep: bool) -> list:
         with tempfile.TemporaryDirectory() as tmp:
@@ -176,7 +145,7 @@ class JaxStep:
             if keep:
                 with tarfile.open(out / f"trace_{name}.tar.gz", "w:gz") as tar:
                     tar.add(trace, arcname=trace.name)
-        return profiling.describe_hlo_ops(events, self.compiled.as_text())
+        return profiling.describe_hlo_ops(events, self.step.fn.as_text())
 
 
 class MaxTextRun:

@@ -6,7 +6,7 @@ GPU, the step waits on launches. ``--cuda-graphs`` (on by default for the TE rec
 has the engine capture each block's forward and backward once with ``te.make_graphed_callables``
 (``TransformerEngineHooks.graph``), so a step replays 12 graphs plus the embedding, head and
 optimizer. For te-bf16, te-fp8-delayed and te-fp8-current this script builds the engine's own
-Trainer through ``TorchEngine.check`` with ``cuda_graphs`` off and on (llama-100m, batch
+step through ``TorchEngine.build_step`` with ``cuda_graphs`` off and on (llama-100m, batch
 32 x 1024, synthetic batches), measures ms/step in one process, and writes one JSON line per
 case to OUT/te_graphs.jsonl. A case that fails records its error and the next one runs.
 
@@ -24,39 +24,31 @@ import traceback
 
 
 def build(recipe_name: str, graphs: bool):
-    """The Trainer that ``parallax train --recipe NAME --cuda-graphs on|off`` runs: the plan of the
-    engine's check (device, recipe, attention, the graphs decision) and the capture inside Trainer."""
-    from parallax.spec.config import RunConfig
-    from parallax.engines.torch.engine import Trainer, TorchEngine
+    """The step that ``parallax train --recipe NAME --cuda-graphs on|off`` runs
+    (``TorchEngine.build_step``: the engine's check decides device, recipe, attention and the
+    graphs; the Trainer captures them)."""
+    from parallax.engines.torch.engine import TorchEngine
+    from parallax.plan.resolve import resolve
     from parallax.spec import registry
-    from parallax.engines.weights import init_weights
+    from parallax.spec.config import RunConfig
 
     recipe = registry.get("torch", recipe_name)
     run = RunConfig(model="llama-100m", batch_size=32, seq_len=1024, steps=200, warmup=20,
                     precision=recipe.format, recipe=recipe.name, device="cuda",
-                    cuda_graphs="on" if graphs else "off").validate()
-    plan = TorchEngine().check(run)
-    h = plan.handles
-    trainer = Trainer(run, init_weights(run.model_config, 0), h["precision"], h["device"], h["attention"],
-                      run.compile, cuda_graphs=plan.cuda_graphs)
-    return trainer, run
+                    cuda_graphs="on" if graphs else "off")
+    return TorchEngine().build_step(resolve(run)), run
 
 
-def measure(trainer, run, warmup: int = 10, steps: int = 30) -> dict:
+def measure(step, run, warmup: int = 10, steps: int = 30) -> dict:
     import torch
 
-    from parallax.data.synthetic import SyntheticBatches
-
-    batches = iter(SyntheticBatches(0, run.batch_size, run.seq_len, run.model_config.vocab_size))
     t0 = time.perf_counter()
-    for k in range(warmup):
-        metrics = trainer.train_step(trainer.upload(next(batches)), trainer.lr(k))
-    torch.cuda.synchronize()
+    step.run(warmup)
     warm_s = time.perf_counter() - t0
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for k in range(warmup, warmup + steps):
-        metrics = trainer.train_step(trainer.upload(next(batches)), trainer.lr(k))
+    for _ in range(steps):
+        _, metrics = step.fn(*step.state, next(step.batches))
     end.record()
     end.synchronize()
     ms = start.elapsed_time(end) / steps
@@ -73,14 +65,15 @@ def case(recipe_name: str, graphed: bool) -> dict:
     row = {"recipe": recipe_name, "blocks": "cuda-graphs (te.make_graphed_callables)" if graphed else "eager"}
     try:
         torch.cuda.reset_peak_memory_stats()
-        trainer, run = build(recipe_name, graphed)
-        row["graph_capture_s"] = None if trainer.graph_capture_s is None else round(trainer.graph_capture_s, 1)
-        row.update(measure(trainer, run))
+        step, run = build(recipe_name, graphed)
+        captured = step.state[0].graph_capture_s
+        row["graph_capture_s"] = None if captured is None else round(captured, 1)
+        row.update(measure(step, run))
     except Exception as exc:  # one case's failure is a result; the next case runs
         row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         row["traceback"] = traceback.format_exc().splitlines()[-8:]
     finally:
-        trainer = None
+        step = None
         gc.collect()
         torch.cuda.empty_cache()
     return row
