@@ -22,6 +22,7 @@ LAYERS = (
     ("data", "quant"),   # token sources; the native quantization kernels' framework bindings
     "engines",           # read a resolved run; the frameworks' training loops and recipes
     "analysis",          # statistics, comparison, reports: pure functions of records
+    "plans",             # experiment plans as TOML files and their loader
     "run",               # the driver, the launcher, the matrix runner, progress
     "cli",               # the commands
     "__main__",
