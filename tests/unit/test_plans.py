@@ -12,7 +12,7 @@ from parallax import plans
 from parallax.cli.benchmark import command
 from parallax.errors import ParallaxError
 
-SHIPPED = ["convergence", "crossover", "fp8-matrix", "three-frameworks"]
+SHIPPED = ["convergence", "crossover", "curves", "fp8-matrix", "nvfp4-emulation", "nvfp4-long", "three-frameworks"]
 COMMON = "--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024"
 FP8_RECIPES = ("torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,"
                "jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed")
@@ -31,6 +31,18 @@ COMMAND_LINES = {
                     "--batch-size 32 --seq-len 1024 --steps 1000 --warmup 20 --repeats 1 --data <tokens> --epochs 40 "
                     "--eval-every 100 --eval-batches 5 --concurrent 1 --timeout-per-run 500 --output-dir <out> "
                     "--resume --report --convergence"],
+    # scripts/device/session.sh before plans: the curves part (docs/results/2026-12-01-h200-f/README.md)
+    "curves": [f"--frameworks jax,maxtext --precisions bf16 {COMMON} --steps 300 --warmup 20 --repeats 1 "
+               "--data <tokens> --epochs 20 --timeout-per-run 400 --output-dir <out> --resume --report"],
+    # ... its nvfp4 part's benchmark (docs/results/2026-12-02-h200-c/logs/nvfp4-bench.txt)
+    "nvfp4-emulation": [f"--frameworks torch,jax --precisions bf16 --recipes emulated-nvfp4 {COMMON} --steps 60 "
+                        "--warmup 20 --repeats 3 --data <tokens> --epochs 20 --timeout-per-run 200 --output-dir <out> "
+                        "--resume --report"],
+    # ... and its nvfp4long part (docs/results/2026-12-02-h200-b/); the plan states its protocol (--convergence)
+    "nvfp4-long": ["--frameworks torch,jax --precisions bf16 --recipes emulated-nvfp4 --model llama-100m --seeds 0,1 "
+                   "--batch-size 32 --seq-len 1024 --steps 1000 --warmup 20 --repeats 1 --data <tokens> --epochs 40 "
+                   "--eval-every 100 --eval-batches 5 --concurrent 8 --timeout-per-run 670 --output-dir <out> "
+                   "--resume --report --convergence"],
     # docs/results/2026-12-03-h200/README.md: the crossover's TE cells, one benchmark per preset
     "crossover": [f"--frameworks torch --precisions bf16 --recipes torch:te-bf16,torch:te-fp8-delayed --model {m} "
                   "--seeds 0 --batch-size 32 --seq-len 1024 --steps 30 --warmup 10 --synthetic --repeats 1 "
@@ -56,7 +68,7 @@ def test_every_shipped_plan_loads_and_is_listed_once():
     assert list(plans.shipped()) == SHIPPED
     lines = plans.listing()
     assert [line.split()[0] for line in lines] == SHIPPED
-    assert lines[2] == ("fp8-matrix        torch and jax: bf16 and every fp8 recipe, llama-100m, 3 repeats "
+    assert lines[3] == ("fp8-matrix        torch and jax: bf16 and every fp8 recipe, llama-100m, 3 repeats "
                         "(speed)")
     for name in SHIPPED:
         path = plans.shipped()[name]
@@ -146,7 +158,7 @@ def test_a_bad_plan_is_one_error_naming_the_key(tmp_path, text, message):
 
 def test_an_unknown_name_lists_the_plans_and_a_missing_file_is_named(tmp_path):
     with pytest.raises(ParallaxError, match=r"^unknown plan 'fp9-matrix'; choose one of: convergence, crossover, "
-                                            r"fp8-matrix, three-frameworks \(or give a \.toml file\)$"):
+                                            r"curves, fp8-matrix, nvfp4-emulation, nvfp4-long, three-frameworks \(or give a \.toml file\)$"):
         plans.load("fp9-matrix")
     with pytest.raises(ParallaxError, match="^no plan file nope/x.toml; give a TOML file or a plan name"):
         plans.load("nope/x.toml")
