@@ -180,3 +180,8 @@ def test_the_plans_travel_in_the_wheel_and_the_sdist():
     assert build["wheel"]["packages"] == ["src/parallax"]
     assert "exclude" not in build.get("wheel", {}) and "exclude" not in build.get("sdist", {})
     assert all(p.parent == root / "src" / "parallax" / "plans" for p in plans.shipped().values())
+
+
+def test_docs_name_every_shipped_plan():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "benchmark.md").read_text()
+    assert [name for name in SHIPPED if f"`{name}`" not in text] == []
