@@ -90,6 +90,7 @@ def test_each_plan_resolves_to_the_command_lines_it_replaces(tmp_path, name):
         params, _ = parse(shlex.split(line))
         expected.append({k: v for k, v in params.items() if k not in ("plan", "list_plans")})
     assert runs == expected
+    assert [{k: type(v) for k, v in r.items()} for r in runs] == [{k: type(v) for k, v in e.items()} for e in expected]
 
 
 def test_the_resolved_options_hold_the_plans_values():

@@ -142,7 +142,7 @@ def command(ctx, plan, list_plans, **options):
     if plan is None:
         return benchmark(**options)
     given = {k for k in options if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
-    runs = plans.benchmark_runs(plans.load(plan), options, given)  # every error before the first cell
+    runs = plans.benchmark_runs(plans.load(plan), options, given)  # the plan's errors before any cell
     return max(benchmark(**run) for run in runs)
 
 

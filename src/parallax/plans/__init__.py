@@ -78,7 +78,7 @@ class Plan:
     def options(self) -> dict:
         """The plan as ``parallax benchmark``'s option values (as click passes them), presets aside."""
         v = self.values
-        out = {k: v[k] for k in SAME if k in v}
+        out = {k: float(v[k]) if KEYS[k][0] is float else v[k] for k in SAME if k in v}  # 20 -> 20.0, as click
         out["frameworks"] = ",".join(v["frameworks"])
         out["precisions"] = ",".join(v["precisions"])
         out["convergence"] = v["protocol"] == "convergence"
