@@ -158,9 +158,10 @@ def test_a_bad_plan_is_one_error_naming_the_key(tmp_path, text, message):
 
 
 def test_an_unknown_name_lists_the_plans_and_a_missing_file_is_named(tmp_path):
-    with pytest.raises(ParallaxError, match=r"^unknown plan 'fp9-matrix'; choose one of: convergence, crossover, "
-                                            r"curves, fp8-matrix, nvfp4-emulation, nvfp4-long, three-frameworks \(or give a \.toml file\)$"):
+    with pytest.raises(ParallaxError) as err:
         plans.load("fp9-matrix")
+    assert str(err.value) == ("unknown plan 'fp9-matrix'; choose one of: convergence, crossover, curves, fp8-matrix, "
+                              "nvfp4-emulation, nvfp4-long, three-frameworks (or give a .toml file)")
     with pytest.raises(ParallaxError, match="^no plan file nope/x.toml; give a TOML file or a plan name"):
         plans.load("nope/x.toml")
 
