@@ -19,6 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "device" / "session.sh"
+SCRIPTS = sorted(SCRIPT.parent.glob("session*.sh"))  # it and its helpers
 PARTS_IN_ORDER = [
     "install", "carry-mt", "versions",
     "capture-bf16", "capture-fp8", "capture-export", "capture-export-direct", "capture-direct",
@@ -49,9 +50,11 @@ def dry_run(session: Path, **env) -> list[tuple[str, int, list[str]]]:
     return parts
 
 
-def test_the_session_scripts_parse():
-    proc = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True)
+@pytest.mark.parametrize("script", sorted(SCRIPT.parent.glob("*.sh")), ids=lambda p: p.name)
+def test_the_device_scripts_parse_and_none_is_over_200_lines(script):
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+    assert len(script.read_text().splitlines()) <= 200
 
 
 def test_usage_without_a_subcommand(tmp_path):
@@ -97,6 +100,7 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
     assert (ROOT / argv["nvfp4-quantbench"][-1]).is_file()
     for name, framework in (("nvfp4-profile-torch", "torch"), ("nvfp4-profile-jax", "jax")):
         assert argv[name][2:6] == ["--framework", framework, "--recipe", "emulated-nvfp4"]
+    assert argv["nvfp4-bench"][3:6] == ["benchmark", "--plan", "nvfp4-emulation"]
     params, cells = benchmark_cells(argv["nvfp4-bench"])
     assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
     assert (params["repeats"], params["steps"], params["warmup"], params["batch_size"]) == (3, 60, 20, 32)
@@ -114,7 +118,7 @@ def test_the_bound_tests_run_after_te_and_before_the_matrix(tmp_path):
 
 def test_kernels_run_first_and_the_nvfp4_part_skips_their_tests(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = dry_run(tmp_path, PARTS="kernels matrix nvfp4", NVFP4_REPEATS="2")
+    parts = dry_run(tmp_path, PARTS="kernels matrix nvfp4", NVFP4_BENCH_ARGS="--repeats 2")
     assert [name for name, _, _ in parts] == [
         "install", "carry-mt", "versions", "kernels", "checkenv-te", "matrix", "matrix-report",
         "nvfp4-quantbench", "nvfp4-profile-torch", "nvfp4-profile-jax", "nvfp4-bench", "nvfp4-report"]
@@ -145,6 +149,8 @@ def test_every_parallax_command_parses_with_the_real_cli(tmp_path):
     for name, argv in parts.items():
         if argv[:3] == ["python3", "-m", "parallax"]:
             parallax_context(argv)  # raises on an unknown option or a bad value
+        if argv[3:5] == ["benchmark", "--plan"]:
+            assert benchmark_runs(argv)  # and its plan loads and resolves
     train = parallax_context(parts["capture-bf16"]).params
     assert (train["framework"], train["precision"], train["synthetic"], train["steps"], train["model"]) == (
         "maxtext", "bf16", True, 30, "llama-100m")
@@ -152,27 +158,42 @@ def test_every_parallax_command_parses_with_the_real_cli(tmp_path):
     assert parallax_context(parts["capture-export"]).params["recipes"] == "all"
 
 
+def benchmark_runs(argv: list[str]) -> list[dict]:
+    """The options of each benchmark of ``python3 -m parallax benchmark --plan ...``, its plan resolved."""
+    from parallax import plans
+
+    ctx = parallax_context(argv)
+    given = {k for k in ctx.params if ctx.get_parameter_source(k).name != "DEFAULT"} - {"plan"}
+    options = {k: v for k, v in ctx.params.items() if k not in ("plan", "list_plans")}
+    return plans.benchmark_runs(plans.load(ctx.params["plan"]), options, given)
+
+
 def benchmark_cells(argv: list[str]) -> tuple[dict, list[tuple[str, str]]]:
     from parallax.cli.benchmark import split_list
     from parallax.spec import registry
 
-    params = parallax_context(argv).params
+    params, = benchmark_runs(argv)
     frameworks = split_list(params["frameworks"], "--frameworks")
     selectors = split_list(params["precisions"], "--precisions") + (
         split_list(params["recipes"], "--recipes") if params["recipes"] else ())
     return params, [(r.framework, r.name) for r in registry.select(frameworks, selectors)]
 
 
-def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_and_te_cells(tmp_path):
+def test_the_matrix_is_the_three_framework_plan_and_the_curves_theirs(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
     parts = {name: argv for name, _, argv in dry_run(tmp_path)}
+    assert parts["matrix"][3:] == ["benchmark", "--plan", "three-frameworks", "--data",
+                                   str(tmp_path / "carry" / "tinystories"), "--output-dir",
+                                   str(tmp_path / "matrix" / "bench")]
     params, cells = benchmark_cells(parts["matrix"])
-    assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"), ("jax", "flax-fp8-delayed"),
-                     ("jax", "flax-fp8-direct"), ("maxtext", "bf16"), ("maxtext", "bf16-defaults"), ("maxtext", "fp8_gpu"),
-                     ("maxtext", "te_fp8_delayedscaling")]
+    assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"), ("torch", "te-fp8-current"),
+                     ("torch", "torchao-fp8-tensorwise"), ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"),
+                     ("jax", "te-bf16"), ("jax", "flax-fp8-delayed"), ("jax", "flax-fp8-direct"),
+                     ("jax", "te-fp8-delayed"),
+                     ("maxtext", "bf16"), ("maxtext", "fp8_gpu"), ("maxtext", "te_fp8_delayedscaling")]
     assert (params["model"], params["batch_size"], params["seq_len"], params["steps"], params["warmup"],
-            params["repeats"], params["resume"], params["report"]) == ("llama-100m", 32, 1024, 60, 20, 3, True, True)
-    assert params["timeout_per_run"] == 360  # a cold maxtext fp8_gpu run took ~300 s on the H200
+            params["repeats"], params["resume"], params["report"]) == ("llama-100m", 32, 1024, 60, 20, 1, True, True)
+    assert params["timeout_per_run"] == 360
     assert params["data"] == str(tmp_path / "carry" / "tinystories")
     curves, cells = benchmark_cells(parts["curves"])
     assert cells == [("jax", "bf16"), ("maxtext", "bf16")]
@@ -182,21 +203,26 @@ def test_the_matrix_is_every_framework_at_bf16_and_fp8_with_maxtexts_defaults_an
                                           "--output-report", str(tmp_path / "matrix" / "bench" / "report.md")]
 
 
-def test_repeats_curve_steps_and_extra_cells_come_from_the_environment(tmp_path):
+def test_a_parts_plan_and_options_come_from_the_environment(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = {name: argv for name, _, argv in dry_run(tmp_path, REPEATS="2", CURVE_STEPS="500",
-                                                     MATRIX_EXTRA="jax:te-bf16,jax:te-fp8-delayed")}
-    assert parallax_context(parts["matrix"]).params["repeats"] == 2
-    _, cells = benchmark_cells(parts["matrix"])
-    assert ("jax", "te-bf16") in cells and ("jax", "te-fp8-delayed") in cells and len(cells) == 11
-    assert parallax_context(parts["curves"]).params["steps"] == 500
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_PLAN="fp8-matrix", MATRIX_ARGS="--repeats 2",
+                                                     CURVES_ARGS="--steps 500")}
+    params, cells = benchmark_cells(parts["matrix"])
+    assert params["repeats"] == 2 and params["steps"] == 60
+    assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"), ("torch", "te-fp8-current"),
+                     ("torch", "torchao-fp8-tensorwise"), ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"),
+                     ("jax", "te-bf16"), ("jax", "flax-fp8-delayed"), ("jax", "flax-fp8-direct"),
+                     ("jax", "te-fp8-delayed")]
+    assert benchmark_cells(parts["curves"])[0]["steps"] == 500
 
 
 def test_matrix_steps_and_the_per_run_limit_come_from_the_environment(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_STEPS="120", RUN_TIMEOUT_S="300")}
-    params = parallax_context(parts["matrix"]).params
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_ARGS="--steps 120 --timeout-per-run 300",
+                                                     MATRIX_S="700")}
+    params, _ = benchmark_cells(parts["matrix"])
     assert (params["steps"], params["warmup"], params["timeout_per_run"]) == (120, 20, 300)
+    assert {name: limit for name, limit, _ in dry_run(tmp_path, MATRIX_S="700")}["matrix"] == 700
 
 
 def test_the_profile_commands_parse_with_profile_steps_parser(tmp_path):
@@ -245,7 +271,8 @@ def fake_checkout(tmp_path: Path) -> Path:
     """A checkout holding the script, and .carry/ as call 1 carries it."""
     repo = tmp_path / "repo"
     (repo / "scripts" / "device").mkdir(parents=True)
-    shutil.copy(SCRIPT, repo / "scripts" / "device" / SCRIPT.name)
+    for script in SCRIPTS:
+        shutil.copy(script, repo / "scripts" / "device" / script.name)
     for bundle, files in (("mt", ("install.sh", "maxtext_site.tar.xz")), ("tinystories", ("train.bin",))):
         (repo / ".carry" / bundle).mkdir(parents=True)
         for f in files:
@@ -393,29 +420,26 @@ def test_kernels16_runs_the_16x1_gpu_tests_that_exist(tmp_path):
     assert limit == 150
 
 
-def test_matrix_recipes_replaces_the_matrixs_own_extra_cells(tmp_path):
+def test_matrix_args_replace_the_plans_recipes(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_RECIPES="maxtext:te_fp8_delayedscaling")}
+    parts = {name: argv for name, _, argv in dry_run(tmp_path, MATRIX_ARGS="--recipes maxtext:te_fp8_delayedscaling")}
     _, cells = benchmark_cells(parts["matrix"])
-    assert cells == [(fw, r) for fw, r in [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"),
-                                           ("jax", "flax-fp8-delayed"), ("maxtext", "bf16"), ("maxtext", "fp8_gpu"),
-                                           ("maxtext", "te_fp8_delayedscaling")]]
+    assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("jax", "bf16"), ("jax", "flax-fp8-delayed"),
+                     ("maxtext", "bf16"), ("maxtext", "fp8_gpu"), ("maxtext", "te_fp8_delayedscaling")]
 
 
-def test_matrix_from_resumes_a_committed_benchmark_and_matrix_recipes_extends_it(tmp_path):
-    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+def test_matrix_from_resumes_a_committed_benchmark_and_matrix_args_extend_it(tmp_path):
     committed = tmp_path / "committed"
     (committed / "runs" / "maxtext-bf16-seed0-rep0").mkdir(parents=True)
     (committed / "matrix.json").write_text("{}")
     session = tmp_path / "session"
     (session / "carry" / "tinystories").mkdir(parents=True)
     parts = {name: argv for name, _, argv in dry_run(
-        session, MATRIX_FROM=str(committed), MATRIX_RECIPES="maxtext:te_fp8_delayedscaling,jax:te-fp8-delayed")}
+        session, MATRIX_FROM=str(committed), MATRIX_ARGS="--recipes maxtext:te_fp8_delayedscaling,jax:te-fp8-delayed")}
     bench = session / "matrix" / "bench"
     assert (bench / "matrix.json").read_text() == "{}" and (bench / "runs" / "maxtext-bf16-seed0-rep0").is_dir()
-    argv = parts["matrix"]
-    assert argv[argv.index("--output-dir") + 1] == str(bench) and "--resume" in argv
-    _, cells = benchmark_cells(argv)
+    params, cells = benchmark_cells(parts["matrix"])
+    assert params["output_dir"] == str(bench) and params["resume"]
     assert ("jax", "te-fp8-delayed") in cells and ("maxtext", "te_fp8_delayedscaling") in cells and len(cells) == 8
 
 
@@ -435,33 +459,29 @@ def test_nvfp4long_resumes_a_committed_benchmark_with_more_seeds(tmp_path):
     (committed / "runs").mkdir(parents=True)
     session = tmp_path / "session"
     (session / "carry" / "tinystories").mkdir(parents=True)
-    parts = {name: argv for name, _, argv in dry_run(session, PARTS="nvfp4long", NVFP4_FROM=str(committed),
-                                                     NVFP4_SEEDS="0,1,2,3")}
+    parts = {name: argv for name, _, argv in dry_run(session, PARTS="nvfp4long", NVFP4LONG_FROM=str(committed),
+                                                     NVFP4LONG_ARGS="--seeds 0,1,2,3")}
     assert (session / "nvfp4long" / "bench" / "runs").is_dir()
-    ctx = parallax_context(parts["nvfp4long"])
-    assert ctx.params["seeds"] == "0,1,2,3" and ctx.params["steps"] == 1000 and ctx.params["concurrent"] == 8
-    assert (ctx.params["eval_every"], ctx.params["eval_batches"], ctx.params["resume"]) == (100, 5, True)
-    _, cells = benchmark_cells(parts["nvfp4long"])
+    params, cells = benchmark_cells(parts["nvfp4long"])
+    assert params["seeds"] == "0,1,2,3" and params["steps"] == 1000 and params["concurrent"] == 8
+    assert (params["eval_every"], params["eval_batches"], params["resume"], params["convergence"]) == (
+        100, 5, True, True)
     assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
 
 
-def test_conv_runs_the_te_recipes_after_te_and_the_matrix_takes_every_fp8_recipe_of_two_frameworks(tmp_path):
+def test_conv_runs_the_te_recipes_after_te_and_the_matrix_may_be_the_fp8_plan(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    recipes = ("torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,"
-               "jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed")
-    parts = dry_run(tmp_path, PARTS="kernels convbase conv matrix", MATRIX_FRAMEWORKS="torch,jax",
-                    MATRIX_RECIPES=recipes)
+    parts = dry_run(tmp_path, PARTS="kernels convbase conv matrix", MATRIX_PLAN="fp8-matrix")
     # a dry run's TE is ready from the start, so the bf16 twins run inside conv: convbase is then done
     assert [name for name, _, _ in parts] == [
         "install", "carry-mt", "versions", "kernels", "checkenv-te", "conv", "conv-report", "matrix", "matrix-report"]
     argv = {name: a for name, _, a in parts}
     limits = {name: limit for name, limit, _ in parts}
     assert limits["matrix"] == 1440 - 60  # nothing after it reserves time
-    ctx = parallax_context(argv["conv"])
-    assert (ctx.params["steps"], ctx.params["eval_every"], ctx.params["eval_batches"], ctx.params["seeds"],
-            ctx.params["resume"], ctx.params["report"]) == (1000, 100, 5, "0", True, True)
-    assert ctx.params["output_dir"] == str(tmp_path / "conv" / "bench")
-    _, cells = benchmark_cells(argv["conv"])
+    params, cells = benchmark_cells(argv["conv"])
+    assert (params["steps"], params["eval_every"], params["eval_batches"], params["seeds"], params["resume"],
+            params["report"], params["convergence"]) == (1000, 100, 5, "0,1", True, True, True)
+    assert params["output_dir"] == str(tmp_path / "conv" / "bench")
     assert cells == [("jax", "bf16"), ("jax", "te-fp8-delayed")]
     _, cells = benchmark_cells(argv["matrix"])
     assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"), ("torch", "te-fp8-current"),
@@ -472,12 +492,11 @@ def test_conv_runs_the_te_recipes_after_te_and_the_matrix_takes_every_fp8_recipe
 
 def test_convbase_runs_the_bf16_twins_alone_into_the_benchmark_conv_resumes(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
-    parts = dry_run(tmp_path, PARTS="convbase", CONV_FRAMEWORKS="torch,jax", CONV_SEEDS="0,1")
+    parts = dry_run(tmp_path, PARTS="convbase", CONVBASE_ARGS="--frameworks torch,jax --seeds 0,1")
     (name, limit, argv), = [p for p in parts if p[0] == "convbase"]
-    ctx = parallax_context(argv)
-    assert ctx.params["output_dir"] == str(tmp_path / "conv" / "bench") and ctx.params["resume"]
-    assert (ctx.params["seeds"], ctx.params["report"], limit) == ("0,1", False, 400)
-    _, cells = benchmark_cells(argv)
+    params, cells = benchmark_cells(argv)
+    assert params["output_dir"] == str(tmp_path / "conv" / "bench") and params["resume"]
+    assert (params["seeds"], limit) == ("0,1", 400)
     assert cells == [("torch", "bf16"), ("jax", "bf16")]
 
 
@@ -528,79 +547,70 @@ def test_a_kept_file_over_15_mib_is_handed_over_in_pieces(tmp_path):
     assert b"".join(p.read_bytes() for p in pieces) == big.read_bytes()
 
 
-def test_crossover_runs_every_recipe_of_both_frameworks_at_the_larger_presets_after_the_matrix(tmp_path):
+def test_crossover_runs_its_plans_presets_after_the_matrix(tmp_path):
     (tmp_path / "carry" / "tinystories").mkdir(parents=True)
     parts = dry_run(tmp_path, PARTS="fp8tests matrix crossover")
     assert [name for name, _, _ in parts] == [
         "install", "carry-mt", "versions", "fp8tests-flax", "checkenv-te", "fp8tests", "matrix", "matrix-report",
-        "crossover-llama-330m", "crossover-llama-860m", "crossover-report"]
+        "crossover", "crossover-report"]
     limits = {name: limit for name, limit, _ in parts}
     argv = {name: a for name, _, a in parts}
     assert limits["matrix"] == 1440 - 200 - 60  # a reserve for the crossover after it
+    assert limits["crossover"] == 1200
     # the Flax tests need no TE: they run first, while it builds
     assert argv["fp8tests-flax"][-1:] == ["tests/gpu/test_jax_fp8_gpu.py"]
     assert argv["fp8tests"][-2:] == ["tests/gpu/test_torch_fp8_gpu.py", "tests/gpu/test_jax_te_gpu.py"]
     assert all((ROOT / t).is_file() for t in argv["fp8tests"][-2:] + argv["fp8tests-flax"][-1:])
-    for model in ("llama-330m", "llama-860m"):
-        params, cells = benchmark_cells(argv[f"crossover-{model}"])
-        assert cells == [("torch", "bf16"), ("torch", "te-bf16"), ("torch", "te-fp8-delayed"),
-                         ("torch", "te-fp8-current"), ("torch", "torchao-fp8-tensorwise"),
-                         ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"), ("jax", "te-bf16"),
-                         ("jax", "flax-fp8-delayed"), ("jax", "flax-fp8-direct"), ("jax", "te-fp8-delayed")]
-        assert (params["model"], params["synthetic"], params["steps"], params["warmup"], params["repeats"],
-                params["timeout_per_run"], params["resume"]) == (model, True, 30, 10, 1, 240, True)
-        assert params["output_dir"] == str(tmp_path / "crossover" / model)
-    assert argv["crossover-report"][3:] == [
-        "crossover", str(tmp_path / "matrix" / "bench"), str(tmp_path / "crossover" / "llama-330m"),
-        str(tmp_path / "crossover" / "llama-860m"), "--output-dir", str(tmp_path / "crossover" / "report")]
+    runs = benchmark_runs(argv["crossover"])
+    assert [(r["model"], r["output_dir"]) for r in runs] == [
+        (m, str(tmp_path / "crossover" / m)) for m in ("llama-100m", "llama-330m", "llama-860m")]
+    assert {(r["recipes"], r["synthetic"], r["steps"], r["warmup"], r["timeout_per_run"], r["resume"])
+            for r in runs} == {("torch:te-bf16,torch:te-fp8-delayed", True, 30, 10, 240, True)}
 
 
 def test_crossover_resumes_committed_presets_and_lines_up_with_a_given_base(tmp_path):
     committed = tmp_path / "committed"
-    (committed / "llama-860m" / "runs").mkdir(parents=True)
+    for preset in ("llama-330m", "llama-860m"):
+        (committed / preset / "runs").mkdir(parents=True)
+        (committed / preset / "matrix.json").write_text("{}")
     session = tmp_path / "session"
-    parts = {name: argv for name, _, argv in dry_run(session, PARTS="crossover", XO_FROM=str(committed),
-                                                     XO_MODELS="llama-860m", XO_BASE="docs/results/x/matrix")}
+    parts = {name: argv for name, _, argv in dry_run(session, PARTS="crossover", CROSSOVER_FROM=str(committed),
+                                                     CROSSOVER_BASE="docs/results/x/matrix")}
     assert (session / "crossover" / "llama-860m" / "runs").is_dir()  # copied in: --resume runs only the rest
-    assert not (session / "crossover" / "llama-330m").exists()
-    assert parts["crossover-report"][4:6] == ["docs/results/x/matrix", str(session / "crossover" / "llama-860m")]
+    assert parts["crossover-report"][3:] == [
+        "crossover", "docs/results/x/matrix", str(session / "crossover" / "llama-330m"),
+        str(session / "crossover" / "llama-860m"), "--output-dir", str(session / "crossover" / "report")]
 
 
-def test_crossover_may_run_only_the_cells_a_preset_lacks(tmp_path):
-    """XO_PRECISIONS=bf16 and a list per preset: the bf16 twins and each preset's missing recipes."""
+def test_crossover_may_run_only_the_cells_one_preset_lacks(tmp_path):
+    """CROSSOVER_ARGS: --model narrows the plan to one preset, --recipes to the cells it lacks."""
     parts = {name: argv for name, _, argv in dry_run(
-        tmp_path, PARTS="crossover", XO_PRECISIONS="bf16",
-        XO_RECIPES="torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,jax:te-bf16",
-        XO_RECIPES_llama_860m="torch:torchao-fp8-rowwise,jax:flax-fp8-direct")}
-    _, cells = benchmark_cells(parts["crossover-llama-330m"])
-    assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-tensorwise"), ("torch", "torchao-fp8-rowwise"),
-                     ("jax", "bf16"), ("jax", "te-bf16")]
-    _, cells = benchmark_cells(parts["crossover-llama-860m"])
-    assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-rowwise"), ("jax", "bf16"), ("jax", "flax-fp8-direct")]
+        tmp_path, PARTS="crossover", CROSSOVER_ARGS="--model llama-860m --recipes torch:torchao-fp8-rowwise")}
+    run, = benchmark_runs(parts["crossover"])
+    assert (run["model"], run["output_dir"], run["recipes"]) == (
+        "llama-860m", str(tmp_path / "crossover" / "llama-860m"), "torch:torchao-fp8-rowwise")
 
 
-def test_convbase_may_take_the_recipes_that_need_no_te_and_conv_keeps_them(tmp_path):
+def test_convbase_may_take_the_recipes_that_need_no_te_and_conv_adds_the_rest(tmp_path):
     session = tmp_path / "session"  # te_run's
     (session / "carry" / "tinystories").mkdir(parents=True)
-    env = dict(PARTS="convbase conv", CONV_FRAMEWORKS="torch,jax", CONV_SEEDS="0,1", CONV_CONCURRENT="8",
-               CONV_RUN_TIMEOUT_S="700", CONVBASE_RECIPES="torchao-fp8-tensorwise,flax-fp8-direct",
-               CONV_RECIPES="torch:te-fp8-delayed,jax:te-fp8-delayed")
+    same = "--frameworks torch,jax --concurrent 8 --timeout-per-run 700"
+    env = dict(PARTS="convbase conv", CONVBASE_ARGS=f"{same} --recipes torchao-fp8-tensorwise,flax-fp8-direct",
+               CONV_ARGS=f"{same} --recipes torchao-fp8-tensorwise,flax-fp8-direct,te-fp8-delayed")
     # a dry run's TE is ready at once: conv runs everything, then convbase (done) does not run again
     parts = {name: argv for name, _, argv in dry_run(session, **env)}
     assert "convbase" not in parts
-    ctx = parallax_context(parts["conv"])
-    assert (ctx.params["concurrent"], ctx.params["timeout_per_run"], ctx.params["seeds"]) == (8, 700, "0,1")
-    _, cells = benchmark_cells(parts["conv"])
+    conv, cells = benchmark_cells(parts["conv"])
+    assert (conv["concurrent"], conv["timeout_per_run"], conv["seeds"]) == (8, 700, "0,1")
     assert cells == [("torch", "bf16"), ("torch", "te-fp8-delayed"), ("torch", "torchao-fp8-tensorwise"),
                      ("jax", "bf16"), ("jax", "flax-fp8-direct"), ("jax", "te-fp8-delayed")]
-    # convbase (while TE builds) has the same knobs and only the recipes that need no TE
+    # convbase (while TE builds): the same benchmark, only the recipes that need no TE
     proc = te_run(tmp_path, "part() { printf '%s\\n' \"$@\"; }; run_convbase", **env)
     name, limit, *argv = proc.stdout.splitlines()
     assert (name, limit) == ("convbase", "400")
-    base = parallax_context(argv)
-    assert {k: base.params[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")} == {
-        k: ctx.params[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")}
-    _, cells = benchmark_cells(argv)
+    base, cells = benchmark_cells(argv)
+    assert {k: base[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")} == {
+        k: conv[k] for k in ("concurrent", "timeout_per_run", "seeds", "output_dir")}
     assert cells == [("torch", "bf16"), ("torch", "torchao-fp8-tensorwise"), ("jax", "bf16"), ("jax", "flax-fp8-direct")]
 
 

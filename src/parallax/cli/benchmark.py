@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -23,6 +24,10 @@ DEFAULT_OUTPUT_DIR = "benchmark_results"
 # What --convergence changes unless the option is given: long enough to compare validation losses
 # past the early fall, an evaluation every tenth of the run, two seeds for an interval over seeds.
 CONVERGENCE_DEFAULTS = {"steps": 1000, "eval_every": 100, "seeds": "0,1"}
+PLAN_EPILOG = ("With --plan, the plan's keys are these options' names (batch_size for --batch-size); an option "
+               "given on the command line wins over the plan. A plan of several presets runs one benchmark "
+               "per preset into OUTPUT-DIR/PRESET (--model runs only that one). Plans of data = \"tokens\" "
+               "need --data DIR. See docs/benchmark.md.")
 # Outcomes that call for a fix (a crash, a hang) make the exit status 1; oom and skipped are results.
 FAILING = ("failed", "timeout")
 
@@ -56,7 +61,11 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
     return {"synthetic": not hf, "data": None}
 
 
-@click.command()
+@click.command(epilog=PLAN_EPILOG)
+@click.option("--plan", default=None, metavar="NAME|FILE",
+              help="Run an experiment plan: a shipped one by name (--list-plans) or a TOML file. The plan "
+                   "fills the options; an option given here replaces the plan's value.")
+@click.option("--list-plans", is_flag=True, help="List the shipped plans, one line each, and exit.")
 @click.option("--frameworks", default=",".join(DEFAULT_FRAMEWORKS), show_default=True,
               help=f"Comma-separated: {', '.join(ENGINE_FRAMEWORKS)}.")
 @click.option("--precisions", default=",".join(PRECISIONS), show_default=True,
@@ -122,10 +131,25 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
                    "throughput is not measured (the report shows none).")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
-def command(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, convergence, steps, warmup,
+@click.pass_context
+def command(ctx, plan, list_plans, **options):
+    """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
+    from parallax import plans
+
+    if list_plans:
+        click.echo("\n".join(plans.listing()))
+        return 0
+    if plan is None:
+        return benchmark(**options)
+    given = {k for k in options if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
+    runs = plans.benchmark_runs(plans.load(plan), options, given)  # the plan's errors before any cell
+    return max(benchmark(**run) for run in runs)
+
+
+def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, convergence, steps, warmup,
             synthetic, hf, data, epochs, gpus, sharding, seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs,
             device, peak_tflops, output_dir, report, resume, concurrent, timeout_per_run):
-    """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
+    """One benchmark of the options as the command line gives them."""
     defaults_of_mode = CONVERGENCE_DEFAULTS if convergence else {"steps": DEFAULTS.steps, "seeds": "0",
                                                                   "eval_every": DEFAULTS.eval_every}
     steps = defaults_of_mode["steps"] if steps is None else steps
