@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 from parallax import comparability, stats, topology
+from parallax.archive import CorruptArchive
 from parallax.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
@@ -193,6 +194,8 @@ def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[Corrupt]]:
         if run["status"] == "ok":
             try:
                 loaded.steps = load_steps(path.parent)
+            except CorruptArchive:
+                raise  # one error for the benchmark, not one per run
             except (ParallaxError, FileNotFoundError) as exc:
                 reason = exc if isinstance(exc, ParallaxError) else f"{exc.filename}: missing"
                 corrupt.append(Corrupt(path.parent, f"{reason}; the ok run is left out"))
