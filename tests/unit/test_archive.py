@@ -187,3 +187,23 @@ def test_a_resumed_packed_benchmark_keeps_its_finished_runs(tmp_path, monkeypatc
 
 def test_the_files_kept_plain_are_the_results_names():
     assert archive.KEPT_PLAIN == (results.RUN_FILE, results.CONFIG_FILE)
+
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def test_every_committed_benchmark_is_packed_and_has_no_links():
+    unpacked = [m.parent.relative_to(RESULTS).as_posix() for m in sorted(RESULTS.rglob("matrix.json"))
+                if archive.packable(m.parent) != ({}, [])]
+    assert unpacked == [], "run 'parallax results pack' on these folders before committing them"
+    assert [p for p in RESULTS.rglob("*") if p.is_symlink()] == []
+
+
+def test_a_committed_report_rebuilds_from_its_packed_records(tmp_path, monkeypatch):
+    from parallax.report import export
+
+    folder = RESULTS / "2026-12-03-h200"
+    assert (folder / "crossover" / "llama-330m" / ARCHIVE_FILE).is_file()
+    monkeypatch.chdir(folder)  # the report records the folder as it was named
+    export.write_json(build_comparison(Path("crossover/llama-330m")), tmp_path / "report.json")
+    assert (tmp_path / "report.json").read_text() == (folder / "crossover" / "llama-330m" / "report.json").read_text()
