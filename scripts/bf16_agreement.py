@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from parallax.store.results import load_steps
+
 BF16 = ("bf16", "te-bf16")
 WINDOW = 10
 
@@ -33,7 +35,7 @@ def runs_of(root: Path) -> dict[tuple, list[dict]]:
         recipe = config.get("recipe") or config.get("precision")
         if run.get("status") != "ok" or config.get("framework") not in ("torch", "jax") or recipe not in BF16:
             continue
-        steps = [json.loads(line) for line in (path.parent / "steps.jsonl").read_text().splitlines()]
+        steps = load_steps(path.parent)  # plain or packed (parallax.store.archive)
         key = (str(path.parent.parent.parent), config.get("seed"), config.get("model"), config.get("steps"),
                config.get("batch_size"), config.get("gpus", 1), bool(config.get("synthetic")), config.get("data"))
         groups.setdefault(key, []).append({"name": f"{config['framework']} {recipe}", "dir": str(path.parent),

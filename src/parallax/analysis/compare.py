@@ -48,6 +48,7 @@ import numpy as np
 
 from parallax.analysis import comparability, stats
 from parallax.native import topology
+from parallax.store.archive import CorruptArchive
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.spec.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
@@ -194,6 +195,8 @@ def load_results(results_dir: Path) -> tuple[list[LoadedRun], list[Corrupt]]:
         if run["status"] == "ok":
             try:
                 loaded.steps = load_steps(path.parent)
+            except CorruptArchive:
+                raise  # one error for the benchmark, not one per run
             except (ParallaxError, FileNotFoundError) as exc:
                 reason = exc if isinstance(exc, ParallaxError) else f"{exc.filename}: missing"
                 corrupt.append(Corrupt(path.parent, f"{reason}; the ok run is left out"))

@@ -24,6 +24,7 @@ COMMANDS = {
     "benchmark": "parallax.cli.benchmark",
     "compare": "parallax.cli.compare",
     "crossover": "parallax.cli.crossover",
+    "results": "parallax.cli.results",
     "export-configs": "parallax.cli.export_configs",
 }
 

@@ -57,6 +57,7 @@ from parallax import __version__
 from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
+from parallax.store.archive import ARCHIVE_FILE, unpack
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
@@ -435,9 +436,10 @@ def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]
 
 def _require_steps(run_dir: Path) -> None:
     """An ok result is complete only with its steps."""
-    if not (run_dir / STEPS_FILE).exists():
-        raise ParallaxError(f"{run_dir / STEPS_FILE}: missing beside an ok run.json")
-    load_steps(run_dir)
+    try:
+        load_steps(run_dir)
+    except FileNotFoundError:
+        raise ParallaxError(f"{run_dir / STEPS_FILE}: missing beside an ok run.json") from None
 
 
 # ----------------------------------------------------------------------------- one cell
@@ -596,6 +598,10 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     output_dir.mkdir(parents=True, exist_ok=True)
     with locked(output_dir):
         check_matrix_file(output_dir, matrix, resume, display)
+        if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files
+            unpack(output_dir)
+            display.warning(f"unpacked {ARCHIVE_FILE} to run the rest; pack it again with "
+                            f"'parallax results pack {output_dir}'")
         write_environment(output_dir, environment, display)
         results = scan(output_dir, matrix, display)
         write_index(output_dir, matrix, results)

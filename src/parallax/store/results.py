@@ -45,6 +45,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from parallax.store.archive import read_record
 from parallax.errors import ParallaxError
 
 SCHEMA = "parallax.run/1"
@@ -150,10 +151,11 @@ def load_run(path: Path) -> dict:
 
 
 def load_steps(run_dir: Path) -> list[dict]:
-    """Read ``steps.jsonl``; a truncated last line (a killed writer) is an error naming the file."""
+    """Read ``steps.jsonl``, plain or packed (``parallax.store.archive``); a truncated last line (a
+    killed writer) is an error naming the file."""
     path = Path(run_dir) / STEPS_FILE
     steps = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(read_record(run_dir, STEPS_FILE).decode().splitlines(), start=1):
         try:
             steps.append(json.loads(line))
         except json.JSONDecodeError:
