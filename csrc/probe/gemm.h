@@ -43,9 +43,9 @@ struct GemmRequest {
   int iters = 50;
   int tune_warmup = 3;  // per algorithm the heuristic offers; see above
   int tune_iters = 5;   // 0: no tuning, the heuristic's first algorithm
-  // Host sleep between tuning and the measurement. On the H200 the tuning calls alone pushed the
-  // GPU into its 700 W software power cap (sw_power_cap), so the measurement that followed read
-  // 720 instead of 807 TFLOP/s for bf16 8192^3; a rest lets the power average fall back first.
+  // Host sleep between tuning and the measurement. The tuning calls alone can push the GPU into
+  // its software power cap (sw_power_cap) and slow the measurement that follows; a rest lets the
+  // power average fall back first (docs/results/2026-11-29-h200/).
   int rest_ms = 0;
 };
 

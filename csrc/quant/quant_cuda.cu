@@ -519,9 +519,9 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) n
 // amax complete) quantizes the rest again, last read first (from L2, where they fit), then the
 // kept ones from shared memory. The same block reads its groups again, so they are found in its
 // own L2 partition. Bit for bit the two-kernel path's output: the amax is an order-independent
-// max, every group goes through the same qdq_1x16_group. Not the default: on the H200 it is no
-// faster than the two kernels yet (46.6 against 46.9 us for 32768x768 bf16; its first pass runs
-// at half the amax kernel's occupancy: docs/results/2026-12-02-h200-c/), and a cooperative
+// max, every group goes through the same qdq_1x16_group. Not the default: it is no faster than
+// the two kernels yet (its first pass runs at half the amax kernel's occupancy:
+// docs/results/2026-12-02-h200-c/), and a cooperative
 // launch waits for the whole GPU, which other streams' kernels (NCCL) may hold.
 
 template <typename T>

@@ -24,10 +24,10 @@ a call never finds its input in the 50 MB L2 from the call before:
   and replayed, the median of 5 replays between CUDA events, per call. A graph has no host
   work between the kernels, so this is what the kernels cost on the GPU.
 - ``call_ms``, per call when called from Python back to back (median of 5 trials of
-  ``--iters``/5 calls): the host's cost per call where it exceeds the device's. On 2026-12-01
-  this was all the old table measured: the native op took 0.134 ms per call, and its RHT variant
-  (more work) 0.126 ms, the signature of a host-bound loop (torch.library custom-op dispatch and
-  the Python around the kernel launch), not of the kernels.
+  ``--iters``/5 calls): the host's cost per call where it exceeds the device's. A call time that does not grow with
+  the work (the RHT variant no slower than the plain op) is a host-bound loop (torch.library
+  custom-op dispatch and the Python around the launch), not the kernels
+  (docs/results/2026-12-01-h200-d/).
 The fraction of bit-identical outputs (NaN = NaN) between native and PyTorch is reported too.
 
 Prints a table; writes $OUT/quant_bench.json when OUT is set. ``--profile-only``: each native

@@ -9,8 +9,8 @@ tells it where pip's ``nvidia-*`` packages keep those libraries and caches what 
 Each GEMM is measured with the fastest of the algorithms cuBLASLt's heuristic offers (each is
 timed briefly first; ``algo_index``, ``algos_tried`` and ``algo_trials`` record the choice), then
 timed over ``iters`` calls. Two rates come out: ``tflops`` from the median call, the sustained
-rate, and ``tflops_best`` from the fastest call. They can differ by more than 10%: on the lent
-H200, before tuning, bf16 8192³ gave a best call of 804 and a median of 703 TFLOP/s.
+rate, and ``tflops_best`` from the fastest call. They can differ by more than 10%
+(the H200's, docs/results/2026-11-29-h200/check-env/).
 MFU's measured ceiling is the median (``square_tflops``): a training run is a long sustained
 load, so the ceiling it is compared with must be a rate the GPU holds over many calls, not one
 single call reached. The best rate (``square_tflops_best``) is kept beside it for comparison

@@ -306,12 +306,11 @@ def training_problem(out: EngineOutput) -> str | None:
     return None
 
 
-# The first steps of an fp8 recipe can round the small first gradients of some layers to zero in
-# E5M2: seen on the H200 at step 0 for TE DelayedScaling and both Flax fp8 ops at llama-100m and
-# 330m (jax 0.11.2, flax 0.12.10, TE 2.20.2), and at steps 0 and 1 for TE DelayedScaling and Flax
-# delayed scaling at llama-860m (2026-12-01), whose scales have seen no amax yet. Zero gradients in
-# the first GUARD_GRACE_STEPS steps are recorded (``guards.tolerated_zero_gradients``), not a
-# failure; later ones, and non-finite ones at any step, fail the run.
+# Rule: zero quantized-layer gradients in the first GUARD_GRACE_STEPS steps are recorded
+# (``guards.tolerated_zero_gradients``), not a failure; later ones, and non-finite ones at any
+# step, fail the run. A delayed-scaling fp8 recipe's scales have seen no amax in its first steps,
+# so E5M2 can round a layer's small first gradients to zero (TE and Flax, up to step 1 at
+# llama-860m: docs/results/2026-12-01-h200-c/crossover/, docs/results/2026-12-01-h200-b/).
 GUARD_GRACE_STEPS = 2
 
 

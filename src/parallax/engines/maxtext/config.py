@@ -36,11 +36,10 @@ PINNED_VERSION = "0.2.5"
 
 # How MaxText is set up for one GPU: its documentation's advice for small models on GPUs
 # (no layer scan, the cheaper remat policy, cuDNN flash attention through JAX, which needs no
-# TE). Seen on the H200 (batch 32 x 1024): remat full ~0.53M tokens/s, minimal ~0.61M.
-# Grain workers (real tokens only): with base.yml's one, MaxText's mmap_npy pipeline made a batch
-# every ~80 ms on the H200's host (2026-12-01: 0.40M tokens/s on real tokens against 0.59M
-# synthetic); four keep the batches in order (checked against our loader on the CPU) and are
-# not yet measured on the GPU.
+# TE; measured: docs/maxtext.md#tuning-a-fair-maxtext). Grain workers (real tokens only): with
+# base.yml's one, MaxText's mmap_npy pipeline is slower than its step on the GPU hosts
+# (docs/results/2026-12-01-h200-e/); four keep the batches in order (checked against our loader
+# on the CPU, docs/results/2026-12-01-cpu-maxtext/grain/).
 TUNINGS = {
     "tuned": {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax",
               "grain_worker_count": 4},

@@ -136,8 +136,8 @@ def child_env(device_index: int) -> dict:
 def one_cudnn(env: dict) -> dict:
     """The variables that make every libcudnn*.so.9 in MaxText's process pip's copy, the one JAX's
     CUDA plugin loads. TE's JAX extension (the te_* modes) loads libcudnn from CUDNN_HOME,
-    CUDNN_PATH, CUDA_HOME, then the system's search path, before pip's: on the H200, with a system
-    cuDNN beside pip's, MaxText's te_fp8_delayedscaling died with ``libcudnn_heuristic.so.9:
+    CUDNN_PATH, CUDA_HOME, then the system's search path, before pip's: with a system cuDNN beside
+    pip's, MaxText's te_fp8_delayedscaling dies with ``libcudnn_heuristic.so.9:
     undefined symbol ... version libcudnn_graph.so.9`` (the system's sub-library against pip's,
     already loaded). CUDNN_PATH points TE at pip's copy, LD_LIBRARY_PATH makes the sub-libraries
     it opens by name pip's too. A user's own CUDNN_HOME or CUDNN_PATH is left alone."""
@@ -240,8 +240,8 @@ def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
 def weights_env(run: RunConfig, env: dict) -> dict:
     """The environment of initial_weights.py: the CPU, except for the modes of TE's JAX extension.
     Their scales and amax histories come from a concrete init, which runs TE's quantize on the
-    device, and TE's primitives have no CPU lowering (on the H200, 2026-12-02: ``MLIR translation
-    rule for primitive 'te_dbias_quantize_ffi' not found for platform cpu``). Those run on the
+    device, and TE's primitives have no CPU lowering (``MLIR translation rule for primitive
+    'te_dbias_quantize_ffi' not found for platform cpu``). Those run on the
     run's GPU, before MaxText starts there, without JAX's preallocation."""
     if run.recipe_spec.backend.name == MAXTEXT_TE.name:
         return {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
@@ -460,8 +460,8 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
 
 def time_to_first_step(facts: metrics.LogFacts, first: metrics.MaxTextStep) -> float | None:
     """``timing.compile_s`` as our jax engine defines it (ahead-of-time compile plus the first
-    step): MaxText's AOT window plus its step 0, which on the H200 took another ~23 s after the
-    AOT compile, every run (2026-12-01: the first call of the step, with cuDNN's set-up)."""
+    step): MaxText's AOT window plus its step 0, whose first call of the step sets up cuDNN
+    (docs/maxtext.md#timing-and-what-is-recorded)."""
     if facts.compile_s is None:
         return None
     return round(facts.compile_s + first.step_s, 6)

@@ -23,7 +23,7 @@ last line MaxText logs before that is ``No existing checkpoints found, not resto
 (``checkpointing.load_state_if_possible``), after which it only initialises the train state (a
 jit of its own) and traces, lowers and compiles the step: ``compile_s`` is the time between
 those two lines' absl timestamps. The run's ``timing.compile_s`` adds step 0 to it
-(``launch.time_to_first_step``): on the H200 step 0 took ~23 s more, every run.
+(``launch.time_to_first_step``): step 0 sets up more than a later step (docs/maxtext.md#timing-and-what-is-recorded).
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ def wallclock_tokens_per_s(arrivals: list[tuple[int, float]], first_step: int, t
 def wallclock_tokens_per_s_median(arrivals: list[tuple[int, float]], first_step: int,
                                   tokens_per_step: int) -> float | None:
     """The same clock, over the median interval between consecutive step lines from first_step
-    on: the statistic of our step times, which one stalled step does not move (on the H200 a
-    single 0.63 s step in 40 put the mean 14% below the median); None with fewer than two."""
+    on: the statistic of our step times, which one stalled step does not move (a mean would);
+    None with fewer than two."""
     seen = sorted((s, t) for s, t in arrivals if s >= first_step)
     gaps = [(t1 - t0) / (s1 - s0) for (s0, t0), (s1, t1) in zip(seen, seen[1:]) if s1 > s0]
     median = finite_median(gaps)

@@ -53,7 +53,7 @@ TIMING_METHOD_CUDA = "cuda-events: interval between consecutive step-end events,
 TIMING_METHOD_HOST = "perf_counter: interval between consecutive step ends (CPU runs synchronously)"
 
 # Preference order; the first that accepts the run's shape and dtype (forward and backward) runs.
-# cuDNN first: on the H200 its causal fwd+bwd is 0.86 ms against flash's 1.19 ms (REFERENCE.md §6).
+# cuDNN first: the fastest causal fwd+bwd on Hopper (measured: REFERENCE.md §6).
 ATTENTION_ORDER = ("CUDNN_ATTENTION", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
 ATTENTION_NAMES = {
     "CUDNN_ATTENTION": "cudnn",
@@ -447,8 +447,8 @@ class TorchEngine(Engine):
         capability.require(recipe, "gpu" if cuda else "cpu", cc, name)
         # Attention is probed before the recipe's own checks: those import TransformerEngine, and
         # a cuDNN that TE loads first made torch's cuDNN attention refuse with
-        # CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH in every TE fp8 cell on the H200 (2026-12-01;
-        # te-bf16, whose check imports nothing, kept cuDNN), costing ~4 ms a step in flash.
+        # CUDNN_STATUS_SUBLIBRARY_VERSION_MISMATCH and fall back to flash, slower
+        # (docs/results/2026-12-01-h200-c/).
         refused: dict[str, str] = {}
         dtype = recipe.load_hooks().compute_dtype(torch)
         attention = probe_attention(torch, device, dtype, run.model_config, run.seq_len, refused)
@@ -576,8 +576,8 @@ def gather_ranks(run: RunConfig, group, device, loop: TrainLoop, peak_allocated,
 
 def cudnn_version(torch) -> int | str:
     """torch's cuDNN version, or why torch refuses to say. A run's record is made after it
-    trained: a failing version check must not lose it (seen on the H200: with TransformerEngine
-    loaded, torch's check found the system's cuDNN 9.14 beside the 9.19 it was built with)."""
+    trained: a failing version check must not lose it (with TransformerEngine loaded, torch's
+    check can find a system cuDNN beside the one it was built with)."""
     try:
         return torch.backends.cudnn.version()
     except RuntimeError as exc:

@@ -16,7 +16,7 @@ The numerics are fixed because the JAX engine implements the identical math (par
 
 wq/wk/wv are one ``wqkv`` Linear and w_gate/w_up one ``w_gate_up`` Linear: one larger GEMM is
 faster than three small ones; ``convert.py`` maps them to and from the canonical names.
-Parameters are float32 (master weights); bf16 compute comes from autocast (``precision/torch.py``).
+Parameters are float32 (master weights); bf16 compute comes from autocast (``recipes/autocast.py``).
 """
 
 from __future__ import annotations

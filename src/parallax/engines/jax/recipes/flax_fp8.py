@@ -20,15 +20,13 @@ from __future__ import annotations
 from parallax.engines.jax.recipes.base import FLAX
 from parallax.spec.recipe import Recipe
 
-# XLA flags, from the optimized HLO of the step and the llama-100m matrix on the H200 (jax 0.11.2;
-# scripts/device/jax_fp8_hlo.py; docs/results/2026-12-01-h200/):
-# - the delayed op's quantize-dequantize pairs are folded away as "excess precision" (the step
-#   then has no fp8 at all: silently bf16) unless --xla_allow_excess_precision=false; with it
-#   and --xla_gpu_enable_triton_gemm=false every block GEMM is a cuBLASLt fp8 GEMM (measured:
-#   547k tokens/s). The delayed recipe carries both, as measured;
-# - the direct op's fp8 dots compile with default flags to Triton GEMM fusions on fp8 operands
-#   (XLA autotunes them; 647k tokens/s) and with --xla_gpu_enable_triton_gemm=false to 42/42
-#   cuBLASLt fp8 GEMMs (__cublas$lt$matmul$f8; 567k tokens/s, slower). It carries no flag.
+# XLA flags of each recipe: the ones under which its step's optimized HLO holds fp8 GEMMs and runs
+# fastest (HLO and throughput: docs/results/2026-12-01-h200/, scripts/device/jax_fp8_hlo.py):
+# - the delayed op needs --xla_allow_excess_precision=false, or XLA folds its quantize-dequantize
+#   pairs away and the step silently runs in bf16; with --xla_gpu_enable_triton_gemm=false too,
+#   every block GEMM is a cuBLASLt fp8 GEMM. It carries both;
+# - the direct op's fp8 dots become Triton GEMM fusions with default flags, faster than the
+#   cuBLASLt fp8 GEMMs that --xla_gpu_enable_triton_gemm=false gives. It carries no flag.
 CUBLASLT_FP8 = ("--xla_gpu_enable_triton_gemm=false",)
 KEEP_QDQ = ("--xla_allow_excess_precision=false",)
 

@@ -5,8 +5,8 @@
   our Flax model";
 - ``te-fp8-delayed``: ``DelayedScaling(fp8_format=Format.HYBRID)`` with the torch TE recipe's
   amax history (1024, "max"), so the two frameworks' TE cells run the same recipe.
-Embedding and lm_head stay bf16 (our Flax code). Not yet run on hardware: TE's JAX extension
-builds on the lent H200 from source (~190 s a fresh machine, ``../shared/tools/gpu-carry``).
+Embedding and lm_head stay bf16 (our Flax code). TE's JAX extension is built from source on the
+GPU machine (``../shared/tools/gpu-carry``); measured on the H200: docs/results/2026-12-02-h200-b/.
 
 The library is the JAX extension (``transformer_engine_jax``), which the ``te`` extra (TE for
 PyTorch) does not install: the ``te-jax`` extra does.

@@ -13,9 +13,8 @@ fp8 covers the four TE linears of every block (QKV, output, fc1, fc2); embedding
 the loss stay bf16/float32. ``te-bf16`` runs the same modules with no fp8 autocast, so
 "TE vs plain torch" and "what fp8 buys inside TE" are separate comparisons. TE's modules are not
 torch.compiled (DelayedScaling does not support it); the pure-torch glue is. Run eagerly, TE's
-blocks leave the step host-bound (on the H200, te-fp8-delayed's kernels sum to 46.6 ms of a
-68-87 ms step: launches and the recipe's host bookkeeping), so by default (``--cuda-graphs auto``
-on a GPU) ``graph`` captures each block, forward and backward, in CUDA graphs that every
+blocks leave the step host-bound (launches and the recipe's host bookkeeping outlast the kernels:
+docs/results/2026-12-01-h200-b/profiles/), so by default (``--cuda-graphs auto`` on a GPU) ``graph`` captures each block, forward and backward, in CUDA graphs that every
 training step replays.
 """
 
@@ -50,15 +49,14 @@ def prefer_torch_cudnn() -> None:
 
     TE loads ``libcudnn.so`` from CUDNN_HOME, CUDNN_PATH, CUDA_HOME, then the system's search
     path, and only then from pip's ``nvidia-cudnn``. On a machine that also has a system cuDNN
-    the process then holds two (seen on the H200, system 9.14 beside pip's 9.19: TE failed to
-    load with ``libcudnn_cnn.so.9: undefined symbol ... libcudnn_graph.so.9``, and torch refused
-    "compiled against (9, 19, 0) but found runtime version (9, 14, 0)"). So: CUDNN_PATH points
+    the process then holds two versions, and TE fails to load (``libcudnn_cnn.so.9: undefined
+    symbol ... libcudnn_graph.so.9``) or torch refuses the runtime version. So: CUDNN_PATH points
     at pip's copy and its libraries are loaded first, globally, so that every later
     ``dlopen("libcudnn*.so.9")`` (TE's, torch's) gets the same version. A CUDNN_PATH that is
     pip's copy (this function sets it, and a child process inherits it) is not the user's
     choice: the libraries are loaded again in that process too; without that, a child saw
     CUDNN_PATH, loaded nothing, and TE's JAX extension then failed on the system's
-    libcudnn_heuristic beside pip's libcudnn_graph (the H200, 2026-12-03)."""
+    libcudnn_heuristic beside pip's libcudnn_graph (docs/results/2026-12-03-h200/)."""
     from parallax.native.gpu import pip_cudnn_folder
 
     folder = pip_cudnn_folder()
