@@ -34,9 +34,14 @@ $(VENV)/.setup-done: pyproject.toml CMakeLists.txt $(NATIVE_SOURCES)
 
 setup: $(VENV)/.setup-done
 
-# Main job: train on the GPU if there is one (llama-100m), else the tiny preset on the CPU.
+# Main job: train on the GPU if there is one (llama-100m), else the tiny preset on the CPU, on the
+# TinyStories sample shipped in the package (tokenized once into the cache), into a fresh folder
+# under runs/main/, then a small report beside it.
+RUN_DIR ?= runs/main/$(shell date +%Y%m%d-%H%M%S)
 run: setup
-	$(VENV)/bin/parallax train --model auto --output-dir runs/main
+	$(VENV)/bin/parallax train --model auto --data tinystories-sample --output-dir $(RUN_DIR)
+	$(VENV)/bin/parallax compare --results-dir $(RUN_DIR) --output-report $(RUN_DIR)/report.md
+	@echo "run: $(RUN_DIR)/run.json; report: $(RUN_DIR)/report.md"
 
 test: setup test-cpp test-py
 

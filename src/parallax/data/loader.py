@@ -33,6 +33,7 @@ import numpy as np
 from parallax.store.cache import cache_root
 from parallax.spec.config import DataConfig, RunConfig
 from parallax.data.prepare import META_FILE, PreparedData, prepare
+from parallax.data.sample import TRAIN, VALID, allowed_epochs, is_sample
 from parallax.data.tokenfile import open_token_file
 from parallax.errors import ParallaxError
 
@@ -81,7 +82,7 @@ class TokenBatches:
         return cls(
             resolve_data(run, log), batch_size=run.global_batch // world, seq_len=run.seq_len, seed=run.seed,
             vocab_size=run.model_config.vocab_size, eval_batches=run.eval_batches if run.eval_every > 0 else 0,
-            steps=run.steps, epochs=run.epochs, rank=rank, world=world,
+            steps=run.steps, epochs=allowed_epochs(run.data, run.epochs), rank=rank, world=world,
         )
 
     def _eval_batches(self, count: int) -> list[np.ndarray]:
@@ -180,6 +181,9 @@ def resolve_data(run: RunConfig, log=None) -> PreparedData:
     if run.data is None:
         options = DataConfig(vocab_size=vocab, hf=True)
         return _prepare_cached([options.hf_dataset], options, log)
+    if is_sample(run.data):  # the TinyStories sample shipped in the package
+        options = DataConfig(vocab_size=vocab, valid=(str(VALID),))
+        return _prepare_cached([str(TRAIN)], options, log)
     path = Path(run.data)
     if not path.exists():
         raise ParallaxError(f"--data {path}: no such file or directory")

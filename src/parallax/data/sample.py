@@ -16,3 +16,22 @@ SAMPLE_DIR = Path(__file__).resolve().parent / "tinystories"
 TRAIN = SAMPLE_DIR / "train.txt"
 VALID = SAMPLE_DIR / "valid.txt"
 SOURCE = SAMPLE_DIR / "SOURCE.md"
+
+# ``train --data tinystories-sample`` (what ``make run`` trains on): TRAIN tokenized once into the
+# cache with VALID as its validation split. 400 stories are ~79,000 tokens, so a run longer than
+# one pass repeats them: for this name alone ``--epochs`` left out allows as many passes as the
+# run needs (the summary says how many).
+NAME = "tinystories-sample"
+UNLIMITED_EPOCHS = 1e9
+
+
+def is_sample(data: str | None) -> bool:
+    return data == NAME
+
+
+def allowed_epochs(data: str | None, epochs: float | None) -> float | None:
+    """The passes over the training tokens a run may make: ``epochs`` as given, or for the
+    shipped sample with none given, as many as it needs."""
+    if epochs is None and is_sample(data):
+        return UNLIMITED_EPOCHS
+    return epochs

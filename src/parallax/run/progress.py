@@ -90,6 +90,22 @@ def summary_table(result: dict) -> Table:
     return table
 
 
+SYNTHETIC_NOTE = "synthetic tokens: the loss says nothing about learning"
+
+
+def data_line(data: dict, cfg: dict) -> str:
+    """What the run trained on, in one line: synthetic tokens said plainly, real tokens with their
+    count and the passes the run made over them."""
+    if data.get("synthetic", cfg.get("synthetic", True)):
+        return SYNTHETIC_NOTE
+    name = cfg.get("data") or "TinyStories (--hf)"
+    tokens = data.get("train_tokens")
+    if not tokens:
+        return str(name)
+    used = cfg["steps"] * cfg["batch_size"] * cfg.get("gpus", 1) * (cfg["seq_len"] + 1)
+    return f"{name}: {tokens:,} tokens, {used / tokens:.1f} passes"
+
+
 def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     cfg, timing, tput = result["config"], result["timing"], result["throughput"]
     fw, ms = result["framework"], timing["step_ms"]
@@ -120,6 +136,7 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
                                  f"{gib(mem['peak_reserved_bytes'])} reserved")
     compile_s = timing["compile_s"]
     table.add_row("compile / first step", "n/a" if compile_s is None else f"{compile_s:.1f} s")
+    table.add_row("data", data_line(result.get("data") or {}, cfg))
     loss = result["loss"]
     table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f} (last-10 mean {loss['final_smoothed']:.4f})")
     if result.get("eval"):
