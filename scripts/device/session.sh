@@ -29,7 +29,7 @@
 #   capture          MaxText's own output for the CPU tests' fixtures (CAPTURE_TRAIN=0: the export and direct run)
 #   kernels16 kernels fp8tests   GPU tests before the rest (fp8tests' Flax half while TE builds)
 #   convbase quantbench ncu curves profile   need no TE: they run while it builds, else after the matrix
-#   boundtests fp8tests tejax conv   after TE: GPU tests, then plan convergence's TE recipes (convbase: its bf16)
+#   boundtests bandtests fp8tests tejax conv   after TE: GPU tests, then plan convergence's TE recipes (convbase: its bf16)
 #   matrix crossover nvfp4 nvfp4long   plans three-frameworks, crossover (then `parallax crossover` of its
 #                    presets), nvfp4-emulation (after the NVFP4 tests and kernels), nvfp4-long
 # A benchmark part runs its plan with --resume; PART_PLAN, PART_ARGS (options replacing the plan's), PART_FROM
@@ -87,9 +87,10 @@ run_parts() {  # every wanted part, in priority order, around TE's install
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
         run $p
     done
-    if want matrix || want tejax || want fp8tests || want boundtests || want conv || want crossover; then
+    if want matrix || want tejax || want fp8tests || want boundtests || want bandtests || want conv || want crossover; then
         wait_te
         want boundtests && run boundtests
+        want bandtests && run bandtests
         want fp8tests && run fp8tests
         want tejax && run tejax
         want conv && run conv

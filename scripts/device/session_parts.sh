@@ -99,6 +99,8 @@ gpu_tests() {  # gpu_tests NAME: that part's GPU tests under its limit
         fp8tests) a=(360 tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py) ;;
         boundtests) a=("${BOUNDTESTS_S:-200}" -s tests/gpu/test_layer_error_bounds_gpu.py) ;;  # -s: each ratio
         tejax) a=(240 tests/gpu/test_jax_te_gpu.py) ;;
+        bandtests) a=(360 -s -k band tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py  # every recipe's
+                      tests/gpu/test_jax_fp8_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py) ;;  # loss band of bf16
     esac
     part "$1" "${a[0]}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs "${a[@]:1}"
 }
@@ -107,6 +109,7 @@ run_kernels16() { gpu_tests kernels16; }
 run_fp8tests_flax() { gpu_tests fp8tests-flax; }
 run_fp8tests() { gpu_tests fp8tests; }
 run_boundtests() { gpu_tests boundtests; }
+run_bandtests() { gpu_tests bandtests; }
 run_tejax() { gpu_tests tejax; }
 
 run_profile() {
