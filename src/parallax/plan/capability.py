@@ -205,7 +205,7 @@ def require(recipe: Recipe, platform: str, compute_capability=None, device_name:
     device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
     library (naming the extra), a CPU run of a GPU-only recipe, too old a GPU. Nothing falls
     back to another recipe."""
-    from parallax.errors import ParallaxError, require_module
+    from parallax.errors import ParallaxError, require_installed
 
     require_implemented(recipe)
     if platform == "cpu" and not recipe.cpu:
@@ -220,4 +220,4 @@ def require(recipe: Recipe, platform: str, compute_capability=None, device_name:
             f"{hardware.cc_string(compute_capability)} "
             f"({_instead(recipe, compute_capability) or 'pick a bf16 recipe: parallax check-env lists them'})")
     if recipe.backend.module:
-        require_module(recipe.backend.module, recipe.backend.extra or recipe.framework)
+        require_installed(recipe.backend.module, recipe.backend.extra or recipe.framework)
