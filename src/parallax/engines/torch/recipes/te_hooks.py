@@ -99,7 +99,9 @@ def graph_precision_arguments(make_graphed_callables, recipe) -> dict:
 
 def te_version() -> str | None:
     """TE's own ``__version__``, else that of the installed distribution (the torch extension
-    is often built from its sdist without the ``transformer_engine`` meta-package)."""
+    is often built from its sdist without the ``transformer_engine`` meta-package). Importing it
+    loads TE's core library, and with it a cuDNN: pip's, as for every TE import here."""
+    prefer_torch_cudnn()
     import transformer_engine
 
     return module_version(transformer_engine, ("transformer_engine", "transformer_engine_torch"))
