@@ -102,6 +102,9 @@ gpu_tests() {  # gpu_tests NAME: that part's GPU tests under its limit
         bandtests) a=(360 -s -k band tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py  # every recipe's
                       tests/gpu/test_jax_fp8_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py) ;;  # loss band of bf16
     esac
+    local k=${1^^}_K  # e.g. BOUNDTESTS_K="te_jax": only those tests
+    k=${k//-/_}
+    [[ -z ${!k:-} ]] || a+=(-k "${!k}")
     part "$1" "${a[0]}" python3 -m pytest -q -p no:cacheprovider -m gpu -rs "${a[@]:1}"
 }
 run_kernels() { gpu_tests kernels; }
