@@ -35,7 +35,7 @@ from parallax.spec.config import DataConfig, RunConfig
 from parallax.data.prepare import META_FILE, PreparedData, prepare
 from parallax.data.sample import TRAIN, VALID, allowed_epochs, is_sample
 from parallax.data.sources import corpus_files, count_documents, file_source
-from parallax.data.tokenfile import open_token_file
+from parallax.data.tokenfile import native_error, open_token_file
 from parallax.errors import ParallaxError
 
 
@@ -51,7 +51,7 @@ class TokenBatches:
         if data.vocab_size != vocab_size:
             raise ParallaxError(
                 f"{data.directory} was tokenized with a {data.vocab_size:,}-token vocabulary but the model has "
-                f"{vocab_size:,}; prepare it again with a {vocab_size:,}-token tokenizer (--vocab-size)"
+                f"{vocab_size:,}; prepare it again with `parallax data prepare --vocab-size {vocab_size}`"
             )
         self.data, self.batch_size, self.seq_len, self.seed = data, batch_size, seq_len, seed
         self.rank, self.world, self.global_batch = rank, world, batch_size * world
@@ -65,7 +65,7 @@ class TokenBatches:
             self._loader = _native.BatchLoader(str(data.path("train")), batch_size, seq_len, seed,
                                                start_batch=start_step, slots=slots, pin=pin, rank=rank, world=world)
         except _native.LoaderError as exc:
-            raise ParallaxError(str(exc)) from None
+            raise native_error(exc) from None
         # Every slot page-locked, by the driver's own account: engines copy batches to the
         # device straight from the ring (torch's is_pinned() cannot say so before torch has
         # initialised CUDA). A slot added if the ring grows is pinned the same way; were that

@@ -98,7 +98,7 @@ class PreparedData:
         data = cls(directory, meta)
         problem = data.problem(checksum)
         if problem:
-            raise ParallaxError(f"{problem}; re-run `parallax data prepare` with --force to rebuild {directory}")
+            raise ParallaxError(f"{problem}; re-run `parallax data prepare --force` to rebuild {directory}")
         return data
 
 
@@ -109,10 +109,10 @@ def read_meta(directory: Path) -> dict | None:
     try:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ParallaxError(f"{path}: corrupt JSON; re-run `parallax data prepare` with --force") from None
+        raise ParallaxError(f"{path}: corrupt JSON; re-run `parallax data prepare --force`") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise ParallaxError(f"{path}: format {found!r} is not {FORMAT!r}; re-run `parallax data prepare` with --force")
+        raise ParallaxError(f"{path}: format {found!r} is not {FORMAT!r}; re-run `parallax data prepare --force`")
     return meta
 
 
