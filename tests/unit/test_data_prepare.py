@@ -254,3 +254,9 @@ def test_hf_streaming_of_a_local_dataset_equals_the_same_files(given, tmp_path, 
     assert prepare([str(dataset)], tmp_path / "hf", replace(given, hf=True)).up_to_date
     with pytest.raises(ParallaxError, match=r"Hugging Face dataset .*dataset: .*test"):
         prepare([str(dataset)], tmp_path / "hf2", replace(given, hf=True, hf_valid_split="test"))
+    (dataset / "validation.jsonl").write_text(json.dumps({"text": " "}) + "\n")  # a split without text
+    with pytest.raises(ParallaxError) as caught:
+        prepare([str(dataset)], tmp_path / "hf3", replace(given, hf=True))
+    assert str(caught.value) == (f"no validation text: {dataset} [validation] holds none; prepare another split with "
+                                 f"`parallax data prepare --hf {dataset} --hf-valid-split SPLIT`")
+    assert not (tmp_path / "hf3").exists()

@@ -550,6 +550,10 @@ def _check_splits(writers: list[TokenWriter], corpus: Corpus, inputs: list[str])
     if valid.n_tokens <= valid.documents and (corpus.valid or corpus.holdout_every is not None):
         for writer in writers:
             writer.abort()
+        hf = [s for s in corpus.valid if isinstance(s, HFDataset)]
+        if hf:  # `train --hf` comes here too: the fix is a data prepare command
+            raise ParallaxError(f"no validation text: {hf[0].name} holds none; prepare another split with "
+                                f"`parallax data prepare --hf {hf[0].dataset} --hf-valid-split SPLIT`")
         how = ("the validation inputs hold no text" if corpus.valid else
                f"holding out every {corpus.holdout_every}-th of {train.documents:,} documents left none")
         raise ParallaxError(f"no validation text: {how}; pass --valid FILE (or a larger --valid-fraction)")
