@@ -93,7 +93,7 @@ def _default(field: str) -> str:
 @click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
 @click.option("--data", metavar="PATH",
               help="Train on a prepared token directory, or on raw text (.txt, .jsonl, .parquet or a directory "
-                   "of them) prepared once into the cache; with --eval-every, validation is held out of it.")
+                   "of them) prepared once into the cache, validation held out of it when evaluation is asked for.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub.")
 @click.option("--epochs", type=float,
               help="Passes over the training tokens allowed (--data/--hf)." + _shown("at most one"))
