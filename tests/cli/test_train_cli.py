@@ -211,9 +211,9 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
 
 
 def test_train_on_the_packages_tinystories_sample(tmp_path, capsys, monkeypatch):
-    """Its train.txt (330 KB; 396 training stories, every 100th held out) yields 4,963 distinct
-    BPE tokens, not 10,000: the vocabulary is filled with reserved tokens, with a warning that
-    says so, and the run trains."""
+    """Its train.txt (330 KB; 400 stories, all of them training ones: no evaluation, so nothing
+    is held out) yields 4,975 distinct BPE tokens, not 10,000: the vocabulary is filled with
+    reserved tokens, with a warning that says so, and the run trains."""
     pytest.importorskip("torch")
     pytest.importorskip("tokenizers")
     from fixtures.samples import TRAIN
@@ -223,11 +223,68 @@ def test_train_on_the_packages_tinystories_sample(tmp_path, capsys, monkeypatch)
     code = main(["train", *TINY, "--data", str(TRAIN), "--steps", "3", "--warmup", "1", "--output-dir", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert ("parallax: warning: the training text yields only 4,963 distinct BPE tokens; the vocabulary is filled "
-            "up to 10,000 with 5,037 reserved tokens that never occur") in captured.err
+    assert ("parallax: warning: the training text yields only 4,975 distinct BPE tokens; the vocabulary is filled "
+            "up to 10,000 with 5,025 reserved tokens that never occur") in captured.err
     assert "--tokenizer-sample-mb" not in captured.err
     run = results.load_run(out)
     assert run["status"] == "ok" and run["config"]["data"] == str(TRAIN)
+
+
+def _raw_text(path, texts):
+    """``texts`` as raw text without <|endoftext|>: a blank line between them."""
+    from fixtures.samples import unseparated
+
+    return unseparated(path, texts)
+
+
+def test_train_on_raw_text_holds_out_validation_itself(tmp_path, capsys, monkeypatch):
+    """30 stories without <|endoftext|> (the issue's case: 'cannot be made to work'): 30
+    paragraph documents; evaluation asks for 16 batches x 2 rows, the first hold-out (every 30th:
+    1 document, 315 tokens) gives 19 sequences of 17 tokens, so train holds out every 10th
+    instead (3 documents, 789 tokens) and trains; the next run reuses the cache."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    from fixtures.samples import TRAIN, stories
+
+    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))
+    raw = _raw_text(tmp_path / "raw.txt", stories(TRAIN)[:30])
+    args = ["train", *TINY, "--data", str(raw), "--steps", "3", "--warmup", "1", "--eval-every", "2",
+            "--eval-batches", "16"]
+    assert main([*args, "--output-dir", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert ("parallax: 1 held-out document gives 19 of the 32 evaluation sequences; holding out every 10-th "
+            "document instead") in err
+    assert "--valid" not in err
+    data = results.load_run(tmp_path / "a")["data"]
+    assert (data["train_tokens"], data["validation_tokens"]) == (5_326, 789)
+    assert main([*args, "--output-dir", str(tmp_path / "b")]) == 0
+    assert "preparing" not in capsys.readouterr().err
+    assert results.load_run(tmp_path / "b")["data"]["train_sha256"] == data["train_sha256"]
+
+
+def test_train_on_one_raw_document_trains_without_evaluation_and_refuses_it_with(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    pytest.importorskip("tokenizers")
+    from fixtures.samples import TRAIN, stories
+
+    monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))
+    one = tmp_path / "one.txt"  # the 400 stories' lines, no blank line: one document
+    one.write_text("\n".join(stories(TRAIN)) + "\n", encoding="utf-8")
+    base = ["train", *TINY, "--data", str(one), "--steps", "3", "--warmup", "1"]
+    assert main([*base, "--output-dir", str(tmp_path / "a")]) == 0
+    data = results.load_run(tmp_path / "a")["data"]
+    assert (data["train_tokens"], data["validation_tokens"]) == (79_465, 0)  # every token trains
+    capsys.readouterr()
+    assert main([*base, "--eval-every", "2", "--output-dir", str(tmp_path / "b")]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: --data {one}: 1 document, nothing to hold out for "
+                                      "evaluation; separate its documents by blank lines or <|endoftext|>, or pass "
+                                      "--eval-every 0")
+    three = _raw_text(tmp_path / "three.txt", stories(TRAIN)[:3])
+    assert main(["train", *TINY, "--data", str(three), "--steps", "3", "--warmup", "1", "--eval-every", "2",
+                 "--eval-batches", "64", "--output-dir", str(tmp_path / "c")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"parallax: error: --data {three}: every 2nd document held out gives 20 validation sequences of 17 tokens; "
+        "64 eval batches x batch 2 need 128; lower --eval-batches, --batch-size or --seq-len, or pass --eval-every 0")
 
 
 @pytest.mark.parametrize("args, message", [

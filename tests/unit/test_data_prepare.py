@@ -148,13 +148,70 @@ def test_other_inputs_into_a_prepared_directory_are_refused_unless_forced(copy_o
     assert forced.data.meta["splits"]["train"]["documents"] + forced.data.meta["splits"]["validation"]["documents"] == 500
 
 
-def test_a_validation_file_without_separators_is_one_document(given, tmp_path):
+def test_a_validation_file_without_separators_is_split_at_blank_lines(given, tmp_path):
     v1_valid = unseparated(tmp_path / "v1_valid.txt", stories(VALID))  # TinyStoriesV1's layout
     data_result = prepare([str(TRAIN)], tmp_path / "out", replace(given, valid=(str(v1_valid),)))
     meta = data_result.data.meta
     assert meta["splits"]["train"]["documents"] == 400  # nothing held out
-    assert meta["splits"]["validation"]["documents"] == 1
+    assert meta["splits"]["validation"]["documents"] == 100  # one per blank-line-separated story
     assert len(data_result.warnings) == 1 and "v1_valid.txt has no <|endoftext|>" in data_result.warnings[0]
+
+
+def test_a_training_file_without_separators_is_held_out_by_paragraph(given, tmp_path):
+    """The issue's case: raw text without <|endoftext|> used to be one document, and the hold-out
+    failed after the tokenizer had been trained. Paragraphs are now the documents."""
+    raw = unseparated(tmp_path / "raw.txt", stories(TRAIN))
+    meta = prepare([str(raw)], tmp_path / "out", given).data.meta
+    assert (meta["splits"]["train"]["documents"], meta["splits"]["validation"]["documents"]) == (396, 4)
+    # Stories whose lines are paragraphs apart (a whitespace-only line between them, as in
+    # TinyStoriesV1): every non-empty line of the 400 stories is a document.
+    lines = tmp_path / "lines.txt"
+    lines.write_text("\n\n".join(s.replace("\n", "\n \t\n") for s in stories(TRAIN)), encoding="utf-8")
+    meta = prepare([str(lines)], tmp_path / "lines", given).data.meta
+    assert meta["splits"]["train"]["documents"] + meta["splits"]["validation"]["documents"] == 1_788
+    assert meta["splits"]["validation"]["documents"] == 17
+
+
+def test_too_few_documents_for_the_hold_out_fail_before_the_tokenizer(tmp_path, monkeypatch):
+    import parallax.data.prepare as module
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the tokenizer was trained before the validation split was checked")
+
+    monkeypatch.setattr(module, "train_tokenizer", no_training)
+    one = tmp_path / "one.txt"
+    one.write_text("Only one story here.\nIt has two lines but no blank one.\n")
+    with pytest.raises(ParallaxError) as caught:
+        prepare([str(one)], tmp_path / "a")
+    assert str(caught.value) == (f"corpus {one}: 1 document, nothing to hold out for validation; pass --valid FILE, "
+                                 "or separate documents by blank lines or <|endoftext|>")
+    few = unseparated(tmp_path / "few.txt", stories(VALID)[:7])
+    with pytest.raises(ParallaxError) as caught:
+        prepare([str(few)], tmp_path / "b")
+    assert str(caught.value) == (f"corpus {few}: 7 documents, too few to hold out every 100-th for validation; "
+                                 "pass --valid FILE, or --valid-fraction 0.14 (every 7-th)")
+    blank_valid = tmp_path / "blank_valid.txt"
+    blank_valid.write_text(f" \n{EOT}\n")
+    with pytest.raises(ParallaxError, match=r"blank_valid.txt: no text found; pass --valid files that hold text$"):
+        prepare([str(TRAIN)], tmp_path / "c", DataConfig(valid=(str(blank_valid),)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blank_valid.txt", "few.txt", "one.txt"]  # no --out made
+
+
+@pytest.mark.parametrize("stage", ["tokenize_corpus", "_split_entries"])
+def test_a_failure_leaves_no_staging_folder_and_no_new_directory(given, stage, tmp_path, monkeypatch):
+    import parallax.data.prepare as module
+
+    def planted(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(module, stage, planted)
+    with pytest.raises(OSError, match="No space left"):
+        prepare([str(TRAIN)], tmp_path / "new", given)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        prepare([str(TRAIN)], tmp_path / "kept", given)
+    assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
 
 
 def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path):
@@ -168,7 +225,7 @@ def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path)
         prepare([str(tmp_path / "nope.txt")], tmp_path / "c", given)
     one = tmp_path / "one.txt"
     one.write_text("Only one story here.")
-    with pytest.raises(ParallaxError, match=r"no validation text: holding out every 100-th of 1 documents left none; pass --valid"):
+    with pytest.raises(ParallaxError, match=r"1 document, nothing to hold out for validation; pass --valid FILE"):
         prepare([str(one)], tmp_path / "d", given)
     (tmp_path / "e").mkdir()
     (tmp_path / "e" / "notes.md").write_text("mine")
@@ -197,3 +254,9 @@ def test_hf_streaming_of_a_local_dataset_equals_the_same_files(given, tmp_path, 
     assert prepare([str(dataset)], tmp_path / "hf", replace(given, hf=True)).up_to_date
     with pytest.raises(ParallaxError, match=r"Hugging Face dataset .*dataset: .*test"):
         prepare([str(dataset)], tmp_path / "hf2", replace(given, hf=True, hf_valid_split="test"))
+    (dataset / "validation.jsonl").write_text(json.dumps({"text": " "}) + "\n")  # a split without text
+    with pytest.raises(ParallaxError) as caught:
+        prepare([str(dataset)], tmp_path / "hf3", replace(given, hf=True))
+    assert str(caught.value) == (f"no validation text: {dataset} [validation] holds none; prepare another split with "
+                                 f"`parallax data prepare --hf {dataset} --hf-valid-split SPLIT`")
+    assert not (tmp_path / "hf3").exists()

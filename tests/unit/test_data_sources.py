@@ -67,15 +67,28 @@ def test_separators_split_across_read_blocks_are_found(tmp_path, monkeypatch):
         assert documents(TextFile(path).pieces()) == whole
 
 
-def test_file_without_separators_is_one_document_with_a_warning(monkeypatch, tmp_path):
-    monkeypatch.setattr(sources, "PIECE_CHARS", 32 << 10)
+def test_file_without_separators_is_split_at_blank_lines_with_a_warning(tmp_path, monkeypatch):
     path = unseparated(tmp_path / "v1_style.txt", stories(TRAIN) + stories(VALID))  # TinyStoriesV1's layout
     source = TextFile(path)
-    pieces = list(source.pieces())
-    assert len(pieces) > 10  # 408 KB in pieces of PIECE_CHARS (32 K) or fewer characters
+    whole = documents(source.pieces())
+    assert len(whole) == 500 and whole == stories(TRAIN) + stories(VALID)
+    assert len(source.warnings) == 1 and "no <|endoftext|> separators: its documents are its paragraphs" in source.warnings[0]
+    tricky = tmp_path / "tricky.txt"  # blank lines of whitespace, cut by every read block
+    tricky.write_text("\n\n  One, ünïcode 🐉.\nStill one.\n \t \nTwo.\n\n\n\nThree\n\n")
+    assert documents(TextFile(tricky).pieces()) == ["One, ünïcode 🐉.\nStill one.", "Two.", "Three"]
+    for block in (1, 3, 7, 13):
+        monkeypatch.setattr(sources, "READ_BYTES", block)
+        assert documents(TextFile(tricky).pieces()) == ["One, ünïcode 🐉.\nStill one.", "Two.", "Three"]
+
+
+def test_a_long_paragraph_without_separators_is_one_document_in_pieces(monkeypatch, tmp_path):
+    monkeypatch.setattr(sources, "PIECE_CHARS", 32 << 10)
+    path = tmp_path / "one_paragraph.txt"  # the 400 stories' lines, no blank line anywhere
+    path.write_text("\n".join(stories(TRAIN)) + "\n", encoding="utf-8")
+    pieces = list(TextFile(path).pieces())
+    assert len(pieces) == 19  # 330 KB in pieces of PIECE_CHARS (32 K) or fewer characters
     assert [p.ends_document for p in pieces].count(True) == 1 and pieces[-1].ends_document
     assert documents(pieces) == [path.read_text().strip()]
-    assert len(source.warnings) == 1 and "no <|endoftext|> separators" in source.warnings[0]
 
 
 def test_cutting_long_documents_never_changes_their_tokens(small_tokenizer):

@@ -39,8 +39,9 @@ def command():
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, tokenizer_sample_mb, text_field,
                     hf, hf_train_split, hf_valid_split, force, quiet):
-    """Tokenize CORPUS (.txt with <|endoftext|> separators, .jsonl, .parquet, or directories of
-    them) into uint16 token files. Re-running with the same inputs does nothing."""
+    """Tokenize CORPUS (.txt split at <|endoftext|>, or at blank lines without it; .jsonl,
+    .parquet, or directories of them) into uint16 token files. Re-running with the same inputs
+    does nothing."""
     from parallax.data.prepare import prepare
 
     options = DataConfig(vocab_size=vocab_size, text_field=text_field, valid=tuple(valid),

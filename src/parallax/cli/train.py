@@ -91,7 +91,9 @@ def _default(field: str) -> str:
 @click.option("--warmup", type=int, help="First steps left out of the throughput statistics." + _default("warmup"))
 @click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches." + _default("seed"))
 @click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
-@click.option("--data", metavar="PATH", help="Train on a prepared token directory or a raw corpus.")
+@click.option("--data", metavar="PATH",
+              help="Train on a prepared token directory, or on raw text (.txt, .jsonl, .parquet or a directory "
+                   "of them) prepared once into the cache, validation held out of it when evaluation is asked for.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub.")
 @click.option("--epochs", type=float,
               help="Passes over the training tokens allowed (--data/--hf)." + _shown("at most one"))

@@ -34,7 +34,8 @@ from parallax.store.cache import cache_root
 from parallax.spec.config import DataConfig, RunConfig
 from parallax.data.prepare import META_FILE, PreparedData, prepare
 from parallax.data.sample import TRAIN, VALID, allowed_epochs, is_sample
-from parallax.data.tokenfile import open_token_file
+from parallax.data.sources import corpus_files, count_documents, file_source
+from parallax.data.tokenfile import native_error, open_token_file
 from parallax.errors import ParallaxError
 
 
@@ -50,7 +51,7 @@ class TokenBatches:
         if data.vocab_size != vocab_size:
             raise ParallaxError(
                 f"{data.directory} was tokenized with a {data.vocab_size:,}-token vocabulary but the model has "
-                f"{vocab_size:,}; prepare it again with a {vocab_size:,}-token tokenizer (--vocab-size)"
+                f"{vocab_size:,}; prepare it again with `parallax data prepare --vocab-size {vocab_size}`"
             )
         self.data, self.batch_size, self.seq_len, self.seed = data, batch_size, seq_len, seed
         self.rank, self.world, self.global_batch = rank, world, batch_size * world
@@ -64,7 +65,7 @@ class TokenBatches:
             self._loader = _native.BatchLoader(str(data.path("train")), batch_size, seq_len, seed,
                                                start_batch=start_step, slots=slots, pin=pin, rank=rank, world=world)
         except _native.LoaderError as exc:
-            raise ParallaxError(str(exc)) from None
+            raise native_error(exc) from None
         # Every slot page-locked, by the driver's own account: engines copy batches to the
         # device straight from the ring (torch's is_pinned() cannot say so before torch has
         # initialised CUDA). A slot added if the ring grows is pinned the same way; were that
@@ -100,7 +101,7 @@ class TokenBatches:
             raise ParallaxError(
                 f"{path} holds {valid.n_tokens:,} validation tokens, {available:,} sequences of "
                 f"{self.seq_len + 1} tokens; {count} eval batches x batch {rows} need {needed:,} "
-                f"sequences ({needed * self.seq_len + 1:,} tokens); lower --eval-batches or give more validation text (--valid)"
+                f"sequences ({needed * self.seq_len + 1:,} tokens); lower --eval-batches or prepare more validation text"
             )
         windows = ((np.arange(needed, dtype=np.int64) * available) // needed).reshape(count, rows)
         mine = windows[:, self.rank * self.batch_size:(self.rank + 1) * self.batch_size]
@@ -160,11 +161,13 @@ def check_enough_tokens(path: str, n_tokens: int, n_windows: int, batch_size: in
 # ----------------------------------------------------------------------------- --data resolution
 
 
-def cache_dir(inputs: list[str], options: DataConfig) -> Path:
+def cache_dir(inputs: list[str], options: DataConfig, hold_out: bool = True) -> Path:
     """One cache directory per (inputs as given, preparation settings); the content check of
     ``prepare`` catches an input that changed in place."""
     key = {"inputs": [str(Path(p).resolve()) if Path(p).exists() else p for p in inputs],
            "options": {k: v for k, v in vars(options).items()}}
+    if not hold_out:
+        key["hold_out"] = False
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=list).encode()).hexdigest()[:16]
     return cache_root() / "data" / digest
 
@@ -189,14 +192,52 @@ def resolve_data(run: RunConfig, log=None) -> PreparedData:
         raise ParallaxError(f"--data {path}: no such file or directory")
     if path.is_dir() and (path / META_FILE).exists():
         return PreparedData.load(path)
-    return _prepare_cached([str(path)], DataConfig(vocab_size=vocab), log)
+    return prepare_raw(path, run, log)
 
 
-def _prepare_cached(inputs: list[str], options: DataConfig, log) -> PreparedData:
-    out = cache_dir(inputs, options)
+HOLD_OUT_EVERY = round(1 / DataConfig().valid_fraction)  # what `data prepare` holds out: every 100th document
+
+
+def prepare_raw(path: Path, run: RunConfig, log) -> PreparedData:
+    """Raw text for ``train --data``, prepared once into the cache. Without evaluation every
+    document trains. With it, every n-th document is held out for validation: n = 100 (as
+    ``data prepare``), or the corpus's document count when smaller, lowered from the measured
+    split until the evaluation batches have their sequences; each choice is its own cache."""
+    vocab = run.model_config.vocab_size
+    if run.eval_every == 0:
+        return _prepare_cached([str(path)], DataConfig(vocab_size=vocab), log, hold_out=False)
+    needed = run.eval_batches * run.global_batch
+    sources = [file_source(p, DataConfig().text_field) for p in corpus_files([str(path)], "--data")]
+    documents = count_documents(sources, HOLD_OUT_EVERY)
+    if documents < 2:
+        raise ParallaxError(
+            f"--data {path}: {documents} document{'s' * (documents != 1)}, nothing to hold out for evaluation; "
+            "separate its documents by blank lines or <|endoftext|>, or pass --eval-every 0")
+    every = min(HOLD_OUT_EVERY, documents)
+    while True:
+        data = _prepare_cached([str(path)], DataConfig(vocab_size=vocab, valid_fraction=1 / every), log)
+        valid, train = data.meta["splits"]["validation"], data.meta["splits"]["train"]
+        have = max(0, (valid["tokens"] - 1) // run.seq_len)
+        if have >= needed:
+            return data
+        if every == 2:
+            raise ParallaxError(
+                f"--data {path}: every 2nd document held out gives {have:,} validation sequences of "
+                f"{run.seq_len + 1} tokens; {run.eval_batches} eval batches x batch {run.global_batch} need "
+                f"{needed:,}; lower --eval-batches, --batch-size or --seq-len, or pass --eval-every 0")
+        wanted = math.ceil(needed * run.seq_len * 1.25 * valid["documents"] / valid["tokens"])  # held-out documents
+        every = max(2, min(every - 1, (train["documents"] + valid["documents"]) // wanted))
+        held = f"{valid['documents']:,} held-out document" + (" gives" if valid["documents"] == 1 else "s give")
+        log(f"{held} {have:,} of the {needed:,} evaluation sequences; "
+            f"holding out every {every}-th document instead")
+
+
+def _prepare_cached(inputs: list[str], options: DataConfig, log, hold_out: bool = True) -> PreparedData:
+    out = cache_dir(inputs, options, hold_out)
     if not (out / META_FILE).exists():
         log(f"preparing {', '.join(inputs)} into {out} (once; later runs reuse it)")
-    result = prepare(inputs, out, options, rebuild_stale=True, show_progress=sys.stderr.isatty(), log=log)
+    result = prepare(inputs, out, options, rebuild_stale=True, show_progress=sys.stderr.isatty(), log=log,
+                     hold_out=hold_out)
     for warning in result.warnings:
         log(f"warning: {warning}")
     return result.data

@@ -29,7 +29,7 @@ import numpy as np
 
 from parallax import __version__
 from parallax.spec.config import DataConfig
-from parallax.data.sources import HFDataset, Piece, Source, corpus_files, file_source
+from parallax.data.sources import HFDataset, Piece, Source, corpus_files, count_documents, file_source
 from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
 from parallax.data.tokenizer import (EOT, check_tokenizer, eos_id, load_tokenizer, reserved_tokens,
                                      train_tokenizer)
@@ -98,7 +98,7 @@ class PreparedData:
         data = cls(directory, meta)
         problem = data.problem(checksum)
         if problem:
-            raise ParallaxError(f"{problem}; re-run `parallax data prepare` with --force to rebuild {directory}")
+            raise ParallaxError(f"{problem}; re-run `parallax data prepare --force` to rebuild {directory}")
         return data
 
 
@@ -109,10 +109,10 @@ def read_meta(directory: Path) -> dict | None:
     try:
         meta = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ParallaxError(f"{path}: corrupt JSON; re-run `parallax data prepare` with --force") from None
+        raise ParallaxError(f"{path}: corrupt JSON; re-run `parallax data prepare --force`") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         found = meta.get("format") if isinstance(meta, dict) else None
-        raise ParallaxError(f"{path}: format {found!r} is not {FORMAT!r}; re-run `parallax data prepare` with --force")
+        raise ParallaxError(f"{path}: format {found!r} is not {FORMAT!r}; re-run `parallax data prepare --force`")
     return meta
 
 
@@ -153,8 +153,10 @@ def _content(entries: list[dict]) -> list[dict]:
     return [{"name": Path(e["path"]).name, "bytes": e["bytes"], "sha256": e["sha256"]} for e in entries]
 
 
-def plan_corpus(inputs: list[str], options: DataConfig, previous: dict | None) -> tuple[Corpus, dict]:
-    """(corpus, source description for meta.json)."""
+def plan_corpus(inputs: list[str], options: DataConfig, previous: dict | None,
+                hold_out: bool = True) -> tuple[Corpus, dict]:
+    """(corpus, source description for meta.json). ``hold_out`` False (``train --data`` without
+    evaluation): no validation documents are held out of the training files."""
     known = {e["path"]: e for e in (previous or {}).get("source", {}).get("files", [])}
     if options.hf:
         name = inputs[0] if inputs else options.hf_dataset
@@ -173,7 +175,7 @@ def plan_corpus(inputs: list[str], options: DataConfig, previous: dict | None) -
     valid_entries = [_file_identity(p, known) for p in valid_files]
     train = [file_source(p, options.text_field) for p in train_files]
     valid = [file_source(p, options.text_field) for p in valid_files]
-    holdout = None if valid else max(1, round(1 / options.valid_fraction))
+    holdout = None if valid or not hold_out else max(1, round(1 / options.valid_fraction))
     identity = {"train": _content(train_entries), "valid": _content(valid_entries), "holdout_every": holdout,
                 "text_field": options.text_field}
     source = {"kind": "files", "files": train_entries + valid_entries,
@@ -386,24 +388,78 @@ def _get_tokenizer(corpus: Corpus, options: DataConfig, staging: Path, log: Log)
 
 
 def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig(), *, force: bool = False,
-            rebuild_stale: bool = False, show_progress: bool = False, log: Log | None = None) -> PrepareResult:
+            rebuild_stale: bool = False, show_progress: bool = False, log: Log | None = None,
+            hold_out: bool = True) -> PrepareResult:
     """Prepare ``inputs`` (files, directories, or with ``options.hf`` one dataset name) into ``out``.
 
     ``rebuild_stale`` (the on-the-fly cache of ``train --data``): rebuild instead of failing
-    when ``out`` holds other inputs or a damaged file."""
+    when ``out`` holds other inputs or a damaged file. ``hold_out`` False: no validation split
+    (``train --data`` without evaluation). On any failure nothing of this attempt is left: no
+    staging folder, and no ``out`` where there was none."""
     log = log or (lambda message: None)
     options = options.validate()
     out = Path(out)
     _check_out_dir(out)
-    corpus, source = plan_corpus(list(inputs), options, None if force else _quiet_meta(out))
+    corpus, source = plan_corpus(list(inputs), options, None if force else _quiet_meta(out), hold_out)
     inputs_identity, digest = fingerprint_of(corpus, options)
     existing = _up_to_date(out, inputs_identity, digest, force, rebuild_stale, log)
     if existing is not None:
         return PrepareResult(existing, up_to_date=True)
+    check_validation_possible(corpus)  # before the tokenizer's minutes, not after
 
+    created = not out.exists()
     staging = out / STAGING
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
+    try:
+        return _build(out, staging, corpus, source, options, inputs_identity, digest, list(inputs), show_progress, log)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        raise
+
+
+def check_validation_possible(corpus: Corpus) -> None:
+    """ParallaxError, before any tokenizer is trained, when the validation split would be
+    empty: validation files without a document, or fewer training documents than the hold-out
+    takes one of. (A streamed dataset is not read twice: its splits are checked after.)"""
+    if any(isinstance(s, HFDataset) for s in corpus.train + corpus.valid):
+        return
+    names = ", ".join(s.name for s in corpus.valid or corpus.train)
+    if corpus.valid:
+        if count_documents(corpus.valid, 1) == 0:
+            raise ParallaxError(f"validation corpus {names}: no text found; pass --valid files that hold text")
+        return
+    every = corpus.holdout_every
+    if every is None:
+        return
+    documents = count_documents(corpus.train, every)
+    if documents >= every:
+        return
+    if documents == 0:
+        raise ParallaxError(f"corpus {names}: no text found (empty corpus)")
+    if documents == 1:
+        raise ParallaxError(
+            f"corpus {names}: 1 document, nothing to hold out for validation; "
+            f"pass --valid FILE, or separate documents by blank lines or {EOT}")
+    raise ParallaxError(
+        f"corpus {names}: {documents} documents, too few to hold out every {every}-th for validation; "
+        f"pass --valid FILE, or --valid-fraction {_fraction_for(documents)} (every {documents}-th)")
+
+
+def _fraction_for(every: int) -> str:
+    """The shortest --valid-fraction F written with round(1/F) == every."""
+    for digits in range(2, 10):
+        text = f"{1 / every:.{digits}g}"
+        if round(1 / float(text)) == every:
+            return text
+    return repr(1 / every)
+
+
+def _build(out: Path, staging: Path, corpus: Corpus, source: dict, options: DataConfig, inputs_identity: dict,
+           digest: str, inputs: list[str], show_progress: bool, log: Log) -> PrepareResult:
+    """Tokenize into ``staging``, move the files into ``out`` and write meta.json last."""
     (out / META_FILE).unlink(missing_ok=True)  # the directory is unfinished from here on
     tokenizer, tokenizer_origin = _get_tokenizer(corpus, options, staging, log)
     eos = eos_id(tokenizer)
@@ -491,9 +547,13 @@ def _check_splits(writers: list[TokenWriter], corpus: Corpus, inputs: list[str])
         for writer in writers:
             writer.abort()
         raise ParallaxError(f"corpus {', '.join(map(str, inputs)) or '(none)'}: no text found (empty corpus)")
-    if valid.n_tokens <= valid.documents:
+    if valid.n_tokens <= valid.documents and (corpus.valid or corpus.holdout_every is not None):
         for writer in writers:
             writer.abort()
+        hf = [s for s in corpus.valid if isinstance(s, HFDataset)]
+        if hf:  # `train --hf` comes here too: the fix is a data prepare command
+            raise ParallaxError(f"no validation text: {hf[0].name} holds none; prepare another split with "
+                                f"`parallax data prepare --hf {hf[0].dataset} --hf-valid-split SPLIT`")
         how = ("the validation inputs hold no text" if corpus.valid else
                f"holding out every {corpus.holdout_every}-th of {train.documents:,} documents left none")
         raise ParallaxError(f"no validation text: {how}; pass --valid FILE (or a larger --valid-fraction)")

@@ -7,8 +7,9 @@ pieces only where byte-level pre-tokenization splits anyway (before a newline th
 an ASCII letter or digit), so its tokens are exactly those of the whole text.
 
 Formats:
-  .txt            stories separated by ``<|endoftext|>`` (TinyStoriesV2); a file without the
-                  separator is one document (its stories cannot be told apart; a warning says so)
+  .txt            documents separated by ``<|endoftext|>`` (TinyStoriesV2); a file without that
+                  separator is split at blank lines (lines of nothing but whitespace) instead: its
+                  documents are its paragraphs (TinyStoriesV1's text exports; a warning says so)
   .jsonl, .json   one JSON object per line with a text field
   .parquet        a column holding the text
   --hf NAME       ``datasets.load_dataset(NAME, split=..., streaming=True)`` rows, text field;
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import mmap
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ READ_BYTES = 8 << 20
 # A newline followed by an ASCII letter or digit is always a pre-token boundary of the
 # byte-level (GPT-2) regex, and cutting before the newline keeps each side's pre-tokens.
 _SAFE_CUT = re.compile(r"\n(?=[A-Za-z0-9])")
+_BLANK_LINE = re.compile(r"\n[^\S\n]*\n")  # a line of nothing but whitespace between two texts
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,26 @@ class Source:
 
 
 class TextFile(Source):
+    """A .txt file: documents at ``<|endoftext|>`` when the file holds one, else at blank lines."""
+
     def __init__(self, path: Path):
         self.path, self.name = path, str(path)
         self.total_bytes = path.stat().st_size
         self.warnings = []
 
+    def separated(self) -> bool:
+        """Whether the file holds an ``<|endoftext|>`` (decided once, before reading documents)."""
+        if self.path.stat().st_size == 0:
+            return False
+        with open(self.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return view.find(EOT.encode()) >= 0
+
     def pieces(self) -> Iterator[Piece]:
         self.bytes_read = 0
+        separated = self.separated()
+        split = re.compile(re.escape(EOT)) if separated else _BLANK_LINE
         decoder = codecs.getincrementaldecoder("utf-8")()
-        assembler, pending, separated = DocumentAssembler(), "", False
+        assembler, pending = DocumentAssembler(), ""
         with open(self.path, "rb") as f:
             while True:
                 raw = f.read(READ_BYTES)
@@ -121,24 +135,42 @@ class TextFile(Source):
                         f"{self.path}: not UTF-8 text (bad byte at offset {start + exc.start:,})"
                     ) from None
                 self.bytes_read += len(raw)
-                *stories, pending = (pending + text).split(EOT)
-                for story in stories:
-                    separated = True
-                    yield from assembler.add(story)
+                *documents, pending = split.split(pending + text)
+                for document in documents:
+                    yield from assembler.add(document)
                     yield from assembler.end()
-                if len(pending) > 2 * len(EOT):  # keep a tail that may hold half a separator
-                    keep = len(EOT) - 1
-                    yield from assembler.add(pending[:-keep])
-                    pending = pending[-keep:]
+                keep = _open_tail(pending, separated)  # where a separator may begin that the next read ends
+                if keep:
+                    yield from assembler.add(pending[:keep])
+                    pending = pending[keep:]
                 if not raw:
                     break
         yield from assembler.add(pending)
         yield from assembler.end()
         if not separated:
             self.warnings.append(
-                f"{self.path} has no {EOT} separators: its stories cannot be told apart, so it is "
-                "tokenized as one document"
+                f"{self.path} has no {EOT} separators: its documents are its paragraphs (text between blank "
+                "lines), as its stories cannot be told apart"
             )
+
+
+def _open_tail(pending: str, separated: bool) -> int:
+    """The offset in ``pending`` from which a separator may still be completed by more text."""
+    if separated:
+        return max(0, len(pending) - (len(EOT) - 1))
+    newline = pending.rfind("\n")
+    return len(pending) if newline < 0 else newline
+
+
+def count_documents(sources: list[Source], limit: int) -> int:
+    """The documents in ``sources``, counted up to ``limit`` (reading stops there)."""
+    count = 0
+    for source in sources:
+        for piece in source.pieces():
+            count += piece.ends_document
+            if count >= limit:
+                return count
+    return count
 
 
 class JsonLinesFile(Source):

@@ -69,11 +69,21 @@ def open_token_file(path: Path):
     from parallax import _native
 
     if not Path(path).is_file():
-        raise ParallaxError(f"token file {path}: missing; re-run `parallax data prepare` (with --force)")
+        raise ParallaxError(f"token file {path}: missing; re-run `parallax data prepare --force`")
     try:
         return _native.TokenFile(str(path))
     except _native.LoaderError as exc:
-        raise ParallaxError(str(exc)) from None
+        raise native_error(exc) from None
+
+
+# The native loader's advice (csrc/loader/token_file.cpp, kFix), worded as a command to type: the
+# "--force" of it is data prepare's, and train and benchmark print it too.
+NATIVE_FIX = "; re-run `parallax data prepare` (with --force) to rebuild it"
+
+
+def native_error(exc: Exception) -> ParallaxError:
+    """The ParallaxError of a native LoaderError, its advice naming the command of --force."""
+    return ParallaxError(str(exc).replace(NATIVE_FIX, "; re-run `parallax data prepare --force` to rebuild it"))
 
 
 def verify_token_file(path: Path, expected: dict, vocab_size: int, eos_id: int, checksum: bool = True) -> str | None:
