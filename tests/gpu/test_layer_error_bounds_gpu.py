@@ -82,7 +82,7 @@ def test_te_check_catches_gradients_in_e4m3(monkeypatch):
     needs_te()
     from transformer_engine.common import recipe as te_recipes
 
-    from parallax.engines.torch.recipes.te_hooks import TransformerEngineHooks
+    from parallax.engines.torch.recipes.te import TransformerEngineHooks
 
     def e4m3_recipe(self):
         return te_recipes.DelayedScaling(fp8_format=te_recipes.Format.E4M3, amax_history_len=1024,

@@ -53,7 +53,7 @@ def trajectories():
 
 def installed(name: str) -> bool:
     """Whether the recipe's library is installed, read from package metadata as the registry
-    reads it (importing TE before its hooks would load another cuDNN: te_hooks.prefer_torch_cudnn)."""
+    reads it (importing TE before its hooks would load another cuDNN: recipes.te.prefer_torch_cudnn)."""
     from parallax.plan.envinfo import package_version
 
     return all(any(package_version(d) for d in options) for options in registry.get("torch", name).backend.distributions)

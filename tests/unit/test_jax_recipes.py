@@ -25,7 +25,7 @@ from parallax.engines.jax import convert, runtime  # noqa: E402
 from parallax.engines.jax.model import BLOCK_LINEARS, Llama, loss_fn  # noqa: E402
 from parallax.engines.jax.training import OVERHEAD_STEPS  # noqa: E402
 from parallax.spec import registry  # noqa: E402
-from parallax.engines.jax.recipes.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
+from parallax.engines.jax.recipes.flax_fp8 import FlaxFp8Hooks  # noqa: E402
 from parallax.run.train import training_problem  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
 

@@ -242,7 +242,7 @@ def test_torchao_plan_labels_its_recipe(trajectories, name):
 
 def _planted(kind: str):
     """TorchaoFloat8Hooks.build with a fault in every converted linear."""
-    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao import TorchaoFloat8Hooks
 
     right = TorchaoFloat8Hooks.build
 
@@ -264,7 +264,7 @@ def _planted(kind: str):
 @pytest.mark.parametrize("fault", ["zero weight gradients", "outputs x2"])
 def test_a_planted_fault_leaves_the_band(trajectories, monkeypatch, fault):
     pytest.importorskip("torchao")
-    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao import TorchaoFloat8Hooks
 
     monkeypatch.setattr(TorchaoFloat8Hooks, "build", _planted(fault))
     _, out = trajectory("torchao-fp8-tensorwise")
