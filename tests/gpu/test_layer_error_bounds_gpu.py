@@ -122,7 +122,8 @@ def jax_case(run_recipe: str, call: str) -> dict:
         from fixtures import format_bounds as fb, recipe_layers as rl
         from fixtures.gpu_trajectories import gpu_jax_run
         from parallax.engines import get_engine
-        plan = get_engine("jax").check(gpu_jax_run({run_recipe!r}))
+        from parallax.plan.resolve import planned
+        plan = get_engine("jax").check(planned(gpu_jax_run({run_recipe!r})))
         device = plan.handles["device"]
         measured = {call}
         result = dict(problems=fb.problems(measured), failed=sorted(fb.failed(measured)),
