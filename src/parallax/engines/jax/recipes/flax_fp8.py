@@ -34,9 +34,8 @@ from __future__ import annotations
 
 import functools
 
-from parallax.engines.jax.recipes.base import FLAX
+from parallax.engines.jax.recipes.base import FLAX, JaxHooks
 from parallax.spec.recipe import Recipe
-from parallax.engines.jax.recipes.base import JaxHooks
 
 
 # XLA flags of each recipe: the ones under which its step's optimized HLO holds fp8 GEMMs and runs
