@@ -157,7 +157,8 @@ class MaxTextRun:
         from parallax.engines.maxtext.engine import MaxTextEngine
 
         self.run = run
-        self.plan = MaxTextEngine().check(run)  # the engine's refusals, before MaxText starts
+        self.resolved = resolve(run)
+        self.plan = MaxTextEngine().check(self.resolved)  # the engine's refusals, before MaxText starts
         device = self.plan.handles["device"]
         self.device_name = device.get("name") or "GPU"
         self.flags = {"maxtext": self.plan.handles["version"], "tuning": self.plan.details["tuning"],
@@ -179,12 +180,13 @@ class MaxTextRun:
         output = {"run_name": "profile", "base_output_directory": str((work / "output").resolve()),
                   "metrics_file": str((work / "metrics.jsonl").resolve())}
         tuning = self.plan.details["tuning"]
-        sections = config.sections(run, tuning, output=output)
+        recipe = self.resolved.recipe
+        sections = config.sections(run, recipe, tuning, output=output)
         sections.append(config.Section("profiling (scripts/device/profile_step.py)", self.profile_keys(args)))
         keys = config.flat(sections)
         config.check_keys(keys, Path(self.plan.handles["base_yml"]), self.plan.handles["version"])
-        yml = work / config.file_name(run)
-        yml.write_text(config.render(sections, config.header(run, yml.name, tuning)))
+        yml = work / config.file_name(run, recipe)
+        yml.write_text(config.render(sections, config.header(run, recipe, yml.name, tuning)))
         env = launch.child_env(int(self.plan.device.split(":")[1]))
         env.pop("JAX_COMPILATION_CACHE_DIR", None)  # JAX's own cache (jax_cache_dir above is MaxText's)
         hlo_dir = work / "hlo"

@@ -27,7 +27,7 @@ def require_module(module: str, extra: str):
 def require_installed(module: str, extra: str) -> None:
     """Raise a ParallaxError naming the extra unless ``module`` is installed, found without importing it
     or its parents: importing TransformerEngine loads a cuDNN, and that must wait until the engine has
-    chosen which one (engines/torch/recipes/te_hooks.prefer_torch_cudnn)."""
+    chosen which one (engines/torch/recipes/te.prefer_torch_cudnn)."""
     if not installed(module):
         raise missing_dependency(module, extra)
 

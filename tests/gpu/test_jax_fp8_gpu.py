@@ -85,9 +85,10 @@ def test_xla_keeps_fp8_in_the_compiled_block_gemms(recipe):
         from gpu.test_jax_fp8_gpu import BATCH, TINY, gpu_run
         from parallax.spec.config import OptimConfig
         from parallax.engines import get_engine
+        from parallax.plan.resolve import planned
         from parallax.engines.jax import convert, runtime
         from parallax.engines.weights import init_weights
-        plan = get_engine("jax").check(gpu_run({recipe!r}))
+        plan = get_engine("jax").check(planned(gpu_run({recipe!r})))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         model, _, _ = runtime.build_model(TINY, "bfloat16", device, 4, 128, hooks.dot_general_cls())
         params = jax.device_put(convert.to_flax(init_weights(TINY, 0), TINY), device)

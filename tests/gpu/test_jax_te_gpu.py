@@ -42,10 +42,11 @@ def test_te_bf16_matches_our_flax_bf16_from_the_same_weights():
         from gpu.test_jax_fp8_gpu import BATCH, TINY
         from gpu.test_jax_te_gpu import gpu_run
         from parallax.engines import get_engine
+        from parallax.plan.resolve import planned
         from parallax.engines.jax import convert, runtime
         from parallax.engines.jax.model import loss_fn
         from parallax.engines.weights import init_weights
-        plan = get_engine("jax").check(gpu_run("te-bf16"))
+        plan = get_engine("jax").check(planned(gpu_run("te-bf16")))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         weights = init_weights(TINY, 0)
         batch = jax.device_put(jnp.asarray(BATCH), device)
@@ -103,9 +104,10 @@ def test_fp8_metas_update_each_step_and_export_is_canonical(recipe):
         from gpu.test_jax_te_gpu import gpu_run
         from parallax.spec.config import OptimConfig
         from parallax.engines import get_engine
+        from parallax.plan.resolve import planned
         from parallax.engines.jax import runtime
         from parallax.engines.weights import check_canonical, init_weights
-        plan = get_engine("jax").check(gpu_run({recipe!r}))
+        plan = get_engine("jax").check(planned(gpu_run({recipe!r})))
         hooks, device = plan.handles["precision"].hooks, plan.handles["device"]
         weights = init_weights(TINY, 0)
         with hooks.context():

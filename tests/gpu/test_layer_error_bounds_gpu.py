@@ -85,7 +85,7 @@ def test_te_check_catches_gradients_in_e4m3(monkeypatch):
     needs_te()
     from transformer_engine.common import recipe as te_recipes
 
-    from parallax.engines.torch.recipes.te_hooks import TransformerEngineHooks
+    from parallax.engines.torch.recipes.te import TransformerEngineHooks
 
     def e4m3_recipe(self):
         return te_recipes.DelayedScaling(fp8_format=te_recipes.Format.E4M3, amax_history_len=1024,
@@ -125,7 +125,8 @@ def jax_case(run_recipe: str, call: str) -> dict:
         from fixtures import format_bounds as fb, recipe_layers as rl
         from fixtures.gpu_trajectories import gpu_jax_run
         from parallax.engines import get_engine
-        plan = get_engine("jax").check(gpu_jax_run({run_recipe!r}))
+        from parallax.plan.resolve import planned
+        plan = get_engine("jax").check(planned(gpu_jax_run({run_recipe!r})))
         device = plan.handles["device"]
         measured = {call}
         result = dict(problems=fb.problems(measured), failed=sorted(fb.failed(measured)),

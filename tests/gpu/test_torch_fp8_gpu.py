@@ -24,6 +24,7 @@ from parallax.errors import ParallaxError  # noqa: E402
 from parallax.spec import registry  # noqa: E402
 from parallax.engines.torch.recipes.select import for_recipe  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -56,7 +57,7 @@ def trajectories():
 
 def installed(name: str) -> bool:
     """Whether the recipe's library is installed, read from package metadata as the registry
-    reads it (importing TE before its hooks would load another cuDNN: te_hooks.prefer_torch_cudnn)."""
+    reads it (importing TE before its hooks would load another cuDNN: recipes.te.prefer_torch_cudnn)."""
     from parallax.plan.envinfo import package_version
 
     return all(any(package_version(d) for d in options) for options in registry.get("torch", name).backend.distributions)
@@ -127,7 +128,7 @@ def test_te_bf16_matches_the_plain_bf16_model_from_the_same_weights():
 @pytest.mark.parametrize("name", RECIPES)
 def test_export_after_a_step_gives_the_canonical_layout(name):
     run = recipe_run(name, compile=False)
-    plan = TorchEngine().check(run)
+    plan = TorchEngine().check(planned(run))
     weights = init_weights(TINY, 1)
     trainer = Trainer(run, weights, plan.handles["precision"], plan.handles["device"], plan.handles["attention"],
                       compile=False)
@@ -142,7 +143,7 @@ def test_export_after_a_step_gives_the_canonical_layout(name):
 def test_te_fp8_refuses_a_token_count_off_the_multiple_of_8():
     run = recipe_run("te-fp8-delayed", batch_size=3, seq_len=10)
     with pytest.raises(ParallaxError, match="batch·seq divisible by 8"):
-        TorchEngine().check(run)
+        TorchEngine().check(planned(run))
 
 
 # ---- CUDA graphs of the TE blocks (--cuda-graphs): the same training as the eager blocks
@@ -163,7 +164,7 @@ SCALE_RTOL = 5e-2  # fp8 scales come from amaxes of those same tensors (gradient
 
 def graph_trainer(name: str, graphs: bool, weights):
     run = recipe_run(name, cuda_graphs="on" if graphs else "off", batch_size=8, seq_len=128)
-    plan = TorchEngine().check(run)
+    plan = TorchEngine().check(planned(run))
     assert plan.cuda_graphs is graphs
     h = plan.handles
     return Trainer(run, weights, h["precision"], h["device"], h["attention"], run.compile,
@@ -223,9 +224,9 @@ def test_cuda_graphs_run_is_recorded_and_exports_the_canonical_layout(name):
 
 
 def test_cuda_graphs_default_on_for_te_and_off_for_plain_torch_on_the_gpu():
-    assert TorchEngine().check(recipe_run("te-fp8-delayed")).cuda_graphs is True
-    assert TorchEngine().check(recipe_run("te-fp8-delayed", cuda_graphs="off")).cuda_graphs is False
+    assert TorchEngine().check(planned(recipe_run("te-fp8-delayed"))).cuda_graphs is True
+    assert TorchEngine().check(planned(recipe_run("te-fp8-delayed", cuda_graphs="off"))).cuda_graphs is False
     plain = RunConfig(model="tiny", batch_size=8, seq_len=128, steps=3, warmup=1, device="cuda")
-    assert TorchEngine().check(plain).cuda_graphs is False
+    assert TorchEngine().check(planned(plain)).cuda_graphs is False
     with pytest.raises(ParallaxError, match="recipe 'bf16' has no CUDA-graph capture"):
-        TorchEngine().check(plain.replace(cuda_graphs="on"))
+        TorchEngine().check(planned(plain.replace(cuda_graphs="on")))

@@ -19,6 +19,7 @@ from parallax.spec import registry
 from parallax.analysis.report import markdown
 from parallax.store.results import write_run
 from parallax.run.runner import Cell, Matrix
+from parallax.plan.resolve import planned
 
 CUDA, CPU = types.SimpleNamespace(type="cuda"), types.SimpleNamespace(type="cpu")
 TE_RECIPES = ("te-bf16", "te-fp8-delayed", "te-fp8-current")
@@ -85,10 +86,10 @@ def test_torch_check_puts_the_decision_in_the_plan(monkeypatch):
     for recipe, value, expected in (("te-fp8-delayed", "auto", True), ("te-bf16", "on", True),
                                     ("te-fp8-current", "off", False), ("bf16", "auto", False)):
         run = RunConfig(recipe=recipe, precision=None, cuda_graphs=value, device="cuda").validate()
-        plan = engine.TorchEngine().check(run)
+        plan = engine.TorchEngine().check(planned(run))
         assert (plan.recipe.name, plan.cuda_graphs, plan.device) == (recipe, expected, "cuda:0")
     with pytest.raises(ParallaxError, match="recipe 'torchao-fp8-rowwise' has no CUDA-graph capture"):
-        engine.TorchEngine().check(RunConfig(recipe="torchao-fp8-rowwise", precision=None, cuda_graphs="on"))
+        engine.TorchEngine().check(planned(RunConfig(recipe="torchao-fp8-rowwise", precision=None, cuda_graphs="on")))
 
 
 # ---- the matrix: --cuda-graphs on applies to the recipes that can capture

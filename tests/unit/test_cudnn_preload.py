@@ -1,5 +1,5 @@
 """TE is pointed at pip's cuDNN in every process, a child that inherited CUDNN_PATH included
-(``precision.torch.te_hooks.prefer_torch_cudnn``)."""
+(``engines.torch.recipes.te.prefer_torch_cudnn``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import ctypes
 import pytest
 
 from parallax.native import gpu
-from parallax.engines.torch.recipes import te_hooks
+from parallax.engines.torch.recipes import te as te_hooks
 
 
 @pytest.fixture

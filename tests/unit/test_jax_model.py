@@ -23,13 +23,14 @@ from parallax.engines.jax.runtime import make_optimizer  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
 from parallax.engines.schedule import lr_at  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 TINY = get_preset("tiny")
 
 
 def train_jax(run, batches, progress=None):
     engine = get_engine("jax")
-    return engine.train(run, engine.check(run), batches, progress or NullProgress())
+    return engine.train(run, engine.check(planned(run)), batches, progress or NullProgress())
 
 
 def tiny_run(**changes) -> RunConfig:
@@ -257,7 +258,7 @@ def test_train_records_every_step_and_the_timing_overhead():
 
 
 def test_check_returns_the_bf16_label_of_the_device_that_will_run():
-    plan = get_engine("jax").check(tiny_run())
+    plan = get_engine("jax").check(planned(tiny_run()))
     info = plan.precision
     # tiny_run trains on the CPU, where XLA computes bf16 dots in float32: emulated.
     assert (info.precision, info.backend, info.recipe, info.native) == ("bf16", "flax", "bf16", False)
@@ -281,13 +282,13 @@ def planned_jax_recipe(monkeypatch):
 
 def test_a_planned_recipe_is_refused_with_one_line(planned_jax_recipe):
     with pytest.raises(ParallaxError) as err:
-        get_engine("jax").check(tiny_run(precision=None, recipe="planned-fp8"))
+        get_engine("jax").check(planned(tiny_run(precision=None, recipe="planned-fp8")))
     assert str(err.value).startswith("jax recipe 'planned-fp8' is not implemented yet (planned: a later issue")
 
 
 def test_no_compile_is_refused():
     with pytest.raises(ParallaxError, match="always compiles"):
-        get_engine("jax").check(tiny_run(compile=False))
+        get_engine("jax").check(planned(tiny_run(compile=False)))
 
 
 def test_missing_jax_names_the_extra(monkeypatch):
@@ -295,7 +296,7 @@ def test_missing_jax_names_the_extra(monkeypatch):
     monkeypatch.delitem(sys.modules, "parallax.engines.jax.engine", raising=False)
     engine = get_engine("jax")  # importing the engine module needs no JAX
     with pytest.raises(ParallaxError) as err:
-        engine.check(tiny_run())
+        engine.check(planned(tiny_run()))
     assert str(err.value) == "jax is not installed; install it with: pip install 'slm-parallax[jax]'"
 
 
@@ -303,12 +304,12 @@ def test_gpu_device_without_a_gpu_is_refused_with_the_fix():
     if any(d.platform == "gpu" for d in jax.devices()):
         pytest.skip("this machine has a GPU")
     with pytest.raises(ParallaxError, match="JAX sees no GPU; install the CUDA build"):
-        get_engine("jax").check(tiny_run(device="gpu"))
+        get_engine("jax").check(planned(tiny_run(device="gpu")))
 
 
 def test_unknown_device_is_refused():
     with pytest.raises(ParallaxError, match="unknown device 'tpu'"):
-        get_engine("jax").check(tiny_run(device="tpu"))
+        get_engine("jax").check(planned(tiny_run(device="tpu")))
 
 
 # --- through the shared driver and the CLI ----------------------------------------------------

@@ -34,6 +34,7 @@ from parallax.data.synthetic import rank_rows  # noqa: E402
 from parallax.data.synthetic import synthetic_batch  # noqa: E402
 from parallax.engines.jax import parallel  # noqa: E402
 from parallax.errors import ParallaxError  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 DRIVER = Path(__file__).resolve().parents[1] / "fixtures" / "jax_parallel_run.py"
 # bf16 compute: 1 and 2 devices sum the gradient in another order. Measured on tiny (5 steps,
@@ -276,10 +277,11 @@ def test_two_cpu_devices_in_a_process_that_started_jax_with_one_is_a_one_line_er
     code = ("import jax; jax.devices()\n"
             "from parallax.spec.config import RunConfig\n"
             "from parallax.engines import get_engine\n"
+            "from parallax.plan.resolve import planned\n"
             "from parallax.errors import ParallaxError\n"
             "try:\n"
-            "    get_engine('jax').check(RunConfig(framework='jax', model='tiny', batch_size=4, seq_len=16,"
-            " steps=3, warmup=1, device='cpu', gpus=2).validate())\n"
+            "    get_engine('jax').check(planned(RunConfig(framework='jax', model='tiny', batch_size=4, seq_len=16,"
+            " steps=3, warmup=1, device='cpu', gpus=2).validate()))\n"
             "except ParallaxError as e:\n"
             "    print('ERROR', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,

@@ -25,9 +25,10 @@ from parallax.engines.jax import convert, runtime  # noqa: E402
 from parallax.engines.jax.model import BLOCK_LINEARS, Llama, loss_fn  # noqa: E402
 from parallax.engines.jax.training import OVERHEAD_STEPS  # noqa: E402
 from parallax.spec import registry  # noqa: E402
-from parallax.engines.jax.recipes.flax_fp8_hooks import FlaxFp8Hooks  # noqa: E402
+from parallax.engines.jax.recipes.flax_fp8 import FlaxFp8Hooks  # noqa: E402
 from parallax.run.train import training_problem  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Fp8DotGeneralOp is deprecated:DeprecationWarning")
 
@@ -57,7 +58,7 @@ def train(recipe: str | None, **changes):
 
     run = fp8_run(recipe, **changes)
     engine = get_engine("jax")
-    plan = engine.check(run)
+    plan = engine.check(planned(run))
     batches = TokenBatches(token_batches(run.batch_size, run.seq_len, run.steps))
     return plan, engine.train(run, plan, batches, NullProgress())
 

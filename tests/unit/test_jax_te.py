@@ -29,7 +29,7 @@ from flax.core import freeze  # noqa: E402
 
 from parallax.engines.jax import te_model  # noqa: E402
 from parallax.engines.jax.model import Llama  # noqa: E402
-from parallax.engines.jax.recipes import te_hooks  # noqa: E402
+from parallax.engines.jax.recipes import te as te_hooks  # noqa: E402
 from parallax.engines.jax.recipes.select import for_recipe  # noqa: E402
 
 TINY = get_preset("tiny")

@@ -74,7 +74,7 @@ def test_torchao_check_catches_a_wrong_format(monkeypatch):
     needs_torchao()
     from torchao.float8.config import CastConfig
 
-    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao import TorchaoFloat8Hooks
 
     right = TorchaoFloat8Hooks.float8_config
     monkeypatch.setattr(TorchaoFloat8Hooks, "float8_config", lambda self: dataclasses.replace(
@@ -177,7 +177,7 @@ def test_nvfp4_check_catches_a_layer_left_in_bf16(monkeypatch):
     skipped in torch: errors ~1% of NVFP4's."""
     needs_native("torch_op")
     needs_native("jax_ffi")
-    from parallax.engines.jax.recipes.nvfp4_hooks import EmulatedNvfp4Hooks
+    from parallax.engines.jax.recipes.nvfp4 import EmulatedNvfp4Hooks
     from parallax.quant import torch_nvfp4_linear
 
     monkeypatch.setattr(torch_nvfp4_linear, "convert", lambda model, layers, seed: [])

@@ -33,9 +33,10 @@ def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:
 
 
 def parsed(run: RunConfig, tuning: str | None = None) -> dict:
-    tuning = tuning or mt.recipe_tuning(run.recipe_spec)
-    sections = mt.sections(run, tuning)
-    return yaml.safe_load(mt.render(sections, mt.header(run, mt.file_name(run), tuning)))
+    spec = run.recipe_spec
+    tuning = tuning or mt.recipe_tuning(spec)
+    sections = mt.sections(run, spec, tuning)
+    return yaml.safe_load(mt.render(sections, mt.header(run, spec, mt.file_name(run, spec), tuning)))
 
 
 def test_the_registry_has_maxtexts_seven_modes_and_the_defaults_cell_all_runnable_by_the_engine():
@@ -138,7 +139,7 @@ def base_yml_without(tmp_path, *left_out) -> Path:
 def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
     from parallax.engines.maxtext import data
 
-    keys = mt.flat(mt.sections(run_of("fp8_gpu"), data=data.keys_for("n", "p", 0),
+    keys = mt.flat(mt.sections(run_of("fp8_gpu"), registry.get("maxtext", "fp8_gpu"), data=data.keys_for("n", "p", 0),
                                output={"run_name": "r", "base_output_directory": "o", "metrics_file": "m"},
                                weights=mt.weights_keys(Path("/w"))))
     assert len(keys) == 16 + 7 + 5 + 8 + 2 + 3 + 8 + 1 + 3
@@ -147,13 +148,14 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
 
 def test_the_initial_weights_section_names_the_checkpoint_and_the_seed():
     run = run_of("bf16", seed=3)
-    text = mt.render(mt.sections(run, weights=mt.weights_keys(Path("/runs/r/maxtext/initial_weights"))),
-                     mt.header(run, mt.file_name(run), "tuned"))
+    spec = run.recipe_spec
+    text = mt.render(mt.sections(run, spec, weights=mt.weights_keys(Path("/runs/r/maxtext/initial_weights"))),
+                     mt.header(run, spec, mt.file_name(run, spec), "tuned"))
     assert ("# initial weights: parallax.engines.weights.init_weights(llama-100m, seed 3)\n"
             'load_parameters_path: "/runs/r/maxtext/initial_weights"\n') in text
     assert yaml.safe_load(text)["load_parameters_path"] == "/runs/r/maxtext/initial_weights"
     # export-configs writes none, and says how to make one
-    exported = mt.render(mt.sections(run), mt.header(run, mt.file_name(run), "tuned"))
+    exported = mt.render(mt.sections(run, spec), mt.header(run, spec, mt.file_name(run, spec), "tuned"))
     assert "load_parameters_path" not in yaml.safe_load(exported)
     assert ("#   python3 -m parallax.engines.maxtext.initial_weights maxtext-llama-100m-bf16.yml /tmp/weights "
             "llama-100m 3\n") in exported
@@ -168,21 +170,23 @@ def test_the_parameter_counts_overrides_are_keys_of_maxtext_0_2_5(tmp_path):
 def test_a_key_base_yml_lacks_is_one_line_naming_it(tmp_path):
     base = base_yml_without(tmp_path, "adamw_mask")
     with pytest.raises(ParallaxError) as err:
-        mt.check_keys(mt.flat(mt.sections(run_of("bf16"))), base, "9.9")
+        mt.check_keys(mt.flat(mt.sections(run_of("bf16"), registry.get("maxtext", "bf16"))), base, "9.9")
     assert str(err.value) == (f"MaxText 9.9 has no config key 'adamw_mask' in {base}; Parallax writes the keys "
                               "of MaxText 0.2.5: pip install 'maxtext==0.2.5'")
 
 
 def test_the_header_says_what_it_needs_and_how_to_run_it():
     run = run_of("te_nvfp4")
-    text = mt.render(mt.sections(run), mt.header(run, mt.file_name(run), "tuned"))
-    assert mt.file_name(run) == "maxtext-llama-100m-te_nvfp4.yml"
+    spec = run.recipe_spec
+    text = mt.render(mt.sections(run, spec), mt.header(run, spec, mt.file_name(run, spec), "tuned"))
+    assert mt.file_name(run, spec) == "maxtext-llama-100m-te_nvfp4.yml"
     assert "# Hardware: one NVIDIA GPU of compute capability 10.0+ (nvfp4)." in text
     assert "# Packages: Python >= 3.12, maxtext 0.2.5, transformer_engine_jax" in text
     assert ("#   DECOUPLE_GCLOUD=TRUE python3 -m maxtext.trainers.pre_train.train "
             "maxtext-llama-100m-te_nvfp4.yml \\") in text
     fp8 = run_of("fp8")
-    assert "compute capability 8.9+ (fp8)" in mt.render(mt.sections(fp8), mt.header(fp8, "f.yml", "tuned"))
+    spec = fp8.recipe_spec
+    assert "compute capability 8.9+ (fp8)" in mt.render(mt.sections(fp8, spec), mt.header(fp8, spec, "f.yml", "tuned"))
 
 
 @pytest.mark.parametrize("value,text", [(1e-8, "1.0e-08"), (6e-4, "0.0006"), (1e-05, "1.0e-05"), (1.0, "1.0"),

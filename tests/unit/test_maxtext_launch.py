@@ -95,7 +95,8 @@ def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, t
     run = RunConfig(framework="maxtext", precision=fmt, recipe=recipe, model="tiny")
     given = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "3"}
     (tmp_path / "maxtext").mkdir()
-    parameters = launch.write_initial_weights(run, tmp_path / "c.yml", launch.Layout(tmp_path), tmp_path / "w", given)
+    parameters = launch.write_initial_weights(run, run.recipe_spec, tmp_path / "c.yml", launch.Layout(tmp_path),
+                                              tmp_path / "w", given)
     assert parameters == 7 and seen["command"][-2:] == ["tiny", "0"]
     assert seen["env"].get("JAX_PLATFORMS") == platform and seen["env"]["CUDA_VISIBLE_DEVICES"] == "3"
     assert seen["env"].get("XLA_PYTHON_CLIENT_PREALLOCATE") == (None if platform else "false")

@@ -16,7 +16,7 @@ from parallax.errors import ParallaxError
 from parallax.plan import capability
 from parallax.plan.resolve import resolve
 from parallax.spec import registry
-from parallax.engines.torch.recipes import te_hooks
+from parallax.engines.torch.recipes import te as te_hooks
 
 A100, H200, B200, B300, RTX_PRO = "8.0", "9.0", "10.0", "10.3", "12.0"
 

@@ -13,6 +13,7 @@ from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, StepRecord
 from parallax.spec.precision import PrecisionInfo
 from parallax.spec import registry
+from parallax.plan.resolve import planned
 
 BF16 = PrecisionInfo("bf16", "fake", "fake recipe", True)
 RANK_MS = [[50.0, 10.0, 12.0, 10.0, 11.0], [40.0, 11.0, 10.0, 14.0, 10.0]]  # rank 0, rank 1
@@ -48,7 +49,7 @@ def two_gpu_run(tmp_path, **changes) -> RunConfig:
 
 
 def summarize(run, engine) -> dict:
-    out = engine.train(run, engine.check(run), None, None)
+    out = engine.train(run, engine.check(planned(run)), None, None)
     env = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0", "uuid": None}]}
     return train.summarize(run, out, env, {"source": "fake"}, "t0"), train.step_rows(run, out)
 

@@ -60,10 +60,10 @@ def test_a_backends_bf16_baseline_has_the_same_tuning():
 
 
 # Where recipes are defined: the registry and what a recipe is (spec/), the recipe modules and
-# their hooks (engines/<framework>/recipes/, engines/maxtext/recipes.py and recipe_hooks.py),
+# their hooks (engines/<framework>/recipes/, engines/maxtext/recipes.py: one file per recipe family),
 # the emulated NVFP4 scheme, TE's shape rule, and what can run here (plan/capability.py).
 RECIPE_FILES = ("spec/registry.py", "spec/recipe.py", "spec/precision.py", "spec/nvfp4_scheme.py",
-                "engines/te_shapes.py", "engines/maxtext/recipes.py", "engines/maxtext/recipe_hooks.py",
+                "engines/te_shapes.py", "engines/maxtext/recipes.py",
                 "plan/capability.py")
 
 

@@ -4,7 +4,10 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import pathlib
+import sys
 
 import pytest
 
@@ -15,6 +18,7 @@ from parallax.native import gpu
 from parallax.plan import machine, world
 from parallax.plan.resolve import resolve
 from parallax.run import runner
+from parallax.spec import registry
 from parallax.spec.config import RunConfig
 
 TINY = ["--framework", "torch", "--batch-size", "2", "--seq-len", "16", "--no-compile", "--steps", "3",
@@ -68,3 +72,49 @@ def test_resolve_names_the_recipe_and_counts_the_gpus_once(counted):
     assert (plan.run.gpus, plan.run.recipe, plan.run.precision) == (2, "emulated-nvfp4", "nvfp4")
     assert plan.recipe.name == "emulated-nvfp4" and plan.recipe is plan.run.recipe_spec
     assert counted == {"probe": 0, "resolve_gpus": 1, "validate": 1}  # the CPU: no GPU asked
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    """The modules that looked a recipe up by name (the registry's get, resolve, default, or
+    RunConfig.recipe_spec), one entry per lookup."""
+    callers: list[str] = []
+
+    def caller() -> str:
+        frame = sys._getframe(2)
+        return frame.f_globals.get("__name__", "?")
+
+    def counting(function):
+        def wrapper(*args, **kwargs):
+            callers.append(caller())
+            return function(*args, **kwargs)
+        return wrapper
+
+    for name in ("get", "resolve", "default"):
+        monkeypatch.setattr(registry, name, counting(getattr(registry, name)))
+    spec = RunConfig.recipe_spec.fget
+    monkeypatch.setattr(RunConfig, "recipe_spec", property(counting(spec)))
+    return callers
+
+
+@pytest.mark.parametrize("framework,recipe", [("torch", "torchao-fp8-tensorwise"), ("jax", "flax-fp8-delayed")])
+def test_the_engines_read_the_recipe_from_the_run_plan(tmp_path, lookups, framework, recipe):
+    pytest.importorskip(framework)
+    out = tmp_path / "run"
+    options = [*TINY[2:], "--framework", framework, "--recipe", recipe, "--device", "cpu"]
+    if framework == "jax":
+        options.remove("--no-compile")
+    assert main(["train", *options, "--output-dir", str(out)]) == 0
+    assert json.loads((out / "run.json").read_text())["recipe"]["name"] == recipe
+    assert [m for m in lookups if m.startswith("parallax.engines")] == []
+    assert "parallax.plan.resolve" in lookups  # the one place a run's recipe is named
+
+
+def test_no_engine_module_asks_a_run_for_its_recipe_by_name():
+    """Every engine module (MaxText's included, which no CPU run reaches) takes the recipe from
+    the RunPlan or the checked Plan, never from ``RunConfig.recipe_spec``."""
+    engines = pathlib.Path(resolve.__code__.co_filename).parents[1] / "engines"
+    asking = sorted(str(path.relative_to(engines)) for path in engines.rglob("*.py")
+                    if any(isinstance(node, ast.Attribute) and node.attr == "recipe_spec"
+                           for node in ast.walk(ast.parse(path.read_text()))))
+    assert asking == []

@@ -19,6 +19,7 @@ from parallax.spec import registry  # noqa: E402
 from parallax.engines.torch.model import Llama, apply_rope, rope_tables  # noqa: E402
 from parallax.engines.schedule import lr_at  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 TINY = get_preset("tiny")
 
@@ -34,7 +35,7 @@ def one_thread():
 
 def train_torch(run, batches, progress=None):
     engine = TorchEngine()
-    return engine.train(run, engine.check(run), batches, progress or NullProgress())
+    return engine.train(run, engine.check(planned(run)), batches, progress or NullProgress())
 
 
 def tiny_run(**changes) -> RunConfig:
@@ -260,13 +261,13 @@ def test_check_refuses_what_cannot_run_here_in_one_line():
 
     with pytest.raises(ParallaxError, match="recipe 'te-nvfp4' needs an NVIDIA GPU of compute capability 10.0.*"
                                             "use --recipe emulated-nvfp4: what --precision nvfp4 picks here"):
-        TorchEngine().check(tiny_run(precision=None, recipe="te-nvfp4"))
+        TorchEngine().check(planned(tiny_run(precision=None, recipe="te-nvfp4")))
     with pytest.raises(ParallaxError, match="recipe 'te-fp8-current' needs an NVIDIA GPU of compute capability 8.9"):
-        TorchEngine().check(tiny_run(precision=None, recipe="te-fp8-current"))
+        TorchEngine().check(planned(tiny_run(precision=None, recipe="te-fp8-current")))
 
 
 def test_check_returns_the_plan_train_consumes():
-    plan = TorchEngine().check(tiny_run())
+    plan = TorchEngine().check(planned(tiny_run()))
     info = plan.precision
     assert (info.precision, info.backend, info.recipe) == ("bf16", "torch.autocast", "bf16")
     assert plan.recipe.name == "bf16" and plan.device == "cpu" and plan.attention in ("flash", "math")

@@ -29,6 +29,7 @@ from parallax.errors import ParallaxError  # noqa: E402
 from parallax.spec import registry  # noqa: E402
 from parallax.engines.torch.recipes.select import for_recipe  # noqa: E402
 from parallax.engines.weights import init_weights  # noqa: E402
+from parallax.plan.resolve import planned  # noqa: E402
 
 TINY = get_preset("tiny")
 TORCHAO_RECIPES = ("torchao-fp8-tensorwise", "torchao-fp8-rowwise")
@@ -187,7 +188,7 @@ def trajectory(recipe: str | None):
     run = tiny_run(precision=None if recipe else "bf16", recipe=recipe, warmup=1,
                    optim=OptimConfig(lr=3e-3, lr_warmup_steps=0), **TRAJECTORY)
     engine = TorchEngine()
-    plan = engine.check(run)
+    plan = engine.check(planned(run))
     batches = token_batches(run.batch_size, run.seq_len, run.steps)
     return plan, engine.train(run, plan, TokenBatches(batches), NullProgress())
 
@@ -242,7 +243,7 @@ def test_torchao_plan_labels_its_recipe(trajectories, name):
 
 def _planted(kind: str):
     """TorchaoFloat8Hooks.build with a fault in every converted linear."""
-    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao import TorchaoFloat8Hooks
 
     right = TorchaoFloat8Hooks.build
 
@@ -264,7 +265,7 @@ def _planted(kind: str):
 @pytest.mark.parametrize("fault", ["zero weight gradients", "outputs x2"])
 def test_a_planted_fault_leaves_the_band(trajectories, monkeypatch, fault):
     pytest.importorskip("torchao")
-    from parallax.engines.torch.recipes.torchao_hooks import TorchaoFloat8Hooks
+    from parallax.engines.torch.recipes.torchao import TorchaoFloat8Hooks
 
     monkeypatch.setattr(TorchaoFloat8Hooks, "build", _planted(fault))
     _, out = trajectory("torchao-fp8-tensorwise")
@@ -276,7 +277,7 @@ def test_a_planted_fault_leaves_the_band(trajectories, monkeypatch, fault):
 def test_torchao_export_after_a_step_gives_canonical_weights():
     pytest.importorskip("torchao")
     run = tiny_run(precision="fp8", recipe="torchao-fp8-tensorwise")
-    plan = TorchEngine().check(run)
+    plan = TorchEngine().check(planned(run))
     weights = init_weights(TINY, 1)
     trainer = Trainer(run, weights, plan.handles["precision"], plan.handles["device"], plan.handles["attention"],
                       compile=False)

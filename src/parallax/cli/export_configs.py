@@ -44,12 +44,13 @@ def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml
 
     rendered = []
     for run in runs:
-        chosen = tuning or mt.recipe_tuning(run.recipe_spec)
-        sections = mt.sections(run, chosen)
+        recipe = run.recipe_spec
+        chosen = tuning or mt.recipe_tuning(recipe)
+        sections = mt.sections(run, recipe, chosen)
         if base_yml is not None:
             mt.check_keys(mt.flat(sections), base_yml, mt.installed_version())
-        name = mt.file_name(run)
-        rendered.append((name, mt.render(sections, mt.header(run, name, chosen))))
+        name = mt.file_name(run, recipe)
+        rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
     paths = []
     for name, text in rendered:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Protocol
 import numpy as np
 
 from parallax.errors import ParallaxError
+from parallax.plan.resolve import RunPlan
 from parallax.spec.config import RunConfig
 from parallax.spec.precision import PrecisionInfo
 from parallax.spec.recipe import Recipe
@@ -169,10 +170,11 @@ class Engine(ABC):
     name: str
 
     @abstractmethod
-    def check(self, run: RunConfig) -> Plan:
-        """Raise ParallaxError when this run cannot go (missing dependency, a recipe the GPU
-        or installation cannot run, bad shape), before any training; else return the plan
-        (device, recipe, attention backend) that ``train`` consumes."""
+    def check(self, plan: RunPlan) -> Plan:
+        """Raise ParallaxError when ``plan``'s run cannot go (missing dependency, a recipe the
+        GPU or installation cannot run, bad shape), before any training; else return the plan
+        (device, recipe, attention backend) that ``train`` consumes. The recipe is the RunPlan's
+        (``parallax.plan.resolve``): an engine never looks one up by name."""
 
     @abstractmethod
     def train(self, run: RunConfig, plan: Plan, batches: BatchSource, progress: Progress) -> EngineOutput:

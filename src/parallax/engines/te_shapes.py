@@ -1,5 +1,5 @@
 """The shapes TransformerEngine's low-precision GEMMs take, for its recipes in both frameworks
-(``engines/torch/recipes/te_hooks.py``, ``engines/jax/recipes/te_hooks.py``): checked before any GPU work."""
+(``engines/torch/recipes/te.py``, ``engines/jax/recipes/te.py``): checked before any GPU work."""
 
 from __future__ import annotations
 

@@ -36,6 +36,13 @@ def resolve(run: RunConfig, timed: bool = True, asked_device: str | None = None)
     return RunPlan(run=run, recipe=registry.get(run.framework, run.recipe))
 
 
+def planned(run: RunConfig) -> RunPlan:
+    """The plan of a run that is already resolved or built by hand (tests, scripts): its recipe
+    looked up by name, the format's default where none is named; no machine asked, nothing
+    checked."""
+    return RunPlan(run=run, recipe=run.recipe_spec)
+
+
 def default_capability(run: RunConfig) -> str | None:
     """The compute capability that chooses ``run``'s default recipe: the GPU's that ``run.device``
     names, asked only where the format's default depends on it (``registry.device_dependent``);

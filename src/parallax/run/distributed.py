@@ -50,8 +50,10 @@ LAUNCHED = ("torch",)
 MULTI_GPU_FRAMEWORKS = ("torch", "jax")
 
 
-def check_parallel(run) -> None:
-    """Refuse, before any GPU work, a multi-GPU run that this release cannot do (one line)."""
+def check_parallel(plan) -> None:
+    """Refuse, before any GPU work, a multi-GPU run (of a RunPlan) that this release cannot do
+    (one line)."""
+    run = plan.run
     if run.gpus == 1:
         return
     if run.framework not in MULTI_GPU_FRAMEWORKS:
@@ -60,7 +62,7 @@ def check_parallel(run) -> None:
     if run.framework == "torch":
         from parallax.engines.torch.parallel import check_run
 
-        check_run(run)
+        check_run(run, plan.recipe)
 
 
 def precheck(plan) -> None:

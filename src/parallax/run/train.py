@@ -58,14 +58,14 @@ def run_training(run: RunConfig | RunPlan, progress: Progress | None = None) -> 
     or the launcher's record of the failure; in a rank, ``progress`` is shown by rank 0 only."""
     plan = run if isinstance(run, RunPlan) else resolve(run)
     run = plan.run
-    distributed.check_parallel(run)
+    distributed.check_parallel(plan)
     if distributed.needs_launch(run):
         return distributed.launch(plan)
     rank = distributed.rank_info() if run.gpus > 1 and run.framework in distributed.LAUNCHED else None
     if rank is None:
-        return _train(run, progress)
+        return _train(plan, progress)
     try:
-        return _train(run, progress if rank.rank == 0 else None, launched=True)
+        return _train(plan, progress if rank.rank == 0 else None, launched=True)
     except BaseException as exc:  # the launcher records the rank that failed first
         step = getattr(exc, "parallax_step", None)
         if distributed.launched_here():
@@ -75,14 +75,15 @@ def run_training(run: RunConfig | RunPlan, progress: Progress | None = None) -> 
         raise
 
 
-def _train(run: RunConfig, progress: Progress | None, launched: bool = False) -> dict:
+def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False) -> dict:
     """One process's part of the run; the writer (rank 0 of ``Plan.rank``) writes the result.
     ``launched``: a rank under the launcher, whose failures end the process instead of being
     written here."""
+    run = resolved.run
     setup = SetupClock()
     run_dir = writable_output_dir(run.output_dir)
     engine = get_engine(run.framework)
-    plan = engine.check(run)
+    plan = engine.check(resolved)
     setup.lap("check")
     batches = make_batch_source(run, plan.rank, plan.world)
     setup.lap("data")

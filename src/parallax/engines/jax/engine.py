@@ -11,6 +11,7 @@ import numpy as np
 from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, Progress, Step
 from parallax.errors import ParallaxError
+from parallax.plan.resolve import RunPlan
 
 
 def set_xla_flags(flags: tuple[str, ...]) -> None:
@@ -42,7 +43,7 @@ def set_xla_flags(flags: tuple[str, ...]) -> None:
 class JaxEngine(Engine):
     name = "jax"
 
-    def check(self, run: RunConfig) -> Plan:
+    def check(self, plan: RunPlan) -> Plan:
         """Device, recipe (library, capability, the recipe's own checks) and the label the run
         records, decided once, before any training. The attention backend is chosen when the
         model is built (it needs a compiled probe on the device)."""
@@ -51,7 +52,7 @@ class JaxEngine(Engine):
         from parallax.plan import capability
         from parallax.engines.jax.recipes.select import for_recipe, on_device
 
-        recipe = run.recipe_spec
+        run, recipe = plan.run, plan.recipe
         capability.require_implemented(recipe)
         if not run.compile:
             raise ParallaxError(
@@ -111,7 +112,7 @@ class JaxEngine(Engine):
         run = plan.run
         if run.gpus > 1:
             raise ParallaxError(f"build_step builds the step of one device; the plan has --gpus {run.gpus}")
-        checked = self.check(run)
+        checked = self.check(plan)
         jax, hooks = import_jax(), checked.handles["precision"].hooks
         source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
         with hooks.context():  # TE's autocast: its modules read the recipe when traced

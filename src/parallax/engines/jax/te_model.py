@@ -29,7 +29,7 @@ dtype of its input, the bf16 residual stream, and returns that dtype. Without an
 casts the kernels to bf16 and runs its RMSNorm and dense unfused; with DelayedScaling it fuses
 the RMSNorm into the fp8 cast (``layernorm_dense``, ``layernorm_mlp``) and keeps, per GEMM, a
 scale and an amax history for x, the kernel and the output gradient in the ``fp8_metas``
-collection (``te_hooks.py``).
+collection (``recipes/te.py``).
 
 TransformerEngine is imported only when a block is traced; the converters at the bottom work
 on plain dicts of arrays, so they need neither TE nor a GPU.

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallax.spec.config import RunConfig
+from parallax.spec.recipe import Recipe
 from parallax.engines.maxtext.child import TRAIN_MODULE  # noqa: F401 (config.TRAIN_MODULE, as before)
 from parallax.errors import ParallaxError
 
@@ -148,8 +149,8 @@ def optimizer_keys(run: RunConfig) -> dict:
     }
 
 
-def mode_keys(run: RunConfig) -> dict:
-    return run.recipe_spec.load_hooks().keys()
+def mode_keys(recipe: Recipe) -> dict:
+    return recipe.load_hooks().keys()
 
 
 def synthetic_keys() -> dict:
@@ -162,14 +163,14 @@ def weights_keys(checkpoint_dir: Path) -> dict:
     return {"load_parameters_path": str(checkpoint_dir)}
 
 
-def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None,
+def sections(run: RunConfig, recipe: Recipe, tuning: str | None = None, data: dict | None = None,
              output: dict | None = None, weights: dict | None = None) -> list[Section]:
-    """The keys of ``run`` in the order a reader wants them; ``tuning`` (default: the recipe's
-    own), ``data`` (default synthetic), ``output`` (run_name, directories, metrics_file) and
+    """The keys of ``run`` of ``recipe`` in the order a reader wants them; ``tuning`` (default:
+    the recipe's own), ``data`` (default synthetic), ``output`` (run_name, directories, metrics_file) and
     ``weights`` (``weights_keys``; default none: MaxText's own initial weights) as the engine
     fills them in."""
     if tuning is None:
-        tuning = recipe_tuning(run.recipe_spec)
+        tuning = recipe_tuning(recipe)
     if tuning not in TUNINGS:
         raise ParallaxError(f"unknown MaxText tuning '{tuning}'; choose one of: {', '.join(TUNINGS)}")
     found = [
@@ -178,7 +179,7 @@ def sections(run: RunConfig, tuning: str | None = None, data: dict | None = None
         Section("schedule: linear warmup, then cosine to learning_rate * learning_rate_final_fraction",
                 schedule_keys(run)),
         Section("optimizer: AdamW, global-norm clipping", optimizer_keys(run)),
-        Section(f"precision: recipe maxtext:{run.recipe_spec.name} ({run.recipe_spec.format})", mode_keys(run)),
+        Section(f"precision: recipe maxtext:{recipe.name} ({recipe.format})", mode_keys(recipe)),
         Section(f"performance settings ({tuning})", dict(TUNINGS[tuning])),
         Section("data", data or synthetic_keys()),
     ]
@@ -242,11 +243,10 @@ def render(found: list[Section], header: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def header(run: RunConfig, file_name: str, tuning: str) -> list[str]:
+def header(run: RunConfig, recipe: Recipe, file_name: str, tuning: str) -> list[str]:
     """What the file is, what it needs, and the command that runs it."""
     from parallax import __version__
 
-    recipe = run.recipe_spec
     need_cc = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
     packages = [f"maxtext {PINNED_VERSION}"]
     packages += [d[0] for d in recipe.backend.distributions if d[0] != "maxtext"]
@@ -269,8 +269,8 @@ def header(run: RunConfig, file_name: str, tuning: str) -> list[str]:
     ]
 
 
-def file_name(run: RunConfig) -> str:
-    return f"maxtext-{run.model}-{run.recipe_spec.name}{SUFFIX}"
+def file_name(run: RunConfig, recipe: Recipe) -> str:
+    return f"maxtext-{run.model}-{recipe.name}{SUFFIX}"
 
 
 # ----------------------------------------------------------------------------- drift check

@@ -19,6 +19,7 @@ from parallax.spec.config import RunConfig
 from parallax.engines.base import Engine, EngineOutput, Plan, Progress
 from parallax.plan.envinfo import older
 from parallax.errors import ParallaxError
+from parallax.plan.resolve import RunPlan
 
 MIN_PYTHON = (3, 12)  # MaxText 0.2.5: Requires-Python >= 3.12
 EXTRA = "slm-parallax[maxtext]"
@@ -64,13 +65,13 @@ def gpu_index(spec: str) -> int:
 class MaxTextEngine(Engine):
     name = "maxtext"
 
-    def check(self, run: RunConfig) -> Plan:
+    def check(self, plan: RunPlan) -> Plan:
         from parallax.plan import envinfo, machine
         from parallax.engines.maxtext import config, launch
         from parallax.spec.precision import NATIVE, PrecisionInfo
         from parallax.plan import capability
 
-        recipe = run.recipe_spec
+        run, recipe = plan.run, plan.recipe
         capability.require_implemented(recipe)
         require_python()
         version = require_maxtext()
@@ -78,7 +79,7 @@ class MaxTextEngine(Engine):
         if base_yml is None:
             raise ParallaxError(f"maxtext {version} has no configs/base.yml; reinstall it: pip install '{EXTRA}'")
         tuning_name = config.recipe_tuning(recipe)
-        keys = config.flat(config.sections(run, tuning_name, data=planned_data_keys(run),
+        keys = config.flat(config.sections(run, recipe, tuning_name, data=planned_data_keys(run),
                                            output=launch.output_keys(run), weights=config.weights_keys(Path("weights"))))
         config.check_keys(keys, base_yml, version)
         if run.eval_every > 0:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parallax.spec.config import RunConfig
+from parallax.spec.recipe import Recipe
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
 from parallax.native.gpu import pip_cudnn_folder
@@ -161,30 +162,31 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     progress.phase("writing the MaxText config")
     data, data_facts = data_keys(run, batches, where)
     tuning = plan.details["tuning"]
-    checkpoint = weights_cache_dir(run, tuning)
-    sections = config.sections(run, tuning, data=data, output=output_keys(run),
+    recipe = plan.recipe
+    checkpoint = weights_cache_dir(run, recipe, tuning)
+    sections = config.sections(run, recipe, tuning, data=data, output=output_keys(run),
                                weights=config.weights_keys(checkpoint))
-    name = config.file_name(run)
+    name = config.file_name(run, recipe)
     yml = where.root / name
-    yml.write_text(config.render(sections, config.header(run, name, tuning)))
+    yml.write_text(config.render(sections, config.header(run, recipe, name, tuning)))
     env = child_env(int(plan.device.split(":")[1]))
     progress.phase(f"writing parallax.engines.weights (seed {run.seed}) as MaxText's checkpoint")
-    initial = cached_initial_weights(run, yml, where, checkpoint, env)
+    initial = cached_initial_weights(run, recipe, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
     facts = stream(command, env, where.log, progress)
     progress.phase("counting MaxText's parameters")
-    counted = cached_count(run, lambda: count_parameters(yml, env, where.root / "count_params.log"))
+    counted = cached_count(run, recipe, lambda: count_parameters(yml, env, where.root / "count_params.log"))
     return output(run, plan, where, facts, command, data_facts, counted, initial)
 
 
-def weights_cache_dir(run: RunConfig, tuning: str) -> Path:
+def weights_cache_dir(run: RunConfig, recipe: Recipe, tuning: str) -> Path:
     """Where the checkpoint of this run's initial weights is kept: one per model, quantization
     mode (the fp8 modes' scales are part of it), layer layout (scan or not), seed and versions,
     under the cache root, so that a benchmark's repeats convert once and results stay small
     (llama-100m's fp32 weights are ~0.4 GB)."""
     from parallax import __version__
 
-    return keyed_cache_path(WEIGHTS_CACHE, {"model": config.model_keys(run), "mode": config.mode_keys(run),
+    return keyed_cache_path(WEIGHTS_CACHE, {"model": config.model_keys(run), "mode": config.mode_keys(recipe),
                                             "scan_layers": config.TUNINGS[tuning]["scan_layers"], "seed": run.seed,
                                             "maxtext": config.installed_version(), "parallax": __version__})
 
@@ -200,7 +202,8 @@ def keyed_cache_path(folder: str, key: dict) -> Path:
     return cache_root() / folder / hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint: Path, env: dict) -> dict:
+def cached_initial_weights(run: RunConfig, recipe: Recipe, yml: Path, where: Layout, checkpoint: Path,
+                           env: dict) -> dict:
     """The record of ``checkpoint``: written now (initial_weights.py into a temporary folder,
     renamed when complete), or kept from an earlier run with the same key. Afterwards the oldest
     checkpoints beyond WEIGHTS_CACHE_KEEP are removed."""
@@ -212,9 +215,9 @@ def cached_initial_weights(run: RunConfig, yml: Path, where: Layout, checkpoint:
     partial = checkpoint.with_name(f"{checkpoint.name}.tmp-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     try:
-        parameters = write_initial_weights(run, yml, where, partial, env)
+        parameters = write_initial_weights(run, recipe, yml, where, partial, env)
         if parameters is not None:  # the same abstract model count_params.py would build after training
-            keep_count(run, parameters, "initial_weights.py")
+            keep_count(run, recipe, parameters, "initial_weights.py")
         (partial / WEIGHTS_DONE).write_text(f"parallax.engines.weights.init_weights({run.model}, seed {run.seed})\n")
         shutil.rmtree(checkpoint, ignore_errors=True)
         os.replace(partial, checkpoint)
@@ -237,18 +240,19 @@ def written_record(run: RunConfig, checkpoint: Path, where: Layout) -> dict:
             "method": WEIGHTS_METHOD, "log_file": str(where.root / "initial_weights.log"), "cached_from": None}
 
 
-def weights_env(run: RunConfig, env: dict) -> dict:
+def weights_env(recipe: Recipe, env: dict) -> dict:
     """The environment of initial_weights.py: the CPU, except for the modes of TE's JAX extension.
     Their scales and amax histories come from a concrete init, which runs TE's quantize on the
     device, and TE's primitives have no CPU lowering (``MLIR translation rule for primitive
     'te_dbias_quantize_ffi' not found for platform cpu``). Those run on the
     run's GPU, before MaxText starts there, without JAX's preallocation."""
-    if run.recipe_spec.backend.name == MAXTEXT_TE.name:
+    if recipe.backend.name == MAXTEXT_TE.name:
         return {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     return {**env, "JAX_PLATFORMS": "cpu"}
 
 
-def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Path, env: dict) -> int | None:
+def write_initial_weights(run: RunConfig, recipe: Recipe, yml: Path, where: Layout, out_dir: Path,
+                          env: dict) -> int | None:
     """Run initial_weights.py (MaxText's abstract model, our weights converted and checked against
     it, saved by MaxText's own checkpoint writer; on the CPU, see ``weights_env``) into
     ``out_dir``; return the parameter count it printed (None if it printed none). A failure stops
@@ -259,7 +263,7 @@ def write_initial_weights(run: RunConfig, yml: Path, where: Layout, out_dir: Pat
     command = [sys.executable, "-m", "parallax.engines.maxtext.initial_weights", str(yml),
                str(out_dir.resolve()), run.model, str(run.seed)]
     try:
-        done = subprocess.run(command, env=weights_env(run, env), capture_output=True, text=True,
+        done = subprocess.run(command, env=weights_env(recipe, env), capture_output=True, text=True,
                               timeout=WEIGHTS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise MaxTextFailed(f"initial_weights.py did not finish in {WEIGHTS_TIMEOUT_S} s", "") from None
@@ -280,20 +284,20 @@ class Counted:
     cached_from: str | None = None  # the count of an earlier run of the same model (cached_count)
 
 
-def count_cache_file(run: RunConfig) -> Path:
+def count_cache_file(run: RunConfig, recipe: Recipe) -> Path:
     """Where the count of this model, quantization mode and MaxText version is kept: a benchmark's
     repeats and the recipes that share a model count once (~20 s of CPU each, after training)."""
-    path = keyed_cache_path("maxtext-parameters", {"model": config.model_keys(run), "mode": config.mode_keys(run),
+    path = keyed_cache_path("maxtext-parameters", {"model": config.model_keys(run), "mode": config.mode_keys(recipe),
                                                    "maxtext": config.installed_version()})
     return path.with_name(path.name + ".json")
 
 
-def cached_count(run: RunConfig, count) -> Counted:
+def cached_count(run: RunConfig, recipe: Recipe, count) -> Counted:
     """``count()``'s result, or the one an earlier run of the same model kept; only exact counts
     are kept (a failure is retried next time)."""
     import json
 
-    path = count_cache_file(run)
+    path = count_cache_file(run, recipe)
     try:
         kept = json.loads(path.read_text())
         return Counted(int(kept["parameters"]), cached_from=f"{path}, counted by {kept.get('counted_by', 'count_params.py')}")
@@ -301,15 +305,15 @@ def cached_count(run: RunConfig, count) -> Counted:
         pass
     counted = count()
     if counted.parameters is not None:
-        keep_count(run, counted.parameters, "count_params.py")
+        keep_count(run, recipe, counted.parameters, "count_params.py")
     return counted
 
 
-def keep_count(run: RunConfig, parameters: int, counted_by: str) -> None:
+def keep_count(run: RunConfig, recipe: Recipe, parameters: int, counted_by: str) -> None:
     """Keep an exact count for this run and the later runs of the same model (cached_count reads it)."""
     import json
 
-    path = count_cache_file(run)
+    path = count_cache_file(run, recipe)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"parameters": parameters, "counted_by": counted_by}))
@@ -427,7 +431,7 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             "attention_backend": plan.attention, "attention": plan.attention,
             "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
-            "config_file": str(where.root / config.file_name(run)), "command": command,
+            "config_file": str(where.root / config.file_name(run, plan.recipe)), "command": command,
             "base_yml": plan.handles["base_yml"], "initial_weights": initial,
         },
         timing_method=TIMING_METHOD,

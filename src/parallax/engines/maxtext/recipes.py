@@ -1,7 +1,7 @@
 """MaxText's quantization modes as recipes of the ``maxtext`` framework (REFERENCE.md §1, §5).
 
 MaxText runs every mode the same way: ``engines/maxtext`` writes a config with the mode's keys
-(``engines/maxtext/recipe_hooks.py``) and runs ``maxtext.trainers.pre_train.train`` on it in a
+(``MaxTextMode`` below) and runs ``maxtext.trainers.pre_train.train`` on it in a
 subprocess. What differs is what a mode needs: ``fp8_gpu`` goes through Qwix
 (``use_qwix_quantization: true``), the ``te_*`` modes through TransformerEngine's JAX extension
 with Qwix off (with Qwix on they are silently a no-op), nvfp4 through Blackwell tensor cores.
@@ -10,11 +10,18 @@ The capability checks refuse a mode whose library or GPU is missing before any G
 Each recipe also names its performance settings (``params["tuning"]``, the keys of
 ``engines/maxtext/config.TUNINGS``): every mode runs ``tuned`` (Parallax's one-GPU settings)
 except ``bf16-defaults``, the same bf16 with MaxText's own ``base.yml`` values, so that a
-benchmark can put MaxText as it comes beside MaxText as tuned (docs/maxtext.md, "Tuning")."""
+benchmark can put MaxText as it comes beside MaxText as tuned (docs/maxtext.md, "Tuning").
+
+The hooks (``MaxTextMode``): the MaxText config keys that select its mode.
+
+MaxText applies the mode itself (``layers/quantizations.py``: one string -> one dot_general
+seam); Parallax only writes the keys and records them.
+"""
 
 from __future__ import annotations
 
 from parallax.spec.recipe import Backend, Recipe
+
 
 # MaxText 0.2.5 is the version the config keys were read from; it needs Python >= 3.12.
 MAXTEXT = Backend("maxtext", distributions=(("maxtext",),), module="maxtext", extra="maxtext",
@@ -23,7 +30,7 @@ MAXTEXT_QWIX = Backend("maxtext+qwix", distributions=(("maxtext",), ("qwix",)), 
                        extra="maxtext", min_version="0.2.5")
 MAXTEXT_TE = Backend("maxtext+transformer_engine.jax", distributions=(("maxtext",), ("transformer_engine_jax",)),
                      module="maxtext", extra="maxtext", min_version="0.2.5")
-HOOKS = "parallax.engines.maxtext.recipe_hooks:MaxTextMode"
+HOOKS = "parallax.engines.maxtext.recipes:MaxTextMode"
 
 
 def _mode(name: str, fmt: str, summary: str, *, backend: Backend = MAXTEXT, default: bool = False,
@@ -50,3 +57,13 @@ RECIPES = (
     _mode("te_nvfp4_no_rht", "nvfp4", "MaxText with TE NVFP4BlockScaling without RHT (Blackwell; needs TE's JAX extension)",
           backend=MAXTEXT_TE, min_cc=(10, 0)),
 )
+
+
+class MaxTextMode:
+    def __init__(self, recipe):
+        self.recipe = recipe
+
+    def keys(self) -> dict:
+        """The mode's keys: ``quantization`` ("" for bf16) and ``use_qwix_quantization``."""
+        return {"quantization": self.recipe.params["quantization"],
+                "use_qwix_quantization": bool(self.recipe.params["use_qwix_quantization"])}

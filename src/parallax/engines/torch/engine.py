@@ -45,6 +45,8 @@ from parallax.engines.base import (
     bad_gradients,
     eval_due,
 )
+from parallax.plan.resolve import RunPlan
+from parallax.spec.recipe import Recipe
 from parallax.errors import ParallaxError, missing_dependency
 from parallax.engines.schedule import lr_at
 from parallax.engines.weights import init_weights
@@ -421,19 +423,19 @@ class TrainLoop:
 class TorchEngine(Engine):
     name = "torch"
 
-    def check(self, run: RunConfig) -> Plan:
+    def check(self, plan: RunPlan) -> Plan:
         """Device, recipe (library, capability, the recipe's own checks) and attention backend,
         decided once; ParallaxError before any training."""
         torch = import_torch()
         from parallax.plan import capability
         from parallax.engines.torch.recipes.select import for_recipe
 
-        recipe = run.recipe_spec
+        run, recipe = plan.run, plan.recipe
         rank = self.rank(run)
         if rank is not None:
             from parallax.engines.torch import parallel
 
-            parallel.check_run(run)
+            parallel.check_run(run, recipe)
             device = parallel.device_of(torch, run.device, rank)
         else:
             device = resolve_device(torch, run.device)
@@ -492,7 +494,7 @@ class TorchEngine(Engine):
         extra = {"parameters": sum(p.numel() for p in trainer.model.parameters()),  # FSDP2: global numel
                  "quantized_parameters": [name for _, name in trainer.quantized]}
         if group is not None:
-            extra["parallel"] = gather_ranks(run, group, device, loop, peak_allocated, peak_reserved)
+            extra["parallel"] = gather_ranks(run, plan.recipe, group, device, loop, peak_allocated, peak_reserved)
         framework = {**framework_info(torch, trainer), "attention_refused": plan.handles.get("attention_refused")}
         if plan.details.get("cuda_graphs_off"):
             framework["cuda_graphs_off"] = plan.details["cuda_graphs_off"]
@@ -522,7 +524,7 @@ class TorchEngine(Engine):
         if run.gpus > 1:
             raise ParallaxError(f"build_step builds the step of one device; the plan has --gpus {run.gpus}")
         torch = import_torch()
-        checked = self.check(run)
+        checked = self.check(plan)
         device, precision = checked.handles["device"], checked.handles["precision"]
         chosen = {name: backend for backend, name in ATTENTION_NAMES.items()}.get(attention,
                                                                                   checked.handles["attention"])
@@ -560,7 +562,7 @@ class TorchEngine(Engine):
         return TorchReferenceTrainer(run, weights, compute_dtype, device)
 
 
-def gather_ranks(run: RunConfig, group, device, loop: TrainLoop, peak_allocated, peak_reserved) -> dict:
+def gather_ranks(run: RunConfig, recipe: Recipe, group, device, loop: TrainLoop, peak_allocated, peak_reserved) -> dict:
     """Every rank's step times, losses and peak memory, on every rank; the loop's records then
     hold the global batch's loss of each step (the mean of the ranks' equal slices). Nothing
     more is communicated; the group is left in ``close``, after the result is written."""
@@ -571,7 +573,7 @@ def gather_ranks(run: RunConfig, group, device, loop: TrainLoop, peak_allocated,
     ranks = group.gather(mine)
     for i, step in enumerate(loop.records):
         step.loss = statistics.fmean(r["loss"][i] for r in ranks)
-    return parallel.parallel_extra(run, group, ranks)
+    return parallel.parallel_extra(run, recipe, group, ranks)
 
 
 def cudnn_version(torch) -> int | str:

@@ -45,9 +45,9 @@ TEARDOWN_S = 60.0  # a rank whose process group does not come apart in this long
 GRAPHS_OFF = "not with several GPUs: the graphs would hold no DDP gradient hooks or FSDP gathers"
 
 
-def check_run(run) -> None:
-    """Refuse a multi-GPU torch run this engine cannot do, before any GPU work (no torch import)."""
-    recipe = run.recipe_spec
+def check_run(run, recipe) -> None:
+    """Refuse a multi-GPU torch run of ``recipe`` this engine cannot do, before any GPU work (no
+    torch import)."""
     if run.cuda_graphs == "on":
         raise ParallaxError(f"--cuda-graphs on with --gpus {run.gpus}: CUDA graphs are {GRAPHS_OFF}; "
                             "use --cuda-graphs auto or off")
@@ -228,7 +228,7 @@ def communication_summary(run, device_type: str, ranks: list[dict]) -> dict:
     return {"communication_share": None, "communication_method": why}
 
 
-def parallel_extra(run, group: Group, ranks: list[dict]) -> dict:
+def parallel_extra(run, recipe, group: Group, ranks: list[dict]) -> dict:
     """The engine's ``extra["parallel"]`` (``train.parallel_record`` completes it)."""
     return {"gpus": run.gpus, "processes": group.world, "hosts": len({r["host"] for r in ranks}),
             "sharding": run.sharding, "per_gpu_batch": run.batch_size, "global_batch": run.global_batch,
@@ -236,5 +236,5 @@ def parallel_extra(run, group: Group, ranks: list[dict]) -> dict:
             **communication_summary(run, "cuda" if group.backend == "nccl" else "cpu", ranks),
             "sharding_detail": ("DistributedDataParallel (gradient all-reduce), torch.compile of the wrapper"
                                 if run.sharding == "ddp" else
-                                f"FSDP2 fully_shard per block + root: {run.recipe_spec.fsdp}"),
+                                f"FSDP2 fully_shard per block + root: {recipe.fsdp}"),
             "per_rank": ranks}

@@ -20,7 +20,7 @@ by the second (TransformerEngine ``tests/pytorch/test_numerics.py``: ``TorchGLU`
 ``LayerNormMLP(activation="swiglu")`` against it with ``fc1_weight`` copied unchanged). So
 ``fc1_weight`` is ``[w_gate; w_up]``, the layout of the plain model's ``w_gate_up``.
 
-CUDA graphs (``--cuda-graphs``, ``te_hooks.TransformerEngineHooks.graph``): every block, as a
+CUDA graphs (``--cuda-graphs``, ``recipes/te.py``: ``TransformerEngineHooks.graph``): every block, as a
 function of the residual stream alone (``OneInputBlock``), is captured forward and backward by
 ``te.make_graphed_callables``; ``use_graphed`` makes training forwards replay them, while a
 forward under ``torch.no_grad`` (evaluation, logits) runs the same blocks eagerly.

@@ -2,9 +2,9 @@
 parameters with XLA's own dot_general in every linear.
 
 A recipe overrides what it changes: Flax fp8 hands the block linears an fp8 ``dot_general``
-class and carries its scales and amax history as extra variables (``flax_fp8_hooks.py``);
+class and carries its scales and amax history as extra variables (``flax_fp8.py``);
 TransformerEngine builds its own model, with its own parameter tree, and traces it inside
-TE's autocast (``te_hooks.py``). Methods that need JAX import it themselves, so importing a
+TE's autocast (``te.py``). Methods that need JAX import it themselves, so importing a
 recipe module never imports JAX.
 """
 

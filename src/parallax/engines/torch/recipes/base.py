@@ -2,8 +2,8 @@
 (``engines/torch/model.py``) under ``torch.autocast(bfloat16)`` over float32 master weights,
 compiled whole with torch.compile.
 
-A recipe overrides what it changes: TransformerEngine builds its own modules (``te_hooks.py``),
-torchao converts the plain model's linears (``torchao_hooks.py``). Every method receives ``torch``
+A recipe overrides what it changes: TransformerEngine builds its own modules (``te.py``),
+torchao converts the plain model's linears (``torchao.py``). Every method receives ``torch``
 (imported by the engine) so that importing a recipe module never imports torch.
 """
 
