@@ -38,7 +38,7 @@ class LiveProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]:>7}"),
-            TextColumn("{task.fields[tps]:>11} tok/s"),
+            TextColumn("{task.fields[tps]:>15}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=self.console,
@@ -64,11 +64,11 @@ class LiveProgress:
         if step_ms is not None and step >= self.warmup:
             self.recent.append(step_ms)
         loss_text = "-" if loss is None else f"{loss:.4f}"
-        tps_text = f"{self.tokens_per_s():,.0f}" if self.recent else "(warmup)"
+        tps_text = f"{self.tokens_per_s():,.0f} tok/s" if self.recent else "warmup"
         self.bar.update(self.task, completed=step + 1, loss=loss_text, tps=tps_text)
         if not self.console.is_terminal and ((step + 1) % self.log_every == 0 or step + 1 == self.total):
             ms = "-" if step_ms is None else f"{step_ms:.1f} ms"
-            self.console.print(f"step {step + 1}/{self.total}  loss {loss_text}  {ms}  {tps_text} tok/s",
+            self.console.print(f"step {step + 1}/{self.total}  loss {loss_text}  {ms}  {tps_text}",
                                highlight=False)
 
     def tokens_per_s(self) -> float:
@@ -142,7 +142,8 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     if result.get("eval"):
         last = result["eval"][-1]
         ppl = "n/a" if last["perplexity"] is None else f"{last['perplexity']:.2f}"
-        table.add_row("eval", f"loss {last['loss']:.4f}, perplexity {ppl} after step {last['step']}")
+        # eval records keep the engine's 0-based step; people read steps 1-based, as the bar counts them
+        table.add_row("eval", f"loss {last['loss']:.4f}, perplexity {ppl} after step {last['step'] + 1}")
     for warning in result["flops"].get("warnings") or []:
         table.add_row("note", warning)
 
