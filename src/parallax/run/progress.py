@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from parallax.analysis.report.format import gib, pct
+from parallax.plan import capability as cap
 
 RECENT_STEPS = 20  # tokens/s in the bar is the median over this many recent steps
 
@@ -111,8 +112,7 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     fw, ms = result["framework"], timing["step_ms"]
     primary = result["flops"]["primary_accounting"]
     row = result["flops"]["accountings"][primary]
-    native = "native" if precision.get("native") else "emulated"
-    table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {native})")
+    table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {cap.run_label(precision)})")
     table.add_row("device", f"{fw.get('device_name') or fw.get('device')}; attention {fw.get('attention_backend')}; "
                             f"{'compiled' if fw.get('compiled') else 'eager'}")
     table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}; {timing['measured_steps']} measured "
