@@ -307,12 +307,37 @@ def test_write_report_writes_markdown_plots_csv_and_json(hand):
     assert saved["speedups"][0]["ratio"] == pytest.approx(1.25)
 
 
-def test_plots_of_a_matrix_without_results_still_render(tmp_path):
+def test_a_matrix_without_results_draws_no_empty_plots_and_says_why(tmp_path):
     skipped = tiny_config(framework="torch", precision="fp8")
     write_run(tmp_path / "a", {"status": "skipped", "error": "no", "config": skipped.to_dict()})
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "mfu.png").write_bytes(b"an earlier report's plot")
     written = write_report(build_comparison(tmp_path, n_boot=200), tmp_path / "report.md")
-    assert all(written[f"plot_{n}"].exists() for n in ("loss", "throughput", "memory", "mfu"))
-    assert "No cell finished with a result." in written["report"].read_text()
+    assert not any(k.startswith("plot_") for k in written)
+    assert not (tmp_path / "plots" / "mfu.png").exists()  # no stale plot beside the report
+    text = written["report"].read_text()
+    assert "No cell finished with a result." in text and "![" not in text
+    assert text.split("## Plots\n\n")[1].split("\n\n")[0].splitlines() == [
+        "- Loss curves: not plotted, no finished runs.",
+        "- Throughput (95% CI): not plotted, no finished runs.",
+        "- Peak memory: not plotted, no peak memory recorded (CPU runs record none).",
+        "- MFU: not plotted, MFU n/a: no known peak for this device (use --peak-tflops).",
+    ]
+
+
+def test_a_cpu_report_leaves_out_memory_and_mfu_and_says_why(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    record = build_comparison(tmp_path, n_boot=200)
+    for cell in record["cells"]:  # as a CPU run records them: no memory, no peak for MFU
+        cell["memory"] = {"peak_allocated_bytes": None, "peak_reserved_bytes": None}
+        for row in (cell.get("flops") or {}).values():
+            row["mfu_precision_peak"] = None
+    written = write_report(record, tmp_path / "out" / "report.md")
+    assert sorted(k for k in written if k.startswith("plot_")) == ["plot_loss", "plot_throughput"]
+    text = written["report"].read_text()
+    assert "![Loss curves](plots/loss.png)" in text and "![MFU]" not in text and "![Peak memory]" not in text
+    assert "- Peak memory: not plotted, no peak memory recorded (CPU runs record none)." in text
+    assert "- MFU: not plotted, MFU n/a: no known peak for this device (use --peak-tflops)." in text
 
 
 def test_baseline_ratios(hand, tmp_path_factory):

@@ -9,6 +9,7 @@ from parallax import __version__
 from parallax.analysis.compare import environment_summary
 from parallax.spec.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.analysis.report import format as f
+from parallax.plan import capability as cap
 
 
 def render(record: dict, plots: dict[str, str] | None = None) -> str:
@@ -31,7 +32,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _not_ok(record),
         _baseline(record),
         _problems(record),
-        _plots(plots or {}),
+        _plots(record, plots),
         _method(record),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
@@ -122,7 +123,8 @@ def _conclusions(record: dict) -> str:
         "- No throughput to compare: the cells' speed was not measured (see the note below)." if ok
         else "- No cell finished with a result."]
     for e in c["fastest"]:
-        label = e["precision"] + (" (emulated)" if e["native"] is False else "") + f.gpus_text(e.get("gpus"))
+        word = e.get("label", cap.EMULATED if e["native"] is False else cap.NATIVE)
+        label = e["precision"] + ("" if word == cap.NATIVE else f" ({word})") + f.gpus_text(e.get("gpus"))
         stack = f"{e['framework']} {e.get('recipe', '')}".strip()
         if e["runner_up"] is None:
             lines.append(f"- **Fastest at {label}:** {stack}, {f.num(e['tokens_per_s'])} tokens/s "
@@ -170,12 +172,11 @@ def _stacks(record: dict) -> str:
         fw, p = c.get("framework_info"), c.get("precision_info")
         if not fw:
             continue
-        native = "native" if p.get("native") else "emulated"
         attention = (fw.get("attention_backend") or f.NA) + (" (fell back)" if c.get("attention_fallback") else "")
         rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), fw.get("version") or f.NA,
                      c.get("machine") or fw.get("device_name") or fw.get("device") or f.NA, attention,
                      ("yes" if fw.get("compiled") else "no") + (" + CUDA graphs" if fw.get("cuda_graphs") else ""),
-                     f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
+                     f"{p.get('recipe')} ({p.get('backend')}, {cap.run_label(p)})", c.get("timing_method") or f.NA])
     if not rows:
         return ""
     return "## Stacks\n\n" + table(["Framework", "Precision", *_gpus_column(record), "Version", "Machine",
@@ -465,10 +466,16 @@ PLOT_TITLES = {"loss": "Loss curves", "throughput": "Throughput (95% CI)", "memo
                "scaling": "Scaling with GPUs (95% CI)"}
 
 
-def _plots(plots: dict[str, str]) -> str:
-    if not plots:
+def _plots(record: dict, plots: dict[str, str] | None) -> str:
+    """The plots written, then one line for each left out because it would be an empty frame;
+    nothing where no plots were made (``plots`` None)."""
+    if plots is None:
         return ""
-    return "## Plots\n\n" + "\n\n".join(f"![{PLOT_TITLES.get(k, k)}]({v})" for k, v in plots.items())
+    from parallax.analysis.report.plots import skipped
+
+    shown = [f"![{PLOT_TITLES.get(k, k)}]({v})" for k, v in plots.items()]
+    left_out = [f"- {PLOT_TITLES.get(k, k)}: not plotted, {why}." for k, why in skipped(record).items()]
+    return "## Plots\n\n" + "\n\n".join(shown + (["\n".join(left_out)] if left_out else []))
 
 
 def _method(record: dict) -> str:
