@@ -65,6 +65,10 @@ def test_benchmark_with_report(tmp_path, capsys, fake_trainer):
     assert "Benchmark" in captured.out and "torch: te-fp8-delayed over bf16" in captured.out
     assert "skipped jax flax-fp8-delayed seed 0 rep 0" in captured.err
     assert "cells: 3 ok, 1 skipped" in captured.err
+    # no terminal: each cell says how far it got, as plain lines (the fake's rate-limited progress
+    # file holds its first step only)
+    assert "  torch bf16 seed 0 rep 0: compiling" in captured.err.splitlines()
+    assert "  torch bf16 seed 0 rep 0: step 1/12  loss 8.9940  81.5 ms" in captured.err.splitlines()
     for name in ("report.md", "report.csv", "report.json", "plots/loss.png", "plots/throughput.png",
                  "plots/memory.png", "index.json", "matrix.json", "environment.json"):
         assert (out / name).exists(), name

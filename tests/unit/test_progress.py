@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from parallax.run import train
-from parallax.run.progress import LiveProgress, summary_table
+from parallax.run.progress import LiveProgress, TenthsGate, step_line, summary_table
 
 from test_train import FakeEngine, tiny_run
 
@@ -38,3 +38,18 @@ def test_the_summary_names_the_evaluation_step_as_the_progress_counts_it(tmp_pat
     console.print(summary_table(result))
     row = next(line for line in buffer.getvalue().splitlines() if "│ eval" in line)
     assert "loss 4.0000, perplexity 54.60 after step 6 " in row  # the 6th of 6 steps: progress says 6/6
+
+
+def test_a_log_gets_the_first_step_then_one_line_per_tenth():
+    gate = TenthsGate(total=200)
+    printed = [step for step in range(1, 201) if gate("cell", step)]
+    assert printed == [1, 20, 40, 60, 80, 100, 120, 140, 160, 180, 200]
+    assert gate("other cell", 57)  # each run counts on its own
+    short = TenthsGate(total=4)
+    assert [step for step in (1, 2, 2, 3, 4) if short("c", step)] == [1, 2, 3, 4]
+
+
+def test_a_step_line_names_the_cell_and_step_k_of_n():
+    assert step_line("torch bf16 seed 0 rep 0", 40, 200, 6.123, 142.0) == (
+        "torch bf16 seed 0 rep 0: step 40/200  loss 6.1230  142.0 ms")
+    assert step_line("jax fp8 seed 1 rep 0", 1, 20, None, None) == "jax fp8 seed 1 rep 0: step 1/20"
