@@ -386,9 +386,12 @@ def test_validation_deltas_at_every_evaluation_at_bf16s_best_and_at_the_last(tmp
     assert (row["best_step"], row["best_baseline_loss"], row["final_step"]) == (7, 3.0, 11)
     assert (row["delta_at_best"], row["delta_at_final"]) == (pytest.approx(0.25), pytest.approx(-0.1))
     assert row["ci_at_best"] is None and row["ci_at_final"] is None  # one seed: no interval
-    rows = table_rows(markdown.render(record), "Convergence penalty: validation ΔLoss vs bf16")
-    assert rows == [["torch", "te-fp8-delayed", "bf16", "1", "+0.2500 at step 7 (one seed: no interval)",
-                     "-0.1000 at step 11 (one seed: no interval)", "seed 0 +0.2500", "+0.1000", "+0.2500", "-0.1000"]]
+    text = markdown.render(record)
+    rows = table_rows(text, "Convergence penalty: validation ΔLoss vs bf16")
+    # recorded 0-based, shown as the progress counts: the evaluation after the 12th step is 'step 12'
+    assert rows == [["torch", "te-fp8-delayed", "bf16", "1", "+0.2500 at step 8 (one seed: no interval)",
+                     "-0.1000 at step 12 (one seed: no interval)", "seed 0 +0.2500", "+0.1000", "+0.2500", "-0.1000"]]
+    assert "| step 4 | step 8 | step 12 |" in text
 
 
 def test_the_penalty_interval_is_students_t_over_seeds(tmp_path):
@@ -405,7 +408,7 @@ def test_the_penalty_interval_is_students_t_over_seeds(tmp_path):
     assert row["ci_at_best"] == pytest.approx([0.2 - half, 0.2 + half])
     text = markdown.render(record)
     assert "**Convergence penalty of te-fp8-delayed (torch):** validation ΔLoss +0.2000 vs bf16 at bf16's best step " \
-           "11 (95% CI -0.0484–+0.4484 over 3 seeds, includes 0)" in text
+           "12 (95% CI -0.0484–+0.4484 over 3 seeds, includes 0)" in text
 
 
 def test_a_throughput_benchmark_with_evaluation_is_not_a_convergence_penalty(tmp_path):

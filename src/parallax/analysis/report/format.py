@@ -57,6 +57,13 @@ def pct(x) -> str:
     return NA if x is None else f"{100 * x:.1f}%"
 
 
+def step(k: int) -> str:
+    """A recorded step as people count it: records (steps.jsonl, evaluations) index steps from 0,
+    the progress bar and every text from 1, so the evaluation after the last of 20 steps reads
+    'step 20'."""
+    return str(int(k) + 1)
+
+
 def seconds(x) -> str:
     return NA if x is None else f"{x:.1f} s"
 

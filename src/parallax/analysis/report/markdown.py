@@ -140,7 +140,7 @@ def _conclusions(record: dict) -> str:
     for d in c["loss_cost"]:
         lines.append(f"- **Convergence penalty of {d['recipe']} ({d['framework']}{f.gpus_text(d.get('gpus'))}):** "
                      f"validation ΔLoss {f.delta(d['delta_at_best'])} vs {d['baseline']} at bf16's best step "
-                     f"{d['best_step']} ({f.penalty_interval(d, 'best')})")
+                     f"{f.step(d['best_step'])} ({f.penalty_interval(d, 'best')})")
     if record.get("mode") != "convergence" and any(cell.get("final_loss") for cell in record["cells"]):
         lines.append("- Loss: these are throughput runs; their loss is early training, one run per seed and "
                      "repeat, not a convergence penalty, and no conclusion is drawn from it "
@@ -325,8 +325,8 @@ def _eval_deltas(record: dict) -> str:
         return ""
     steps = sorted({k for r in rows for k in r["steps"]})
     body = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], str(r["seeds"]),
-             f"{f.delta(r['delta_at_best'])} at step {r['best_step']} ({f.penalty_interval(r, 'best')})",
-             f"{f.delta(r['delta_at_final'])} at step {r['final_step']} ({f.penalty_interval(r, 'final')})",
+             f"{f.delta(r['delta_at_best'])} at step {f.step(r['best_step'])} ({f.penalty_interval(r, 'best')})",
+             f"{f.delta(r['delta_at_final'])} at step {f.step(r['final_step'])} ({f.penalty_interval(r, 'final')})",
              _by_seed(r)]
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
@@ -339,7 +339,7 @@ def _eval_deltas(record: dict) -> str:
             "bf16's validation loss is lowest and at the last evaluation.")
     return (f"## {title}\n\n"
             + table(["Framework", "Recipe", "Baseline", "Seeds", "At bf16's best step (95% CI over seeds)",
-                     "At the last evaluation", "Each seed at the best step"] + [f"step {k}" for k in steps], body)
+                     "At the last evaluation", "Each seed at the best step"] + [f"step {f.step(k)}" for k in steps], body)
             + "\n\n" + note)
 
 
