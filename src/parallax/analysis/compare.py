@@ -964,7 +964,7 @@ def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | No
                 continue
             entry = {"precision": p, "gpus": g, "framework": ranked[0].framework, "recipe": ranked[0].recipe,
                      "tokens_per_s": ranked[0].record["tokens_per_s"]["value"],
-                     "native": _native(ranked[0]), "label": _label(ranked[0]), "runner_up": None}
+                     "native": _native(ranked[0]), "runner_up": None}
             if len(ranked) > 1:
                 entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
                 kind = "recipe" if ranked[0].framework == ranked[1].framework else "framework"

@@ -116,6 +116,15 @@ def _compiled(cfg: dict) -> str:
     return ", ".join(f"{fw} {'yes' if on else 'no'}" for fw, on in compiled.items()) or f.NA
 
 
+def _run_label(record: dict, entry: dict) -> str:
+    """native, emulated or cpu (``plan.capability.run_label``) of the cell a conclusion names."""
+    cell = next((c for c in record["cells"] if (c["framework"], c.get("recipe"), c.get("gpus", 1)) ==
+                 (entry["framework"], entry.get("recipe"), entry.get("gpus", 1))), None)
+    if cell and cell.get("precision_info"):
+        return cap.run_label(cell["precision_info"])
+    return cap.EMULATED if entry.get("native") is False else cap.NATIVE
+
+
 def _conclusions(record: dict) -> str:
     c = record["conclusions"]
     ok = any((cell.get("counts") or {}).get("ok") for cell in record["cells"])
@@ -123,7 +132,7 @@ def _conclusions(record: dict) -> str:
         "- No throughput to compare: the cells' speed was not measured (see the note below)." if ok
         else "- No cell finished with a result."]
     for e in c["fastest"]:
-        word = e.get("label", cap.EMULATED if e["native"] is False else cap.NATIVE)
+        word = _run_label(record, e)
         label = e["precision"] + ("" if word == cap.NATIVE else f" ({word})") + f.gpus_text(e.get("gpus"))
         stack = f"{e['framework']} {e.get('recipe', '')}".strip()
         if e["runner_up"] is None:
