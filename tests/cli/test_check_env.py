@@ -55,7 +55,7 @@ def run(capsys, *args):
 
 def test_text_on_a_cpu_machine(fake_probe, capsys):
     fake_probe(CPU_PROBE)
-    code, out, err = run(capsys)
+    code, out, err = run(capsys, "--verbose")
     assert code == 0 and err == ""
     assert f"no NVIDIA GPU found ({CPU_ERROR})" in out
     assert "Precision recipes (no GPU)" in out
@@ -87,7 +87,7 @@ def test_json_on_a_cpu_machine(fake_probe, capsys):
 
 def test_text_with_an_h200(fake_probe, capsys):
     fake_probe(gpu_probe())
-    code, out, _ = run(capsys)
+    code, out, _ = run(capsys, "--verbose")
     assert code == 0
     assert "CUDA driver API 13.0 (libcuda.so.1); NVML driver 580.95.05" in out
     row = next(line for line in out.splitlines() if "NVIDIA H200" in line)
@@ -96,6 +96,72 @@ def test_text_with_an_h200(fake_probe, capsys):
         assert text in row, text
     assert "Precision recipes (GPU 0)" in out
     assert "no NVIDIA GPU found" not in out
+
+
+def run_at_80_columns(monkeypatch, capsys, *args):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run(capsys, *args)
+    assert code == 0 and err == ""
+    return [line.rstrip() for line in out.splitlines()]
+
+
+def test_default_text_fits_80_columns_on_a_cpu_machine(fake_probe, monkeypatch, capsys):
+    fake_probe(CPU_PROBE)
+    lines = run_at_80_columns(monkeypatch, capsys)
+    assert len(lines) <= 60
+    assert max(map(len, lines)) <= 80
+    out = "\n".join(lines)
+    assert f"no NVIDIA GPU found ({CPU_ERROR})" in out.replace("\n", " ").replace("  ", " ")
+    row = next(line for line in lines if line.split()[:3] == ["torch", "fp8", "torchao-fp8-rowwise"])
+    assert row.split()[3:] == ["cpu", "1"]
+    assert next(line for line in lines if line.split()[:3] == ["jax", "bf16", "te-bf16"]).split()[3:] == [
+        "unavailable", "3"]
+    assert next(line for line in lines if line.split()[:3] == ["maxtext", "fp8", "fp8_gpu"]).split()[3:] == [
+        "*", "unavailable", "5"]
+    # each reason once, as a numbered note, without the "no NVIDIA GPU found" said above
+    assert "2: transformer_engine_torch not installed; pip install 'slm-parallax[te]'" in lines
+    assert out.count("runs on the CPU, correct but slow") == 1
+    assert out.count("no NVIDIA GPU found") == 1
+    assert "installed: torch " in out and "not installed: " in out
+    assert "--verbose" in lines[-1]
+
+
+def test_default_text_with_eight_h200s_fits_80_columns(fake_probe, monkeypatch, capsys):
+    """Eight GPUs and a CPU-only torch: many distinct reasons, still 80 columns."""
+    probe = four_gpu_probe()
+    probe["devices"] += [{**dev, "index": dev["index"] + 4} for dev in probe["devices"]]
+    probe["topology"] = {"available": False, "error": "no topology in this fake", "pairs": []}
+    fake_probe(probe)
+    lines = run_at_80_columns(monkeypatch, capsys)
+    assert max(map(len, lines)) <= 80
+    gpus = [line.split() for line in lines if "NVIDIA H200" in line]
+    assert [row[0] for row in gpus] == [str(i) for i in range(8)]
+    assert gpus[0][3:] == ["h200-sxm", "140.4", "GiB", "989/1979/–"]
+    assert "Precision recipes (GPU 0); * = default for --precision" in lines
+    note = next(line for line in lines if line.endswith(": te-nvfp4 needs compute capability 10.0+; GPU 0 "
+                                                          "(9.0, Hopper) lacks it"))
+    row = next(line for line in lines if line.split()[:3] == ["torch", "nvfp4", "te-nvfp4"])
+    assert note.split(":")[0] in row.split()[-1].split(",")
+
+
+def test_verbose_keeps_every_column(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    out = run(capsys, "--verbose")[1]
+    for header in ("what runs", "reason", "package", "version"):
+        assert f" {header} " in out, header
+    row = next(line for line in out.splitlines() if "torchao-fp8-rowwise" in line)
+    assert "torchao float8 rowwise (per-row scales), torch.compile, lm_head in bf16, on CPU" in row
+    assert "no NVIDIA GPU found; runs on the CPU, correct but slow" in row  # the reason on every row, as before
+    assert "│ transformer_engine_jax   │ not installed │" in out
+
+
+def test_json_keys_are_unchanged(fake_probe, capsys):
+    fake_probe(CPU_PROBE)
+    report = json.loads(run(capsys, "--json")[1])
+    assert list(report) == ["parallax", "gpu_found", "no_gpu_reason", "selected_device", "environment",
+                            "hardware", "interconnect", "capability", "recipes", "ceilings"]
+    assert list(report["capability"][0]) == ["framework", "recipe", "precision", "status", "reason", "backend",
+                                             "default"]
 
 
 def test_json_resolves_the_rtx_pro_6000_to_12_0(fake_probe, capsys):
@@ -110,7 +176,7 @@ def test_json_resolves_the_rtx_pro_6000_to_12_0(fake_probe, capsys):
 
 def test_unknown_gpu_is_flagged_with_the_fix(fake_probe, capsys):
     fake_probe(gpu_probe("NVIDIA Imaginary GPU", "9.0"))
-    code, out, _ = run(capsys)
+    code, out, _ = run(capsys, "--verbose")
     assert code == 0
     assert "unknown" in next(line for line in out.splitlines() if "Imaginary" in line and "│" in line)
     assert "GPU 0: GPU 'NVIDIA Imaginary GPU' (compute capability 9.0) is not in Parallax's peak table" in out
@@ -119,7 +185,7 @@ def test_unknown_gpu_is_flagged_with_the_fix(fake_probe, capsys):
 
 def test_uncertain_peaks_are_marked(fake_probe, capsys):
     fake_probe(gpu_probe("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "12.0"))
-    out = run(capsys)[1]
+    out = run(capsys, "--verbose")[1]
     assert "438.9 / 878~ / 1756~" in out
     assert "~ uncertain figure: shown, never used for MFU" in out
 
@@ -149,7 +215,7 @@ def four_gpu_probe():
 
 def test_text_lists_every_gpu_and_the_interconnect_matrix(fake_probe, capsys):
     fake_probe(four_gpu_probe())
-    code, out, _ = run(capsys)
+    code, out, _ = run(capsys, "--verbose")
     assert code == 0
     rows = [line for line in out.splitlines() if "NVIDIA H200" in line and "│" in line]
     assert len(rows) == 4
@@ -188,7 +254,7 @@ def test_an_nvswitch_board_reads_as_one_fabric(fake_probe, capsys):
     for pair in probe["topology"]["pairs"]:
         pair.update(connection="NV18", nvlinks=18, via_nvswitch=True, p2p_nvlink=True)
     fake_probe(probe)
-    out = run(capsys)[1]
+    out = run(capsys, "--verbose")[1]
     assert "Interconnect: all 4 GPUs are joined by NVLink (at least 18 links per pair, through NVSwitch)" in out
     assert "18/18 up, 18 to NVSwitch" in out
     assert "  NV18: NVLink ×18 through NVSwitch" in out
@@ -202,7 +268,7 @@ def test_several_gpus_without_topology_say_why(fake_probe, capsys):
         dev["nvlink"] = {"links": 0, "active": 0, "to_nvswitch": 0, "peers": [],
                          "error": "nvmlDeviceGetNvLinkState failed: Not Supported"}
     fake_probe(probe)
-    out = run(capsys)[1]
+    out = run(capsys, "--verbose")[1]
     assert ("interconnect: 4 GPUs; their interconnect is unknown "
             "(libnvidia-ml.so.1 lacks nvmlDeviceGetTopologyCommonAncestor)") in out
     assert "Interconnect:" not in out
@@ -274,7 +340,7 @@ def test_measure_reports_percent_of_dense_peak(fake_probe, fake_gpu_module, caps
 
 def test_measure_text_table(fake_probe, fake_gpu_module, capsys):
     fake_probe(gpu_probe())
-    code, out, _ = run(capsys, "--measure")
+    code, out, _ = run(capsys, "--measure", "--verbose")
     assert code == 0
     assert fake_gpu_module == [(0, "llama-100m", 32, 1024, "Progress")]  # the defaults of config.RunConfig
     bf16 = next(line for line in out.splitlines() if "8192×8192×8192" in line and "bf16" in line)
@@ -343,6 +409,15 @@ def test_check_env_imports_neither_torch_nor_jax():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip() == "[]"
+
+
+@pytest.mark.skipif(gpu_available(), reason="checks the CPU-only path")
+def test_subprocess_at_80_columns_on_this_cpu():
+    proc = cli(env={**os.environ, "COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 60 and max(map(len, lines)) <= 80
+    assert any(line.split()[:4] == ["torch", "bf16", "bf16", "*"] for line in lines)
 
 
 @pytest.mark.skipif(gpu_available(), reason="checks the CPU-only path")

@@ -252,3 +252,23 @@ def test_engine_present_reads_the_installed_files():
     for framework in ("torch", "jax", "maxtext"):
         assert REAL_ENGINE_PRESENT(framework) == (root / framework / "engine.py").is_file()
     assert REAL_ENGINE_PRESENT("no_such_engine") is False
+
+
+def test_no_format_runs_natively_on_the_cpu_in_any_engine():
+    for fmt in ("bf16", "fp8", "nvfp4"):
+        assert cap.runs_natively(fmt, "cpu") is False
+    assert cap.runs_natively("bf16", "gpu", "9.0") and cap.runs_natively("fp8", "cuda", "9.0")
+    assert not cap.runs_natively("nvfp4", "gpu", "9.0")
+
+
+@pytest.mark.parametrize("precision, label", [
+    ({"native": True, "details": {"device_type": "cuda", "emulated": False}}, "native"),
+    ({"native": False, "details": {"device_type": "cpu", "emulated": False}}, "cpu"),  # torch on the CPU
+    ({"native": False, "details": {"device_platform": "cpu", "emulated": False}}, "cpu"),  # JAX on the CPU
+    ({"native": False, "details": {"device_type": "cpu", "emulated": "NVFP4 quantize-dequantize"}}, "emulated"),
+    ({"native": False, "details": {"device_platform": "gpu", "emulated": True}}, "emulated"),
+    ({"native": False, "details": {"device_type": "cuda"}}, "emulated"),  # a GPU that converts bf16
+    ({"native": True}, "native"),  # a record from before details were kept
+])
+def test_one_label_for_every_summary_and_report(precision, label):
+    assert cap.run_label(precision) == label

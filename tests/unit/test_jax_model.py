@@ -13,6 +13,7 @@ pytest.importorskip("optax")
 
 import jax.numpy as jnp  # noqa: E402
 
+from parallax.plan import capability as cap  # noqa: E402
 from parallax.spec.config import OptimConfig, RunConfig, get_preset  # noqa: E402
 from parallax.data.synthetic import SyntheticBatches, synthetic_batch  # noqa: E402
 from parallax.engines import get_engine  # noqa: E402
@@ -324,8 +325,9 @@ def test_the_driver_writes_a_valid_jax_run(tmp_path):
     assert result["status"] == "ok" and result["framework"]["name"] == "jax"
     assert result["timing"]["measured_steps"] == 3
     assert result["precision"]["backend"] == "flax" and result["recipe"]["name"] == "bf16"
-    # XLA:CPU computes bf16 matmuls in float32: the record must say emulated, not native.
+    # XLA:CPU computes bf16 matmuls in float32: not native; labelled 'cpu', as torch's CPU bf16 is
     assert result["precision"]["native"] is False and result["precision"]["details"]["device_platform"] == "cpu"
+    assert cap.run_label(result["precision"]) == "cpu"
     assert result["engine_extra"]["timing_overhead"]["steps_per_round"] == 4
     steps = load_steps(tmp_path)
     assert [s["measured"] for s in steps] == [False, True, True, True]

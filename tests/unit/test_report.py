@@ -307,12 +307,37 @@ def test_write_report_writes_markdown_plots_csv_and_json(hand):
     assert saved["speedups"][0]["ratio"] == pytest.approx(1.25)
 
 
-def test_plots_of_a_matrix_without_results_still_render(tmp_path):
+def test_a_matrix_without_results_draws_no_empty_plots_and_says_why(tmp_path):
     skipped = tiny_config(framework="torch", precision="fp8")
     write_run(tmp_path / "a", {"status": "skipped", "error": "no", "config": skipped.to_dict()})
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "plots" / "mfu.png").write_bytes(b"an earlier report's plot")
     written = write_report(build_comparison(tmp_path, n_boot=200), tmp_path / "report.md")
-    assert all(written[f"plot_{n}"].exists() for n in ("loss", "throughput", "memory", "mfu"))
-    assert "No cell finished with a result." in written["report"].read_text()
+    assert not any(k.startswith("plot_") for k in written)
+    assert not (tmp_path / "plots" / "mfu.png").exists()  # no stale plot beside the report
+    text = written["report"].read_text()
+    assert "No cell finished with a result." in text and "![" not in text
+    assert text.split("## Plots\n\n")[1].split("\n\n")[0].splitlines() == [
+        "- Loss curves: not plotted, no finished runs.",
+        "- Throughput (95% CI): not plotted, no finished runs.",
+        "- Peak memory: not plotted, no peak memory recorded (CPU runs record none).",
+        "- MFU: not plotted, MFU n/a: no known peak for this device (use --peak-tflops).",
+    ]
+
+
+def test_a_cpu_report_leaves_out_memory_and_mfu_and_says_why(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    record = build_comparison(tmp_path, n_boot=200)
+    for cell in record["cells"]:  # as a CPU run records them: no memory, no peak for MFU
+        cell["memory"] = {"peak_allocated_bytes": None, "peak_reserved_bytes": None}
+        for row in (cell.get("flops") or {}).values():
+            row["mfu_precision_peak"] = None
+    written = write_report(record, tmp_path / "out" / "report.md")
+    assert sorted(k for k in written if k.startswith("plot_")) == ["plot_loss", "plot_throughput"]
+    text = written["report"].read_text()
+    assert "![Loss curves](plots/loss.png)" in text and "![MFU]" not in text and "![Peak memory]" not in text
+    assert "- Peak memory: not plotted, no peak memory recorded (CPU runs record none)." in text
+    assert "- MFU: not plotted, MFU n/a: no known peak for this device (use --peak-tflops)." in text
 
 
 def test_baseline_ratios(hand, tmp_path_factory):
@@ -361,9 +386,12 @@ def test_validation_deltas_at_every_evaluation_at_bf16s_best_and_at_the_last(tmp
     assert (row["best_step"], row["best_baseline_loss"], row["final_step"]) == (7, 3.0, 11)
     assert (row["delta_at_best"], row["delta_at_final"]) == (pytest.approx(0.25), pytest.approx(-0.1))
     assert row["ci_at_best"] is None and row["ci_at_final"] is None  # one seed: no interval
-    rows = table_rows(markdown.render(record), "Convergence penalty: validation ΔLoss vs bf16")
-    assert rows == [["torch", "te-fp8-delayed", "bf16", "1", "+0.2500 at step 7 (one seed: no interval)",
-                     "-0.1000 at step 11 (one seed: no interval)", "seed 0 +0.2500", "+0.1000", "+0.2500", "-0.1000"]]
+    text = markdown.render(record)
+    rows = table_rows(text, "Convergence penalty: validation ΔLoss vs bf16")
+    # recorded 0-based, shown as the progress counts: the evaluation after the 12th step is 'step 12'
+    assert rows == [["torch", "te-fp8-delayed", "bf16", "1", "+0.2500 at step 8 (one seed: no interval)",
+                     "-0.1000 at step 12 (one seed: no interval)", "seed 0 +0.2500", "+0.1000", "+0.2500", "-0.1000"]]
+    assert "| step 4 | step 8 | step 12 |" in text
 
 
 def test_the_penalty_interval_is_students_t_over_seeds(tmp_path):
@@ -380,7 +408,7 @@ def test_the_penalty_interval_is_students_t_over_seeds(tmp_path):
     assert row["ci_at_best"] == pytest.approx([0.2 - half, 0.2 + half])
     text = markdown.render(record)
     assert "**Convergence penalty of te-fp8-delayed (torch):** validation ΔLoss +0.2000 vs bf16 at bf16's best step " \
-           "11 (95% CI -0.0484–+0.4484 over 3 seeds, includes 0)" in text
+           "12 (95% CI -0.0484–+0.4484 over 3 seeds, includes 0)" in text
 
 
 def test_a_throughput_benchmark_with_evaluation_is_not_a_convergence_penalty(tmp_path):

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from parallax.plan import capability as cap
 from parallax.store import results
 from parallax.run import train
 from parallax.spec.config import RunConfig
@@ -176,8 +177,9 @@ def test_a_real_tiny_torch_run_writes_a_valid_result(tmp_path):
     assert loaded["precision"]["recipe"] == "bf16" and loaded["precision"]["backend"] == "torch.autocast"
     assert loaded["precision"]["details"]["summary"].startswith("torch.autocast(bfloat16) over fp32 master weights")
     assert loaded["engine_extra"]["quantized_parameters"] == []
-    # torch's CPU bf16 is native only where oneDNN has AVX512-BF16/AMX (engines/torch/recipes/base.py)
-    assert loaded["precision"]["native"] is bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    # a CPU run is never native, in any engine (plan.capability.runs_natively); it reads 'cpu'
+    assert loaded["precision"]["native"] is False and loaded["precision"]["details"]["device_type"] == "cpu"
+    assert cap.run_label(loaded["precision"]) == "cpu"
     assert "gpus" in loaded["environment"]
     assert len(results.load_steps(run.output_dir)) == 4
     assert loaded["timing"]["method"].startswith("perf_counter")

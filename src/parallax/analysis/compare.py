@@ -51,6 +51,7 @@ from parallax.native import topology
 from parallax.store.archive import CorruptArchive
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
+from parallax.plan import capability as cap
 from parallax.spec.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
 from parallax.spec import registry
 from parallax.store.results import (CELL_FIELDS, ENVIRONMENT_FILE, INDEX_FILE, INDEX_SCHEMA, MATRIX_FILE, RUN_FILE, RUNS_DIR,
@@ -970,7 +971,7 @@ def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | No
                 entry.update(judge.ratio(kind, ranked[0], ranked[1], level))
             fastest.append(entry)
     emulated = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g}
-                for (fw, rec, g), c in cells.items() if c.ok and _native(c) is False]
+                for (fw, rec, g), c in cells.items() if c.ok and _label(c) == cap.EMULATED]
     not_ok = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g, "status": c.record["status"]}
               for (fw, rec, g), c in cells.items() if c.record["status"] != "ok"]
     return {"fastest": fastest, "loss_cost": deltas, "emulated": emulated, "not_ok": not_ok}
@@ -979,6 +980,11 @@ def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | No
 def _native(cell: CellData):
     info = cell.record.get("precision_info") or {}
     return info.get("native")
+
+
+def _label(cell: CellData) -> str:
+    """native, emulated or cpu: ``plan.capability.run_label``, the words of every report."""
+    return cap.run_label(cell.record.get("precision_info") or {})
 
 
 def _order(names):

@@ -16,6 +16,7 @@ from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISI
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.spec import registry
+from parallax.run.progress import TenthsGate, step_line
 from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
 from parallax.store.results import writable_output_dir
 
@@ -206,6 +207,9 @@ class LiveDisplay:
         self.cell_tasks: dict[str, int] = {}  # cell id -> its bar (several with --concurrent)
         self.cell_steps: dict[str, int] = {}
         self.done_steps = 0
+        # no terminal (a log file, CI): the bars draw nothing until the end; print step k/N lines
+        self.plain = not console.is_terminal
+        self.gate = TenthsGate(steps)
 
     def __enter__(self):
         self.progress.start()
@@ -232,10 +236,14 @@ class LiveDisplay:
         task = self.cell_tasks[cell.id]
         if "phase" in record:
             self.progress.update(task, description=f"{cell.label} · {record['phase']}")
+            if self.plain:
+                self.console.print(f"  {cell.label}: {record['phase']}", highlight=False, markup=False)
             return
         step = min(int(record.get("step", 0)) + 1, self.steps)  # "step" is the 0-based index
         self.cell_steps[cell.id] = step
         loss, ms = record.get("loss"), record.get("step_ms")
+        if self.plain and self.gate(cell.id, step):
+            self.console.print("  " + step_line(cell.label, step, self.steps, loss, ms), highlight=False, markup=False)
         text = cell.label + (f" · loss {loss:.3f}" if loss is not None else "") + (f" · {ms:.1f} ms" if ms else "")
         self.progress.update(task, completed=step, description=text)
         self.progress.update(self.matrix_task, completed=self.done_steps + sum(self.cell_steps.values()))

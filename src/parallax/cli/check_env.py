@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import click
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -27,13 +28,15 @@ _DEFAULTS = RunConfig()
 
 @click.command("check-env")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document to stdout.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Every column and every package (wide tables); the default fits 80 columns.")
 @click.option("--measure", is_flag=True, help="Also measure achieved GEMM TFLOP/s per precision (slow).")
 @click.option("--device", default=0, show_default=True, help="GPU index to check and measure.")
 @click.option("--model", default=_DEFAULTS.model, show_default=True,
               help="Model preset whose GEMM shapes --measure times.")
 @click.option("--batch-size", default=_DEFAULTS.batch_size, show_default=True, help="Batch size for --measure shapes.")
 @click.option("--seq-len", default=_DEFAULTS.seq_len, show_default=True, help="Sequence length for --measure shapes.")
-def command(as_json, measure, device, model, batch_size, seq_len):
+def command(as_json, verbose, measure, device, model, batch_size, seq_len):
     """Show the GPUs and their interconnect, driver, package versions and the framework × precision
     capability matrix."""
     run = RunConfig(model=model, batch_size=batch_size, seq_len=seq_len).validate()
@@ -45,7 +48,11 @@ def command(as_json, measure, device, model, batch_size, seq_len):
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        render(report, Console(soft_wrap=False))
+        console = Console(soft_wrap=False)
+        if verbose:
+            render(report, console)
+        else:
+            render_compact(report, console)
     return 0
 
 
@@ -143,6 +150,89 @@ def render(report: dict, console: Console) -> None:
     _render_capability(report, console)
     if report["ceilings"] is not None:
         _render_ceilings(report, console)
+
+
+def render_compact(report: dict, console: Console) -> None:
+    """What a user needs first, in 80 columns: the GPUs in one short table, the packages in two
+    lines, the recipe table with each distinct reason written once, as a footnote."""
+    console.print(f"[bold]Parallax {report['parallax']}[/] environment check, {report['environment']['captured_at']}")
+    _render_driver(report, console)
+    if report["gpu_found"]:
+        _render_gpus_compact(report, console)
+        link = report["interconnect"]
+        if len(link["gpus"]) >= 2:
+            console.print(escape(f"Interconnect: {link['summary']}"), highlight=False)
+    env = report["environment"]
+    console.print(escape(f"Python {env['python']} on {env['platform']} ({env['hostname']})"), highlight=False)
+    have = [f"{name} {version}" for name, version in env["packages"].items() if version]
+    lack = [name for name, version in env["packages"].items() if not version]
+    console.print(escape("installed: " + (", ".join(have) or "none")), highlight=False)
+    if lack:
+        console.print(escape("not installed: " + ", ".join(lack)), highlight=False)
+    _render_capability_compact(report, console)
+    if report["ceilings"] is not None:
+        _render_ceilings(report, console)
+    console.print("[dim]--verbose: every column (what runs, clocks, power), --json: the whole record[/]")
+
+
+def _render_gpus_compact(report: dict, console: Console) -> None:
+    table = Table(title="GPUs", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("#", "name", "hardware key", "memory", "peak TFLOP/s bf16/fp8/fp4"):
+        table.add_column(col, overflow="fold")
+    notes = []
+    for dev, hw in zip(report["environment"]["gpus"], report["hardware"]):
+        spec = hw["spec"]
+        peaks = "–" if spec is None else "/".join(
+            _fmt(v) + ("~" if col in spec["uncertain"] else "") for col, v in spec["dense_peak_tflops"].items()
+        )
+        table.add_row(str(dev["index"]), escape(dev["name"]), hw["key"] or "[red]unknown[/]",
+                      _gib(dev.get("memory_total_bytes")), peaks)
+        notes += [escape(f"GPU {dev['index']}: {w}") for w in hw["warnings"] + hw["notes"]]
+    console.print(table)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def _render_capability_compact(report: dict, console: Console) -> None:
+    """One row per recipe; its reason is cut into clauses, each distinct clause printed once below
+    the table and named by number in the row (without a GPU, 'no NVIDIA GPU found', said above,
+    is left out)."""
+    where = f"GPU {report['selected_device']}" if report["gpu_found"] else "no GPU"
+    table = Table(title=f"Precision recipes ({where}); * = default for --precision", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for col in ("framework", "format", "recipe", "status", "why (notes below)"):
+        table.add_column(col, overflow="fold")
+    colour = {cap.NATIVE: "green", cap.EMULATED: "yellow", cap.CPU: "cyan", cap.UNAVAILABLE: "red"}
+    notes: dict[str, int] = {}
+    for c in report["capability"]:
+        marks = [notes.setdefault(clause, len(notes) + 1) for clause in _clauses(c["reason"])
+                 if report["gpu_found"] or clause != cap.NO_GPU]
+        recipe = c["recipe"] + (" *" if c.get("default") else "")
+        table.add_row(c["framework"], c["precision"], escape(recipe),
+                      f"[{colour[c['status']]}]{c['status']}[/]", ",".join(map(str, marks)))
+    console.print(table)
+    for clause, mark in notes.items():
+        console.print(escape(f"{mark}: {clause}"), highlight=False)
+
+
+def _clauses(reason: str) -> list[str]:
+    """A capability reason cut at '; ' outside parentheses; a fix ('pip install ...', 'install ...')
+    or a 'GPU ... lacks it' stays with the clause before it."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(reason):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and reason.startswith("; ", i):
+            parts.append(reason[start:i])
+            start = i + 2
+    parts.append(reason[start:])
+    clauses: list[str] = []
+    for part in filter(None, parts):
+        follows = part.startswith(("pip install", "install ", "but ")) or part.endswith("lacks it")
+        if clauses and follows and clauses[-1] != cap.NO_GPU:
+            clauses[-1] += "; " + part
+        else:
+            clauses.append(part)
+    return clauses
 
 
 def _render_driver(report: dict, console: Console) -> None:

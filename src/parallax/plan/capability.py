@@ -31,6 +31,26 @@ REQUIRES = {
 NO_GPU = "no NVIDIA GPU found"
 
 
+def runs_natively(fmt: str, platform: str, compute_capability=None) -> bool:
+    """Whether a run's format executes in hardware: only on an NVIDIA GPU whose tensor cores
+    have it. Never on the CPU, for every engine: XLA:CPU converts a bf16 dot's operands to
+    float32, oneDNN has bf16 kernels only on some CPUs, and a CPU run is for correctness
+    (status ``cpu``), not for a format's speed."""
+    return platform in ("gpu", "cuda") and fmt in hardware.native_precisions(compute_capability)
+
+
+def run_label(precision: dict) -> str:
+    """The one word a result's precision (run.json's ``precision``) reads as, in every summary and
+    report: 'emulated' for a quantize-dequantize recipe or a GPU that converts the format, 'cpu'
+    for a run on the CPU (check-env's status), else 'native'."""
+    details = precision.get("details") or {}
+    if details.get("emulated"):
+        return EMULATED
+    if CPU in (details.get("device_type"), details.get("device_platform")):
+        return CPU
+    return EMULATED if precision.get("native") is False else NATIVE
+
+
 @dataclass(frozen=True)
 class Capability:
     framework: str

@@ -23,6 +23,7 @@ from rich.progress import (
 from rich.table import Table
 
 from parallax.analysis.report.format import gib, pct
+from parallax.plan import capability as cap
 
 RECENT_STEPS = 20  # tokens/s in the bar is the median over this many recent steps
 
@@ -38,7 +39,7 @@ class LiveProgress:
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("loss {task.fields[loss]:>7}"),
-            TextColumn("{task.fields[tps]:>11} tok/s"),
+            TextColumn("{task.fields[tps]:>15}"),
             TimeElapsedColumn(),
             TimeRemainingColumn(),
             console=self.console,
@@ -64,15 +65,42 @@ class LiveProgress:
         if step_ms is not None and step >= self.warmup:
             self.recent.append(step_ms)
         loss_text = "-" if loss is None else f"{loss:.4f}"
-        tps_text = f"{self.tokens_per_s():,.0f}" if self.recent else "(warmup)"
+        tps_text = f"{self.tokens_per_s():,.0f} tok/s" if self.recent else "warmup"
         self.bar.update(self.task, completed=step + 1, loss=loss_text, tps=tps_text)
         if not self.console.is_terminal and ((step + 1) % self.log_every == 0 or step + 1 == self.total):
             ms = "-" if step_ms is None else f"{step_ms:.1f} ms"
-            self.console.print(f"step {step + 1}/{self.total}  loss {loss_text}  {ms}  {tps_text} tok/s",
+            self.console.print(f"step {step + 1}/{self.total}  loss {loss_text}  {ms}  {tps_text}",
                                highlight=False)
 
     def tokens_per_s(self) -> float:
         return self.tokens_per_step * 1e3 / statistics.median(self.recent)
+
+
+class TenthsGate:
+    """The first step reported, then one progress line per tenth of ``total`` steps (the last
+    step included), per run: what a log file gets in place of a redrawn bar. ``gate(key, step)``
+    says whether ``step`` (1-based) is the first or starts a new tenth for ``key``."""
+
+    def __init__(self, total: int):
+        self.total = max(1, total)
+        self.printed: dict[str, int] = {}
+
+    def __call__(self, key: str, step: int) -> bool:
+        tenth = step * 10 // self.total
+        if tenth <= self.printed.get(key, -1):
+            return False
+        self.printed[key] = tenth
+        return True
+
+
+def step_line(label: str, step: int, total: int, loss: float | None, step_ms: float | None) -> str:
+    """'torch bf16 seed 0 rep 0: step 40/200  loss 6.1230  142.0 ms' (1-based step)."""
+    parts = [f"{label}: step {step}/{total}"]
+    if loss is not None:
+        parts.append(f"loss {loss:.4f}")
+    if step_ms is not None:
+        parts.append(f"{step_ms:.1f} ms")
+    return "  ".join(parts)
 
 
 def summary_table(result: dict) -> Table:
@@ -111,8 +139,7 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     fw, ms = result["framework"], timing["step_ms"]
     primary = result["flops"]["primary_accounting"]
     row = result["flops"]["accountings"][primary]
-    native = "native" if precision.get("native") else "emulated"
-    table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {native})")
+    table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {cap.run_label(precision)})")
     table.add_row("device", f"{fw.get('device_name') or fw.get('device')}; attention {fw.get('attention_backend')}; "
                             f"{'compiled' if fw.get('compiled') else 'eager'}")
     table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}; {timing['measured_steps']} measured "
@@ -142,7 +169,8 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     if result.get("eval"):
         last = result["eval"][-1]
         ppl = "n/a" if last["perplexity"] is None else f"{last['perplexity']:.2f}"
-        table.add_row("eval", f"loss {last['loss']:.4f}, perplexity {ppl} after step {last['step']}")
+        # eval records keep the engine's 0-based step; people read steps 1-based, as the bar counts them
+        table.add_row("eval", f"loss {last['loss']:.4f}, perplexity {ppl} after step {last['step'] + 1}")
     for warning in result["flops"].get("warnings") or []:
         table.add_row("note", warning)
 

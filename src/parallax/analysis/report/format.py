@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from parallax.plan import capability as cap
+
 NA = "n/a"
 
 
@@ -55,16 +57,25 @@ def pct(x) -> str:
     return NA if x is None else f"{100 * x:.1f}%"
 
 
+def step(k: int) -> str:
+    """A recorded step as people count it: records (steps.jsonl, evaluations) index steps from 0,
+    the progress bar and every text from 1, so the evaluation after the last of 20 steps reads
+    'step 20'."""
+    return str(int(k) + 1)
+
+
 def seconds(x) -> str:
     return NA if x is None else f"{x:.1f} s"
 
 
 def precision_label(cell: dict) -> str:
-    """The format and recipe as run: 'fp8 te-fp8-delayed', '(emulated)' when not native."""
-    info = cell.get("precision_info") or {}
+    """The format and recipe as run: 'fp8 te-fp8-delayed', with '(emulated)' or '(cpu)' when
+    not native (``plan.capability.run_label``)."""
+    info = cell.get("precision_info")
     recipe = cell.get("recipe") or cell["precision"]
     text = cell["precision"] if recipe == cell["precision"] else f"{cell['precision']} {recipe}"
-    return f"{text} (emulated)" if info.get("native") is False else text
+    label = cap.run_label(info) if info else cap.NATIVE
+    return text if label == cap.NATIVE else f"{text} ({label})"
 
 
 def verdict(entry: dict) -> str:

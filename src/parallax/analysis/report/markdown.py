@@ -9,6 +9,7 @@ from parallax import __version__
 from parallax.analysis.compare import environment_summary
 from parallax.spec.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.analysis.report import format as f
+from parallax.plan import capability as cap
 
 
 def render(record: dict, plots: dict[str, str] | None = None) -> str:
@@ -31,7 +32,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _not_ok(record),
         _baseline(record),
         _problems(record),
-        _plots(plots or {}),
+        _plots(record, plots),
         _method(record),
     ]
     return "\n\n".join(p for p in parts if p) + "\n"
@@ -115,6 +116,15 @@ def _compiled(cfg: dict) -> str:
     return ", ".join(f"{fw} {'yes' if on else 'no'}" for fw, on in compiled.items()) or f.NA
 
 
+def _run_label(record: dict, entry: dict) -> str:
+    """native, emulated or cpu (``plan.capability.run_label``) of the cell a conclusion names."""
+    cell = next((c for c in record["cells"] if (c["framework"], c.get("recipe"), c.get("gpus", 1)) ==
+                 (entry["framework"], entry.get("recipe"), entry.get("gpus", 1))), None)
+    if cell and cell.get("precision_info"):
+        return cap.run_label(cell["precision_info"])
+    return cap.EMULATED if entry.get("native") is False else cap.NATIVE
+
+
 def _conclusions(record: dict) -> str:
     c = record["conclusions"]
     ok = any((cell.get("counts") or {}).get("ok") for cell in record["cells"])
@@ -122,7 +132,8 @@ def _conclusions(record: dict) -> str:
         "- No throughput to compare: the cells' speed was not measured (see the note below)." if ok
         else "- No cell finished with a result."]
     for e in c["fastest"]:
-        label = e["precision"] + (" (emulated)" if e["native"] is False else "") + f.gpus_text(e.get("gpus"))
+        word = _run_label(record, e)
+        label = e["precision"] + ("" if word == cap.NATIVE else f" ({word})") + f.gpus_text(e.get("gpus"))
         stack = f"{e['framework']} {e.get('recipe', '')}".strip()
         if e["runner_up"] is None:
             lines.append(f"- **Fastest at {label}:** {stack}, {f.num(e['tokens_per_s'])} tokens/s "
@@ -138,7 +149,7 @@ def _conclusions(record: dict) -> str:
     for d in c["loss_cost"]:
         lines.append(f"- **Convergence penalty of {d['recipe']} ({d['framework']}{f.gpus_text(d.get('gpus'))}):** "
                      f"validation ΔLoss {f.delta(d['delta_at_best'])} vs {d['baseline']} at bf16's best step "
-                     f"{d['best_step']} ({f.penalty_interval(d, 'best')})")
+                     f"{f.step(d['best_step'])} ({f.penalty_interval(d, 'best')})")
     if record.get("mode") != "convergence" and any(cell.get("final_loss") for cell in record["cells"]):
         lines.append("- Loss: these are throughput runs; their loss is early training, one run per seed and "
                      "repeat, not a convergence penalty, and no conclusion is drawn from it "
@@ -170,12 +181,11 @@ def _stacks(record: dict) -> str:
         fw, p = c.get("framework_info"), c.get("precision_info")
         if not fw:
             continue
-        native = "native" if p.get("native") else "emulated"
         attention = (fw.get("attention_backend") or f.NA) + (" (fell back)" if c.get("attention_fallback") else "")
         rows.append([c["framework"], f.precision_label(c), *_gpus_column(record, c), fw.get("version") or f.NA,
                      c.get("machine") or fw.get("device_name") or fw.get("device") or f.NA, attention,
                      ("yes" if fw.get("compiled") else "no") + (" + CUDA graphs" if fw.get("cuda_graphs") else ""),
-                     f"{p.get('recipe')} ({p.get('backend')}, {native})", c.get("timing_method") or f.NA])
+                     f"{p.get('recipe')} ({p.get('backend')}, {cap.run_label(p)})", c.get("timing_method") or f.NA])
     if not rows:
         return ""
     return "## Stacks\n\n" + table(["Framework", "Precision", *_gpus_column(record), "Version", "Machine",
@@ -324,8 +334,8 @@ def _eval_deltas(record: dict) -> str:
         return ""
     steps = sorted({k for r in rows for k in r["steps"]})
     body = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], str(r["seeds"]),
-             f"{f.delta(r['delta_at_best'])} at step {r['best_step']} ({f.penalty_interval(r, 'best')})",
-             f"{f.delta(r['delta_at_final'])} at step {r['final_step']} ({f.penalty_interval(r, 'final')})",
+             f"{f.delta(r['delta_at_best'])} at step {f.step(r['best_step'])} ({f.penalty_interval(r, 'best')})",
+             f"{f.delta(r['delta_at_final'])} at step {f.step(r['final_step'])} ({f.penalty_interval(r, 'final')})",
              _by_seed(r)]
             + [f.delta(dict(zip(r["steps"], r["delta"])).get(k)) if k in r["steps"] else "–" for k in steps]
             for r in rows]
@@ -338,7 +348,7 @@ def _eval_deltas(record: dict) -> str:
             "bf16's validation loss is lowest and at the last evaluation.")
     return (f"## {title}\n\n"
             + table(["Framework", "Recipe", "Baseline", "Seeds", "At bf16's best step (95% CI over seeds)",
-                     "At the last evaluation", "Each seed at the best step"] + [f"step {k}" for k in steps], body)
+                     "At the last evaluation", "Each seed at the best step"] + [f"step {f.step(k)}" for k in steps], body)
             + "\n\n" + note)
 
 
@@ -465,10 +475,16 @@ PLOT_TITLES = {"loss": "Loss curves", "throughput": "Throughput (95% CI)", "memo
                "scaling": "Scaling with GPUs (95% CI)"}
 
 
-def _plots(plots: dict[str, str]) -> str:
-    if not plots:
+def _plots(record: dict, plots: dict[str, str] | None) -> str:
+    """The plots written, then one line for each left out because it would be an empty frame;
+    nothing where no plots were made (``plots`` None)."""
+    if plots is None:
         return ""
-    return "## Plots\n\n" + "\n\n".join(f"![{PLOT_TITLES.get(k, k)}]({v})" for k, v in plots.items())
+    from parallax.analysis.report.plots import skipped
+
+    shown = [f"![{PLOT_TITLES.get(k, k)}]({v})" for k, v in plots.items()]
+    left_out = [f"- {PLOT_TITLES.get(k, k)}: not plotted, {why}." for k, why in skipped(record).items()]
+    return "## Plots\n\n" + "\n\n".join(shown + (["\n".join(left_out)] if left_out else []))
 
 
 def _method(record: dict) -> str:

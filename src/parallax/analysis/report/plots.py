@@ -11,20 +11,58 @@ from parallax.analysis.report.format import gpus_text, precision_label
 
 
 def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:
-    """Write every plot into ``out_dir``; return {name: path}. ``scaling`` only where the record
-    has a scaling table (cells of more than one GPU count)."""
+    """Write every plot that has something to show into ``out_dir``; return {name: path}. A plot
+    with nothing to show (``skipped``: MFU and memory on the CPU) is not drawn, and an earlier
+    file of it is removed. ``scaling`` only where the record has a scaling table (cells of more
+    than one GPU count)."""
     require_module("matplotlib", "report")
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never open a window
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {}
+    paths, skip = {}, skipped(record)
     for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
-        paths[name] = _save(draw, record, out_dir / f"{name}.png")
+        if name in skip:
+            (out_dir / f"{name}.png").unlink(missing_ok=True)
+        else:
+            paths[name] = _save(draw, record, out_dir / f"{name}.png")
     if record.get("scaling"):
         paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
     return paths
+
+
+def skipped(record: dict) -> dict[str, str]:
+    """{plot name: why it is not drawn} for each plot that would be an empty frame."""
+    reasons = {}
+    if not _loss_cells(record):
+        reasons["loss"] = "no finished runs"
+    if not _throughput_cells(record):
+        shared = any(n.startswith("throughput not measured") for c in record["cells"] for n in c.get("notes") or [])
+        reasons["throughput"] = "throughput not measured: the runs shared the device" if shared else "no finished runs"
+    if not _memory_cells(record):
+        reasons["memory"] = "no peak memory recorded (CPU runs record none)"
+    if not _mfu_cells(record):
+        reasons["mfu"] = "MFU n/a: no known peak for this device (use --peak-tflops)"
+    return reasons
+
+
+def _loss_cells(record: dict) -> list[dict]:
+    return [c for c in record["cells"] if c.get("loss_curve")]
+
+
+def _throughput_cells(record: dict) -> list[dict]:
+    return [c for c in record["cells"] if c.get("tokens_per_s")]
+
+
+def _memory_cells(record: dict) -> list[dict]:
+    return [c for c in record["cells"] if (c.get("memory") or {}).get("peak_reserved_bytes") is not None
+            or (c.get("memory") or {}).get("peak_allocated_bytes") is not None]
+
+
+def _mfu_cells(record: dict) -> list[dict]:
+    return [c for c in record["cells"]
+            if ((c.get("flops") or {}).get(PRIMARY) or {}).get("mfu_precision_peak") is not None]
 
 
 def _save(draw, record: dict, path: Path) -> Path:
@@ -51,19 +89,13 @@ def _empty(ax, text: str) -> None:
 
 
 def _loss(record: dict, ax) -> None:
-    drawn = False
-    for cell in record["cells"]:
-        curve = cell.get("loss_curve")
-        if not curve:
-            continue
+    for cell in _loss_cells(record):
+        curve = cell["loss_curve"]
         line, = ax.plot(curve["step"], [float("nan") if v is None else v for v in curve["loss"]],
                         label=_label(cell), linewidth=1.2)
         ev = cell.get("eval_curve")
         if ev:
             ax.plot(ev["step"], ev["loss"], "o", color=line.get_color(), markersize=4)
-        drawn = True
-    if not drawn:
-        return _empty(ax, "no finished runs")
     ax.set_xlabel("step")
     ax.set_ylabel("training loss (mean over runs; dots: validation)")
     ax.set_title("Loss curves")
@@ -81,10 +113,7 @@ def _bars(ax, cells: list[dict], values: list[float], title: str, ylabel: str, e
 
 
 def _throughput(record: dict, ax) -> None:
-    cells = [c for c in record["cells"] if c.get("tokens_per_s")]
-    if not cells:
-        shared = any(n.startswith("throughput not measured") for c in record["cells"] for n in c.get("notes") or [])
-        return _empty(ax, "throughput not measured: the runs shared the device" if shared else "no finished runs")
+    cells = _throughput_cells(record)
     values = [c["tokens_per_s"]["value"] for c in cells]
     lower = [v - c["tokens_per_s"]["ci"][0] for v, c in zip(values, cells)]
     upper = [c["tokens_per_s"]["ci"][1] - v for v, c in zip(values, cells)]
@@ -92,10 +121,7 @@ def _throughput(record: dict, ax) -> None:
 
 
 def _memory(record: dict, ax) -> None:
-    cells = [c for c in record["cells"] if (c.get("memory") or {}).get("peak_reserved_bytes") is not None
-             or (c.get("memory") or {}).get("peak_allocated_bytes") is not None]
-    if not cells:
-        return _empty(ax, "no peak memory recorded (CPU runs record none)")
+    cells = _memory_cells(record)
     x = range(len(cells))
     for offset, key, name in ((-0.2, "peak_allocated_bytes", "allocated"), (0.2, "peak_reserved_bytes", "reserved")):
         ax.bar([i + offset for i in x], [(c["memory"][key] or 0) / 2**30 for c in cells], width=0.4, label=name)
@@ -107,10 +133,7 @@ def _memory(record: dict, ax) -> None:
 
 
 def _mfu(record: dict, ax) -> None:
-    cells = [c for c in record["cells"]
-             if ((c.get("flops") or {}).get(PRIMARY) or {}).get("mfu_precision_peak") is not None]
-    if not cells:
-        return _empty(ax, "MFU n/a: no known peak for this device (use --peak-tflops)")
+    cells = _mfu_cells(record)
     values = [100 * c["flops"][PRIMARY]["mfu_precision_peak"] for c in cells]
     _bars(ax, cells, values, f"MFU ({PRIMARY} FLOPs, against the precision's dense peak)", "MFU %")
 

@@ -102,8 +102,9 @@ def _penalties(record: dict) -> Table:
         t.add_column(col)
     for r in record["eval_deltas"]:
         t.add_row(f"{r['framework']} {r['recipe']}{f.gpus_text(r.get('gpus'))}", str(r["seeds"]),
-                  f"{f.delta(r['delta_at_best'])} (step {r['best_step']}; {f.penalty_interval(r, 'best')})",
-                  f"{f.delta(r['delta_at_final'])} (step {r['final_step']}; {f.penalty_interval(r, 'final')})")
+                  f"{f.delta(r['delta_at_best'])} (step {f.step(r['best_step'])}; {f.penalty_interval(r, 'best')})",
+                  f"{f.delta(r['delta_at_final'])} (step {f.step(r['final_step'])}; "
+                  f"{f.penalty_interval(r, 'final')})")
     return t
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 
-from parallax.plan import hardware
+from parallax.plan import capability as cap
 from parallax.spec.recipe import Backend
 
 FLAX = Backend("flax", module="flax", extra="jax")
@@ -39,11 +39,11 @@ class JaxHooks:
         that XLA partitions."""
 
     def native(self, platform: str, compute_capability) -> bool:
-        """Native where an NVIDIA GPU has tensor cores for the format. XLA:CPU converts the
-        operands of a bf16 dot to float32 and rounds the result back (seen in the optimized HLO
-        of jax 0.10.2), so a CPU run is emulated: its loss shows the rounding, its speed is not
-        the format's arithmetic."""
-        return platform == "gpu" and self.recipe.format in hardware.native_precisions(compute_capability)
+        """Native where an NVIDIA GPU has tensor cores for the format (``plan.capability``
+        decides it for every engine). XLA:CPU converts the operands of a bf16 dot to float32 and
+        rounds the result back (seen in the optimized HLO of jax 0.10.2): a CPU run's loss shows
+        the rounding, its speed is not the format's arithmetic."""
+        return cap.runs_natively(self.recipe.format, platform, compute_capability)
 
     def details(self) -> dict:
         return {"param_dtype": self.param_dtype, "compute_dtype": self.compute_dtype,

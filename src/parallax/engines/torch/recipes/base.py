@@ -15,6 +15,7 @@ import numpy as np
 
 from parallax.spec.config import ModelConfig
 from parallax.errors import ParallaxError
+from parallax.plan import capability as cap
 
 
 class TorchHooks:
@@ -30,8 +31,11 @@ class TorchHooks:
         of ``run`` (a RunConfig; None where there is no run, e.g. a parity reference)."""
 
     def native(self, torch, device) -> bool:
-        """Whether the recipe's format runs in hardware on ``device``: bf16 as torch says, other
-        formats on a CUDA GPU of at least the format's native compute capability."""
+        """Whether the recipe's format runs in hardware on ``device``: bf16 on a GPU as torch
+        says, other formats on a CUDA GPU of at least the format's native compute capability;
+        never on the CPU (``plan.capability.runs_natively`` decides that for every engine)."""
+        if device.type != "cuda":
+            return cap.runs_natively(self.recipe.format, device.type)
         if self.recipe.format == "bf16":
             return bf16_native(torch, device)
         return device.type == "cuda" and torch.cuda.get_device_capability(device) >= self.recipe.native_min_cc
@@ -105,8 +109,7 @@ def bf16_native(torch, device) -> bool:
             return False
         name = torch.cuda.get_device_name(device)
         raise ParallaxError(f"{name} cannot run bf16 in torch; use a GPU of compute capability 8.0 or newer")
-    # oneDNN runs bf16 matmuls natively only on CPUs with AVX512-BF16/AMX; elsewhere it converts.
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return cap.runs_natively("bf16", device.type)
 
 
 def linear_weights(module, names: tuple[str, ...]) -> list[str]:
