@@ -196,7 +196,7 @@ def test_train_help_shows_the_defaults_of_run_config(capsys):
     text = " ".join(capsys.readouterr().out.split())  # undo the help's line wrapping
     d = RunConfig()
     for option, value in (("--framework", d.framework), ("--precision", d.precision), ("--steps", d.steps),
-                          ("--warmup", d.warmup), ("--seed", d.seed), ("--eval-every", d.eval_every),
+                          ("--warmup", f"{d.warmup}, at most half the steps"), ("--seed", d.seed), ("--eval-every", d.eval_every),
                           ("--eval-batches", d.eval_batches), ("--device", d.device),
                           ("--output-dir", d.output_dir)):
         after = text.split(option, 1)[1]
@@ -322,3 +322,20 @@ def test_cuda_graphs_takes_auto_on_or_off(tmp_path, capsys):
     code = main(["train", *TINY, "--output-dir", str(tmp_path / "run"), "--cuda-graphs", "sometimes"])
     assert code == 2
     assert "Invalid value for '--cuda-graphs': 'sometimes' is not one of 'auto', 'on', 'off'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("steps, warmup", [(10, 5), (3, 1), (40, 20), (200, 20)])
+def test_warmup_defaults_to_what_fits_steps(steps, warmup):
+    assert train_cli.default_warmup(steps) == warmup
+    run, _ = train_cli.build_run({"synthetic": True, "data": None, "hf": False, "no_compile": False,
+                                  "model": "tiny", "steps": steps})
+    assert (run.steps, run.warmup) == (steps, warmup)
+
+
+def test_steps_10_trains_without_warmup(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--steps", "10", "--output-dir", str(out)]) == 0
+    run = results.load_run(out / "run.json")
+    assert (run["config"]["steps"], run["config"]["warmup"]) == (10, 5)
+    assert len(results.load_steps(out)) == 10

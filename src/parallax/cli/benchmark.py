@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from parallax.cli import defaults
+from parallax.cli.train import WARMUP_HELP, default_warmup
 from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
@@ -92,8 +93,8 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--steps", type=int, default=None,
               help=f"Training steps per run, warm-up included.  [default: {DEFAULTS.steps}; "
                    f"{CONVERGENCE_DEFAULTS['steps']} with --convergence]")
-@click.option("--warmup", type=int, default=DEFAULTS.warmup, show_default=True,
-              help="First steps excluded from timing.")
+@click.option("--warmup", type=int, default=None,
+              help="First steps excluded from timing." + WARMUP_HELP)
 @click.option("--synthetic", is_flag=True, help="Synthetic batches (the default): pure compute.")
 @click.option("--hf", is_flag=True, help="Stream TinyStories from HuggingFace.")
 @click.option("--data", type=click.Path(exists=True, dir_okay=True), default=None,
@@ -154,6 +155,7 @@ def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, 
     defaults_of_mode = CONVERGENCE_DEFAULTS if convergence else {"steps": DEFAULTS.steps, "seeds": "0",
                                                                   "eval_every": DEFAULTS.eval_every}
     steps = defaults_of_mode["steps"] if steps is None else steps
+    warmup = default_warmup(steps) if warmup is None else warmup
     seeds = defaults_of_mode["seeds"] if seeds is None else seeds
     eval_every = defaults_of_mode["eval_every"] if eval_every is None else eval_every
     sizes = {k: v for k, v in (("batch_size", batch_size), ("seq_len", seq_len), ("device", device)) if v is not None}

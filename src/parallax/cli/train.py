@@ -48,6 +48,15 @@ def load_config(path: str, options: dict) -> RunConfig:
         raise ParallaxError(f"--config {path} is not a run configuration ({exc}); write it with RunConfig.to_dict") from None
 
 
+def default_warmup(steps: int) -> int:
+    """The warm-up when --warmup is not given: RunConfig's default, but at most half of --steps so
+    that a short run (--steps 10) keeps as many timed steps as warm-up ones."""
+    return min(DEFAULTS.warmup, max(1, steps // 2))
+
+
+WARMUP_HELP = f"  [default: {DEFAULTS.warmup}, at most half the steps]"
+
+
 def build_run(options: dict) -> tuple[RunConfig, str | None]:
     """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
     batch size and sequence length unless given, RunConfig's defaults for the rest; and the
@@ -57,6 +66,8 @@ def build_run(options: dict) -> tuple[RunConfig, str | None]:
         options["compile"] = False
     gpus = options.pop("gpus", None)
     given = {k: v for k, v in options.items() if v is not None}
+    if "warmup" not in given and "steps" in given:
+        given["warmup"] = default_warmup(given["steps"])
     if "recipe" in given and "precision" not in given:
         given["precision"] = None  # the recipe's own format
     run, note = defaults.run_config({**given, **data})
@@ -88,7 +99,7 @@ def _default(field: str) -> str:
 @click.option("--batch-size", type=int, help="Sequences per step." + _shown(defaults.sizes_help("batch_size")))
 @click.option("--seq-len", type=int, help="Tokens per sequence." + _shown(defaults.sizes_help("seq_len")))
 @click.option("--steps", type=int, help="Optimizer steps in all, warmup included." + _default("steps"))
-@click.option("--warmup", type=int, help="First steps left out of the throughput statistics." + _default("warmup"))
+@click.option("--warmup", type=int, help="First steps left out of the throughput statistics." + WARMUP_HELP)
 @click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches." + _default("seed"))
 @click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
 @click.option("--data", metavar="PATH",

@@ -68,12 +68,22 @@ LOG_FILE = "run.log"
 CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus")
 
 
+def _default_file_mode() -> int:
+    """The mode ``open()`` would give a new file: 0666 less the process umask (0644 under umask 022)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
+
+    ``mkstemp`` creates its file 0600; it is given the mode a plain ``open()`` would, so results stay shareable."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, _default_file_mode())
         with os.fdopen(fd, "w") as f:
             f.write(text)
             f.flush()
