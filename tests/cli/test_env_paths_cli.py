@@ -1,5 +1,6 @@
-"""Paths from the environment that cannot be used are one line and exit 2, naming the variable
-to set: the cache root (PARALLAX_CACHE_DIR, XDG_CACHE_HOME, HOME) and PARALLAX_PROGRESS_JSONL."""
+"""Paths that cannot be used are one line and exit 2, naming the variable or option
+to set: the cache root (PARALLAX_CACHE_DIR, XDG_CACHE_HOME, HOME), PARALLAX_PROGRESS_JSONL and
+``data prepare --out``."""
 
 from __future__ import annotations
 
@@ -54,3 +55,9 @@ def test_an_unwritable_progress_file_is_one_line(corpus, monkeypatch, capsys):
     assert one_error_line(capsys) == (
         f"parallax: error: PARALLAX_PROGRESS_JSONL={corpus}/a_file/p.jsonl: Not a directory; "
         "point it at a writable file or unset it")
+
+
+def test_data_prepare_into_an_unwritable_out_is_one_line(corpus, capsys):
+    assert main(["data", "prepare", "t.txt", "--out", "a_file/prepared"]) == 2
+    assert one_error_line(capsys) == ("parallax: error: output directory 'a_file/prepared' is not writable "
+                                      "(Not a directory); pass --out with a writable path")
