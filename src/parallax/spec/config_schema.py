@@ -17,7 +17,7 @@ import typing
 
 from parallax.errors import ParallaxError
 
-# field -> (lowest, lowest allowed itself?) ; None for no bound. "optim.x" for OptimConfig's.
+# field -> (lowest, lowest allowed itself?); a field not named has no bound. "optim.x": OptimConfig's.
 RANGES: dict[str, tuple[float, bool]] = {
     "batch_size": (1, True), "seq_len": (2, True), "steps": (1, True), "warmup": (0, True),
     "eval_every": (0, True), "eval_batches": (1, True), "epochs": (0, False), "gpus": (1, True),
@@ -26,8 +26,8 @@ RANGES: dict[str, tuple[float, bool]] = {
     "optim.beta2": (0, True), "optim.eps": (0, False), "optim.weight_decay": (0, True),
     "optim.grad_clip": (0, False), "optim.lr_warmup_steps": (0, True),
 }
-# Below one (exclusive) as well: Adam's betas and the floor of the cosine decay.
-BELOW_ONE = ("optim.beta1", "optim.beta2", "optim.min_lr_ratio")
+# Below one (exclusive) as well: Adam's betas.
+BELOW_ONE = ("optim.beta1", "optim.beta2")
 REQUIRED = ("framework", "precision", "model")
 
 _KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
