@@ -149,12 +149,14 @@ def test_library_search_dirs_puts_the_environment_first(tmp_path, monkeypatch):
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
     second.mkdir()
-    missing = tmp_path / "missing"
-    monkeypatch.setenv(gpu.LIB_DIRS_ENV, f"{second}:{missing}:{first}:{second}")
+    monkeypatch.setenv(gpu.LIB_DIRS_ENV, f"{second}:{first}:{second}")
     dirs = gpu.library_search_dirs()
     assert dirs[:2] == [str(second), str(first)]
-    assert str(missing) not in dirs
     assert len(dirs) == len(set(dirs))
+    missing = tmp_path / "missing"  # a typo is named, not skipped unseen
+    monkeypatch.setenv(gpu.LIB_DIRS_ENV, f"{second}:{missing}")
+    with pytest.raises(ParallaxError, match=f"PARALLAX_CUDA_LIB_DIRS: '{missing}' is not a folder"):
+        gpu.library_search_dirs()
 
 
 def test_library_search_dirs_finds_pip_nvidia_packages(tmp_path, monkeypatch):

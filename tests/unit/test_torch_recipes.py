@@ -124,7 +124,8 @@ def test_te_on_the_cpu_is_one_line_through_the_cli(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0] == ("parallax: error: recipe 'te-fp8-delayed' needs an NVIDIA GPU of compute capability "
-                        "8.9+; this run is on the CPU (pick a bf16 recipe, or run on a GPU)")
+                        "8.9+; this run is on the CPU (fp8 recipes that run on the CPU: torchao-fp8-tensorwise, "
+                        "torchao-fp8-rowwise; or run on a GPU)")
     assert not (tmp_path / "run" / "run.json").exists()
 
 

@@ -31,6 +31,7 @@ def crossover(results_dirs: list[Path], n_boot: int, level: float, cross_machine
     rows = [row for record, model, d in zip(records, models, results_dirs)
             for row in speedup_rows(record, model, str(d))]
     _refuse_twice_measured(rows)
+    _refuse_nothing_to_compare(rows, records, results_dirs)
     rows.sort(key=lambda r: (r["framework"], r["recipe"], r["gpus"], r["parameters"], r["baseline"]))
     return {"schema": SCHEMA, "level": level, "results_dirs": [str(d) for d in results_dirs],
             "models": sorted(({"model": m, "parameters": get_preset(m).param_count()} for m in set(models)),
@@ -60,6 +61,17 @@ def _refuse_twice_measured(rows: list[dict]) -> None:
             raise ParallaxError(
                 f"{row['model']}: {row['framework']} {row['recipe']} over {row['baseline']} is in both {first} and "
                 f"{row['results_dir']}; give each speedup's cells in one folder")
+
+
+def _refuse_nothing_to_compare(rows: list[dict], records: list[dict], results_dirs: list[Path]) -> None:
+    """No speedup in any folder would be an empty table and an empty plot: say why instead."""
+    if rows:
+        return
+    problems = [p for r in records for p in r["problems"]]
+    why = f"first problem: {problems[0]}" if problems else (
+        "each holds no low-precision recipe beside its framework's bf16; benchmark both, e.g. "
+        "parallax benchmark --precisions bf16,fp8")
+    raise ParallaxError(f"no speedup over bf16 to line up in {', '.join(map(str, results_dirs))}; {why}")
 
 
 def _model_of(record: dict, results_dir: Path) -> str:

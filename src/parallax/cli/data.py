@@ -43,11 +43,14 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
     .parquet, or directories of them) into uint16 token files. Re-running with the same inputs
     does nothing."""
     from parallax.data.prepare import prepare
+    from parallax.store.results import writable_output_dir
 
     options = DataConfig(vocab_size=vocab_size, text_field=text_field, valid=tuple(valid),
                          valid_fraction=valid_fraction, tokenizer=tokenizer,
                          tokenizer_sample_mb=tokenizer_sample_mb, hf=hf, hf_train_split=hf_train_split,
                          hf_valid_split=hf_valid_split)
+
+    writable_output_dir(out, "--out")  # before reading or tokenizing anything
 
     def log(message: str) -> None:
         if not quiet:

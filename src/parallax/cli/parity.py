@@ -25,6 +25,12 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
 
     Exits 1 when a gated (float32) quantity is out of tolerance; bfloat16 rows are report-only.
     """
+    if device == "gpu":  # the engines' own advice names train's --device values, not parity's
+        from parallax.errors import ParallaxError
+        from parallax.plan import machine
+
+        if not machine.devices():
+            raise ParallaxError("--device gpu: no NVIDIA GPU found on this machine; use --device cpu")
     if json_path is not None:  # before the run, not after it
         from parallax.store.results import writable_report
 

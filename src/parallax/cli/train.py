@@ -37,15 +37,21 @@ def load_config(path: str, options: dict) -> RunConfig:
     """The RunConfig in ``path`` (what the benchmark runner hands each cell)."""
     import json
 
+    from parallax.spec import config_schema
+
     given = [k for k, v in options.items() if v not in (None, False)]
     if given:
         raise ParallaxError(f"--config carries the whole run; drop --{given[0].replace('_', '-')}")
     try:
-        return RunConfig.from_dict(json.loads(open(path).read()))
+        data = json.loads(open(path).read())
     except OSError as exc:
         raise ParallaxError(f"--config {path}: {exc.strerror}; pass an existing file") from None
-    except (ValueError, TypeError) as exc:
-        raise ParallaxError(f"--config {path} is not a run configuration ({exc}); write it with RunConfig.to_dict") from None
+    except ValueError as exc:
+        raise ParallaxError(f"--config {path} is not JSON ({exc}); write it with RunConfig.to_dict") from None
+    try:
+        return RunConfig.from_dict(data, required=config_schema.REQUIRED)
+    except ParallaxError as exc:
+        raise ParallaxError(f"--config {path}: {exc}") from None
 
 
 def default_warmup(steps: int) -> int:

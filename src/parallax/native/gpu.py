@@ -46,6 +46,17 @@ def _native():
 # ---- where the GPU libraries are ------------------------------------------------------------
 
 
+def given_lib_dirs() -> list[str]:
+    """$PARALLAX_CUDA_LIB_DIRS's folders; a one-line ParallaxError for an entry that is not an
+    existing folder (a typo would otherwise pass unseen, the libraries found elsewhere)."""
+    given = [d for d in os.environ.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
+    bad = next((d for d in given if not os.path.isdir(d)), None)
+    if bad is not None:
+        raise ParallaxError(f"{LIB_DIRS_ENV}: '{bad}' is not a folder; list existing folders separated by "
+                            f"'{os.pathsep}', or unset it")
+    return given
+
+
 def library_search_dirs() -> list[str]:
     """Existing directories to search for libcuda, NVML and cuBLASLt, first match wins.
 
@@ -54,7 +65,7 @@ def library_search_dirs() -> list[str]:
     ``nvidia/cu12/lib`` before the per-library folders), ``torch/lib``, ``$CUDA_HOME/lib64``,
     ``/usr/local/cuda/lib64``. The system loader path is searched after all of these.
     """
-    candidates = [d for d in os.environ.get(LIB_DIRS_ENV, "").split(os.pathsep) if d]
+    candidates = given_lib_dirs()
     candidates += nvidia_package_lib_dirs()
     torch_dir = _package_dir("torch")
     if torch_dir is not None:

@@ -220,6 +220,18 @@ def _instead(recipe: Recipe, compute_capability) -> str | None:
     return f"use --recipe {other.name}: what --precision {recipe.format} picks here" if fits else None
 
 
+def _on_the_cpu(recipe: Recipe) -> str:
+    """The recipes of ``recipe``'s format that do run on the CPU: its framework's, else any."""
+    runs = [r for r in registry.recipes() if r.format == recipe.format and r.cpu and r.implemented]
+    own = [r.name for r in runs if r.framework == recipe.framework]
+    if own:
+        return f"{recipe.format} recipes that run on the CPU: {', '.join(own)}; or run on a GPU"
+    if runs:
+        return (f"{recipe.format} on the CPU runs with another framework: "
+                f"{', '.join(f'--framework {r.framework} --recipe {r.name}' for r in runs)}; or run on a GPU")
+    return f"no {recipe.format} recipe runs on the CPU; pick a bf16 recipe, or run on a GPU"
+
+
 def require(recipe: Recipe, platform: str, compute_capability=None, device_name: str = "") -> None:
     """Raise a one-line ParallaxError, before any GPU work, when ``recipe`` cannot run on the
     device an engine resolved (``platform`` "gpu"/"cuda" or "cpu"): a planned recipe, a missing
@@ -231,7 +243,7 @@ def require(recipe: Recipe, platform: str, compute_capability=None, device_name:
     if platform == "cpu" and not recipe.cpu:
         need = ".".join(map(str, recipe.min_cc or recipe.native_min_cc))
         raise ParallaxError(f"recipe '{recipe.name}' needs an NVIDIA GPU of compute capability {need}+; "
-                            f"this run is on the CPU ({_instead(recipe, None) or 'pick a bf16 recipe, or run on a GPU'})")
+                            f"this run is on the CPU ({_instead(recipe, None) or _on_the_cpu(recipe)})")
     have = hardware.cc_tuple(compute_capability)
     if platform != "cpu" and recipe.min_cc and have is not None and have < recipe.min_cc:
         need = ".".join(map(str, recipe.min_cc))

@@ -14,6 +14,7 @@ import socket
 import sys
 
 from parallax import __version__
+from parallax.errors import ParallaxError
 from parallax.store.timestamps import utc_now  # noqa: F401 (envinfo.utc_now, as before)
 
 # Distribution names (importlib.metadata normalises '-' and '_').
@@ -86,6 +87,8 @@ def probe_gpus() -> dict:
         from parallax.native import gpu
 
         return gpu.probe()
+    except ParallaxError:  # a bad setting of the user's (PARALLAX_CUDA_LIB_DIRS): say so, not "no GPU"
+        raise
     except Exception as exc:  # a broken native module must not stop check-env from reporting it
         return no_gpu_probe(f"GPU probe failed: {type(exc).__name__}: {exc}")
 

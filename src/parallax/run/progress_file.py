@@ -18,6 +18,8 @@ import os
 import time
 from pathlib import Path
 
+from parallax.errors import ParallaxError
+
 ENV_VAR = "PARALLAX_PROGRESS_JSONL"
 
 
@@ -79,9 +81,15 @@ class Tee:
 
 
 def from_env() -> ProgressFile | None:
-    """The ProgressFile named by ``PARALLAX_PROGRESS_JSONL``, or None when it is unset."""
+    """The ProgressFile named by ``PARALLAX_PROGRESS_JSONL``, or None when it is unset; a
+    one-line ParallaxError when it cannot be opened for appending."""
     path = os.environ.get(ENV_VAR)
-    return ProgressFile(path) if path else None
+    if not path:
+        return None
+    try:
+        return ProgressFile(path)
+    except OSError as exc:
+        raise ParallaxError(f"{ENV_VAR}={path}: {exc.strerror}; point it at a writable file or unset it") from None
 
 
 def attach(progress):

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from parallax.errors import ParallaxError
+from parallax.spec import config_schema
 from parallax.spec.recipe import FORMATS as PRECISIONS
 from parallax.spec.recipe import FRAMEWORKS
 
@@ -242,10 +243,11 @@ class RunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "RunConfig":
-        data = dict(data)
-        data["optim"] = OptimConfig(**data.get("optim", {}))
-        return cls(**data)
+    def from_dict(cls, data: dict, required: tuple[str, ...] = ()) -> "RunConfig":
+        """The run of a configuration file's ``data``, its fields' types and ranges checked
+        (``spec/config_schema.py``): a one-line ParallaxError for the first bad field, or for a
+        field of ``required`` missing."""
+        return cls(**config_schema.check(cls, data, required))
 
     def validate(self, timed: bool = True, compute_capability: str | None = None) -> "RunConfig":
         """Raise ParallaxError for the first bad field; return the run with its recipe named
