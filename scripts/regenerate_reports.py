@@ -118,8 +118,9 @@ def main(results: Path) -> int:
                     rebuild(top, source, outs[name], extra)
             files = report_files(report.parent, kind)
             committed = [f for f in files if normalised(outs["plain"] / f) != normalised(report.parent / f)]
+            # a plot with nothing to show is left out of both rebuilds (its committed copy is older)
             changed = [f for f in files if normalised(outs["packed"] / f) != normalised(outs["plain"] / f)
-                       or normalised(outs["plain"] / f) is None]
+                       or (normalised(outs["plain"] / f) is None and not f.startswith("plots/"))]
             broken += bool(changed)
             rows.append(f"| {rel} | {' '.join([kind, *extra])} | {'identical' if not committed else 'differs: ' + ', '.join(committed)} "
                         f"| {'identical' if not changed else 'DIFFERS: ' + ', '.join(changed)} |")
