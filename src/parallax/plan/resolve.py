@@ -1,8 +1,9 @@
 """A spec becomes a plan here, once per process: ``resolve(run)`` checks ``--gpus`` against this
-machine (``world.resolve_gpus``), validates the run, and names its recipe — the format's default
-on the GPU that ``run.device`` names where that default depends on the GPU (torch nvfp4), which
-is the only reason the GPU's capability is asked. What comes out, a ``RunPlan``, is what the
-driver, the launcher and the engines read; none of them looks the recipe up again."""
+machine (``world.resolve_gpus``), names the run's recipe — the format's default on the GPU that
+``run.device`` names where that default depends on the GPU (torch nvfp4), which is the only
+reason the GPU's capability is asked — and validates the run. What comes out, a ``RunPlan``, is
+what the driver (its MFU peak too), the launcher (its failure record too), ``export-configs``
+and the engines read; none of them looks the recipe up again."""
 
 from __future__ import annotations
 
@@ -32,15 +33,15 @@ def resolve(run: RunConfig, timed: bool = True, asked_device: str | None = None)
     asked for (default: ``run.device``): ``--model auto`` on a machine without a GPU runs on
     the CPU, but its ``--gpus 3`` stays a count of GPUs, never three CPU ranks."""
     run = run.replace(gpus=world.resolve_gpus(run.gpus, asked_device or run.device))
-    run = run.validate(timed, default_capability(run))
-    return RunPlan(run=run, recipe=registry.get(run.framework, run.recipe))
+    recipe = registry.resolve(run.framework, run.precision, run.recipe, default_capability(run))
+    return RunPlan(run=run.validate(timed, recipe), recipe=recipe)
 
 
 def planned(run: RunConfig) -> RunPlan:
     """The plan of a run that is already resolved or built by hand (tests, scripts): its recipe
     looked up by name, the format's default where none is named; no machine asked, nothing
     checked."""
-    return RunPlan(run=run, recipe=run.recipe_spec)
+    return RunPlan(run=run, recipe=registry.resolve(run.framework, run.precision, run.recipe))
 
 
 def default_capability(run: RunConfig) -> str | None:

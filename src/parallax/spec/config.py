@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from parallax.errors import ParallaxError
 from parallax.spec import config_schema
 from parallax.spec.recipe import FORMATS as PRECISIONS
-from parallax.spec.recipe import FRAMEWORKS
+from parallax.spec.recipe import FRAMEWORKS, Recipe
 
 
 @dataclass(frozen=True)
@@ -249,16 +249,18 @@ class RunConfig:
         field of ``required`` missing."""
         return cls(**config_schema.check(cls, data, required))
 
-    def validate(self, timed: bool = True, compute_capability: str | None = None) -> "RunConfig":
+    def validate(self, timed: bool = True, recipe: Recipe | None = None) -> "RunConfig":
         """Raise ParallaxError for the first bad field; return the run with its recipe named
-        (``precision`` the recipe's format) when all are good: the format's default recipe on a
-        GPU of ``compute_capability`` (None: no GPU or not known; ``plan.resolve`` passes the
-        machine's). ``timed``: the run's step times are measured, so its first step, which
-        compiles (torch.compile, XLA), must be a warmup step. ``parallax parity`` times nothing.
-        ``gpus`` is checked against the machine by ``plan.world.resolve_gpus``, not here."""
+        (``precision`` the recipe's format) when all are good. ``recipe``: the run's recipe,
+        where the caller looked it up (``plan.resolve``, with the machine's GPU choosing a
+        default); None: looked up here, the format's default where no GPU chooses. ``timed``:
+        the run's step times are measured, so its first step, which compiles (torch.compile,
+        XLA), must be a warmup step. ``parallax parity`` times nothing. ``gpus`` is checked
+        against the machine by ``plan.world.resolve_gpus``, not here."""
         from parallax.spec import registry
 
-        recipe = registry.resolve(self.framework, self.precision, self.recipe, compute_capability)
+        if recipe is None:
+            recipe = registry.resolve(self.framework, self.precision, self.recipe)
         model = get_preset(self.model)
         for name in ("batch_size", "seq_len", "steps"):
             if getattr(self, name) <= 0:
