@@ -33,7 +33,7 @@ def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:
 
 
 def parsed(run: RunConfig, tuning: str | None = None) -> dict:
-    spec = run.recipe_spec
+    spec = registry.get("maxtext", run.recipe)
     tuning = tuning or mt.recipe_tuning(spec)
     sections = mt.sections(run, spec, tuning)
     return yaml.safe_load(mt.render(sections, mt.header(run, spec, mt.file_name(run, spec), tuning)))
@@ -148,7 +148,7 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
 
 def test_the_initial_weights_section_names_the_checkpoint_and_the_seed():
     run = run_of("bf16", seed=3)
-    spec = run.recipe_spec
+    spec = registry.get("maxtext", run.recipe)
     text = mt.render(mt.sections(run, spec, weights=mt.weights_keys(Path("/runs/r/maxtext/initial_weights"))),
                      mt.header(run, spec, mt.file_name(run, spec), "tuned"))
     assert ("# initial weights: parallax.engines.weights.init_weights(llama-100m, seed 3)\n"
@@ -177,7 +177,7 @@ def test_a_key_base_yml_lacks_is_one_line_naming_it(tmp_path):
 
 def test_the_header_says_what_it_needs_and_how_to_run_it():
     run = run_of("te_nvfp4")
-    spec = run.recipe_spec
+    spec = registry.get("maxtext", run.recipe)
     text = mt.render(mt.sections(run, spec), mt.header(run, spec, mt.file_name(run, spec), "tuned"))
     assert mt.file_name(run, spec) == "maxtext-llama-100m-te_nvfp4.yml"
     assert "# Hardware: one NVIDIA GPU of compute capability 10.0+ (nvfp4)." in text
@@ -185,7 +185,7 @@ def test_the_header_says_what_it_needs_and_how_to_run_it():
     assert ("#   DECOUPLE_GCLOUD=TRUE python3 -m maxtext.trainers.pre_train.train "
             "maxtext-llama-100m-te_nvfp4.yml \\") in text
     fp8 = run_of("fp8")
-    spec = fp8.recipe_spec
+    spec = registry.get("maxtext", fp8.recipe)
     assert "compute capability 8.9+ (fp8)" in mt.render(mt.sections(fp8, spec), mt.header(fp8, spec, "f.yml", "tuned"))
 
 

@@ -83,6 +83,7 @@ def test_the_failure_line_is_the_exception_not_jaxs_note(tail, line):
                                               (None, None)])  # --precision nvfp4 alone: its default, te_nvfp4
 def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, tmp_path, monkeypatch):
     """TE's primitives have no CPU lowering, and the te_* modes' concrete init runs TE's quantize."""
+    from parallax.plan.resolve import planned
     from parallax.spec.config import RunConfig
     seen = {}
 
@@ -95,7 +96,7 @@ def test_initial_weights_run_on_the_cpu_except_for_tes_modes(recipe, platform, t
     run = RunConfig(framework="maxtext", precision=fmt, recipe=recipe, model="tiny")
     given = {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "3"}
     (tmp_path / "maxtext").mkdir()
-    parameters = launch.write_initial_weights(run, run.recipe_spec, tmp_path / "c.yml", launch.Layout(tmp_path),
+    parameters = launch.write_initial_weights(run, planned(run).recipe, tmp_path / "c.yml", launch.Layout(tmp_path),
                                               tmp_path / "w", given)
     assert parameters == 7 and seen["command"][-2:] == ["tiny", "0"]
     assert seen["env"].get("JAX_PLATFORMS") == platform and seen["env"]["CUDA_VISIBLE_DEVICES"] == "3"

@@ -14,6 +14,7 @@ import pytest
 
 from parallax.spec import flops
 from parallax.native import gpu
+from parallax.plan.resolve import RunPlan
 from parallax.run import train
 from parallax.spec.config import RunConfig
 from parallax.engines.base import EngineOutput
@@ -39,14 +40,15 @@ def cached_ceilings(tmp_path, monkeypatch):
 def record(framework: str, recipe: str, device: dict, mfu: float) -> dict:
     """run.json's ``flops`` for a run of ``recipe`` on ``device`` whose tokens/s give an MFU of
     exactly ``mfu`` against a peak of 1000 TFLOP/s."""
-    fmt = registry.get(framework, recipe).format
-    run = RunConfig(model="tiny", framework=framework, precision=fmt, recipe=recipe, batch_size=2, seq_len=SEQ,
-                    device="cuda:0")
+    spec = registry.get(framework, recipe)
+    run = RunConfig(model="tiny", framework=framework, precision=spec.format, recipe=recipe, batch_size=2,
+                    seq_len=SEQ, device="cuda:0")
+    fmt = spec.format
     out = EngineOutput(steps=[], precision=PrecisionInfo(fmt, "fake", recipe, True),
                        framework={"name": framework, "device": "cuda:0", "device_uuid": device["uuid"]},
                        timing_method="fake", compile_s=None)
     tokens_per_s = mfu * 1000e12 / FLOPS_PER_TOKEN  # 1000 TFLOP/s achieved at mfu == 1
-    return train.flops_record(run, out, {"gpus": [device]}, tokens_per_s)
+    return train.flops_record(RunPlan(run=run, recipe=spec), out, {"gpus": [device]}, tokens_per_s)
 
 
 # (framework, recipe, GPU, its precision peak, bf16 peak, measured ceiling)

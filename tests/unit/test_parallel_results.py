@@ -51,7 +51,7 @@ def two_gpu_run(tmp_path, **changes) -> RunConfig:
 def summarize(run, engine) -> dict:
     out = engine.train(run, engine.check(planned(run)), None, None)
     env = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0", "uuid": None}]}
-    return train.summarize(run, out, env, {"source": "fake"}, "t0"), train.step_rows(run, out)
+    return train.summarize(planned(run), out, env, {"source": "fake"}, "t0"), train.step_rows(run, out)
 
 
 def test_each_step_is_the_slowest_ranks_and_throughput_is_global_and_per_gpu(tmp_path):
@@ -122,7 +122,7 @@ def test_a_rank_refusing_the_run_is_bad_input_and_nothing_is_written(tmp_path):
     ranks.mkdir()
     (ranks / "rank-0.json").write_text('{"rank": 0, "type": "ParallaxError", "message": "no such GPU", "time_unix": 1}')
     with pytest.raises(ParallaxError, match="no such GPU"):
-        distributed.write_launch_failure(two_gpu_run(tmp_path), tmp_path, ranks, {0: {"exitcode": 2}}, "t", 1.0)
+        distributed.write_launch_failure(planned(two_gpu_run(tmp_path)), tmp_path, ranks, {0: {"exitcode": 2}}, "t", 1.0)
     assert not (tmp_path / "run.json").exists()
 
 

@@ -149,6 +149,7 @@ def test_a_rank_that_raises_fails_the_run_with_its_error_and_leaves_nothing_runn
     assert "RuntimeError: planted failure (PARALLAX_TEST_FAULT) in rank 1 at step 2" in result["error"]
     assert "then rank 0 failed too" in result["error"] or "rank 0 reported no error" in result["error"]
     assert result["parallel"]["failed_rank"] == 1 and "planted failure" in result["traceback"]
+    assert result["recipe"]["name"] == "bf16"  # the launcher's RunPlan's
     failures = {f["rank"]: f for f in result["parallel"]["rank_failures"]}
     assert failures[1]["exitcode"] == 1 and failures[1]["step"] == 2
     assert "rank 1 of 2" in proc.stdout  # the launcher's summary names it
@@ -227,5 +228,6 @@ def test_ranks_started_by_an_outer_torchrun_train_and_the_first_failure_writes_t
         assert result["status"] == "failed" and result["error"].startswith("rank 1 of 2 (")
         assert "planted failure" in result["error"]
         assert result["parallel"]["launcher"] == "torch.distributed.run (outer)"
+        assert result["recipe"]["name"] == "bf16"  # the failing rank's RunPlan's
         assert (out / "ranks" / "rank-1.json").exists()
     assert leftovers(str(out)) == []

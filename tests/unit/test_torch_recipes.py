@@ -447,9 +447,9 @@ def test_a_plan_with_cuda_graphs_captures_the_blocks_and_training_replays_them(s
     recorder = GraphRecorder()
     stand_in_te.make_graphed_callables = getattr(recorder, version)()
     run = tiny_run(recipe=name, precision=None, steps=3, eval_every=2, eval_batches=1).validate()
-    cpu = torch.device("cpu")
-    precision = for_recipe(torch, run.recipe_spec, cpu, run)
-    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math", cuda_graphs=True,
+    cpu, recipe = torch.device("cpu"), registry.get("torch", name)
+    precision = for_recipe(torch, recipe, cpu, run)
+    plan = Plan(recipe=recipe, precision=precision.info, device="cpu", attention="math", cuda_graphs=True,
                 handles={"device": cpu, "precision": precision, "attention": "MATH"})
     batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
     out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())
@@ -487,9 +487,9 @@ def test_without_cuda_graphs_nothing_is_captured_and_it_is_recorded_off(stand_in
     recorder = GraphRecorder()
     stand_in_te.make_graphed_callables = recorder.current()
     run = tiny_run(recipe="te-fp8-delayed", precision=None, steps=2).validate()
-    cpu = torch.device("cpu")
-    precision = for_recipe(torch, run.recipe_spec, cpu, run)
-    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math",
+    cpu, recipe = torch.device("cpu"), registry.get("torch", "te-fp8-delayed")
+    precision = for_recipe(torch, recipe, cpu, run)
+    plan = Plan(recipe=recipe, precision=precision.info, device="cpu", attention="math",
                 handles={"device": cpu, "precision": precision, "attention": "MATH"})
     batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
     out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())

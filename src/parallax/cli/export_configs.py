@@ -14,11 +14,14 @@ import click
 
 from parallax.spec.config import GPU_MODEL, PRESET_SIZES, PRESETS, RunConfig, get_preset
 from parallax.errors import ParallaxError
+from parallax.plan.resolve import RunPlan, resolve
 
 DEFAULTS = RunConfig()
 
 
-def build_runs(model: str, recipes: str, batch_size, seq_len, steps, seed) -> list[RunConfig]:
+def build_plans(model: str, recipes: str, batch_size, seq_len, steps, seed) -> list[RunPlan]:
+    """The plan (``plan.resolve``) of one run per maxtext recipe that ``recipes`` selects: what
+    ``export`` writes reads the recipe from it."""
     from parallax.spec import registry
 
     get_preset(model)
@@ -26,25 +29,25 @@ def build_runs(model: str, recipes: str, batch_size, seq_len, steps, seed) -> li
     chosen = registry.select(("maxtext",), selectors)
     sizes = {"batch_size": batch_size, "seq_len": seq_len}
     given = {k: v for k, v in {**sizes, "steps": steps, "seed": seed}.items() if v is not None}
-    runs = []
+    plans = []
     for recipe in chosen:
         base = RunConfig.for_preset(model, **given) if model in PRESET_SIZES else RunConfig(model=model, **given)
         # No measurement warm-up: it is Parallax's statistics, not a MaxText key, so no file
         # could say it; any --steps >= 1 is a run MaxText can do.
         run = base.replace(framework="maxtext", precision=recipe.format, recipe=recipe.name, warmup=0)
-        runs.append(run.validate(timed=False))
-    return runs
+        plans.append(resolve(run, timed=False))
+    return plans
 
 
-def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml: Path | None) -> list[Path]:
+def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml: Path | None) -> list[Path]:
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
     from parallax.store.results import writable_output_dir
 
     rendered = []
-    for run in runs:
-        recipe = run.recipe_spec
+    for plan in plans:
+        run, recipe = plan.run, plan.recipe
         chosen = tuning or mt.recipe_tuning(recipe)
         sections = mt.sections(run, recipe, chosen)
         if base_yml is not None:
@@ -79,11 +82,11 @@ def command(output_dir, model, recipes, batch_size, seq_len, steps, seed, tuning
     """Write MaxText YAML configs of our model, one per maxtext recipe."""
     from parallax.engines.maxtext import config as mt
 
-    runs = build_runs(model, recipes, batch_size, seq_len, steps, seed)
+    plans = build_plans(model, recipes, batch_size, seq_len, steps, seed)
     if base_yml is not None and not Path(base_yml).is_file():
         raise ParallaxError(f"--base-yml {base_yml}: no such file")
     check = Path(base_yml) if base_yml else mt.installed_base_yml()
-    paths = export(runs, Path(output_dir), tuning, check)
+    paths = export(plans, Path(output_dir), tuning, check)
     for path in paths:
         click.echo(str(path))
     checked = f"keys checked against {check}" if check else "keys not checked: MaxText is not installed here"

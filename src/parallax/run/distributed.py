@@ -127,7 +127,7 @@ def launch(plan) -> dict:
         except ParallaxError:
             pass
         failures = {0: {"exitcode": 0, "signal": None, "message": "exited 0 without writing an ok run.json"}}
-    return write_launch_failure(run, run_dir, ranks_dir, failures, started, time.monotonic() - t0)
+    return write_launch_failure(plan, run_dir, ranks_dir, failures, started, time.monotonic() - t0)
 
 
 def _run_torchrun(nproc: int, ranks_dir: Path, command: list[str]) -> dict | None:
@@ -231,14 +231,16 @@ def root_cause(errors: dict[int, dict], failures: dict[int, dict]) -> tuple[int,
     return rank, silent(failures[rank])
 
 
-def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, started: str,
+def write_launch_failure(plan, run_dir: Path, ranks_dir: Path, failures: dict, started: str,
                          elapsed_s: float, launcher: dict | None = None) -> dict:
-    """The launcher's run.json of a run whose ranks did not all succeed (status failed or oom),
-    or a ParallaxError when the first failure was bad input (nothing written)."""
+    """The launcher's run.json of ``plan`` (a RunPlan) when its ranks did not all succeed
+    (status failed or oom), or a ParallaxError when the first failure was bad input (nothing
+    written)."""
     from parallax.store.results import write_run
     from parallax.plan import machine
     from parallax.store.results import model_record
 
+    run = plan.run
     errors = rank_errors(ranks_dir)
     rank, cause = root_cause(errors, failures)
     if cause.get("type") == "ParallaxError":
@@ -254,7 +256,7 @@ def write_launch_failure(run, run_dir: Path, ranks_dir: Path, failures: dict, st
         "traceback": cause.get("traceback", ""),
         "config": run.to_dict(),
         "model": model_record(run),
-        "recipe": run.recipe_spec.to_dict(),
+        "recipe": plan.recipe.to_dict(),
         "environment": machine.environment(),
         "parallel": {**launch_record(run), **(launcher or {}), "failed_rank": rank,
                      "rank_failures": [{"rank": r, **_failure_summary(errors.get(r), failures.get(r))}
@@ -333,11 +335,12 @@ def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None,
         print(f"parallax: rank {rank.rank}: cannot write {path}: {err}", file=sys.stderr)
 
 
-def outer_failure(run, rank: RankInfo, exc: BaseException, step: int | None = None) -> None:
+def outer_failure(plan, rank: RankInfo, exc: BaseException, step: int | None = None) -> None:
     """A rank started by an outer torchrun (several hosts, a hand-started launch): no launcher
     of ours waits for the ranks, so the rank that fails first writes the run's run.json (the
     folder shared by the hosts), as the launcher would from what the ranks recorded by then;
     later failures (the peers that lost it) only add their records."""
+    run = plan.run
     ranks_dir = Path(run.output_dir) / RANKS_DIR
     try:
         ranks_dir.mkdir(parents=True, exist_ok=True)
@@ -353,7 +356,7 @@ def outer_failure(run, rank: RankInfo, exc: BaseException, step: int | None = No
         return  # another rank failed first, or the folder is not writable
     hosts = max(1, rank.world // max(1, rank.local_world))
     try:
-        write_launch_failure(run, Path(run.output_dir), ranks_dir, {rank.rank: {"exitcode": 1, "signal": None}},
+        write_launch_failure(plan, Path(run.output_dir), ranks_dir, {rank.rank: {"exitcode": 1, "signal": None}},
                              _now(), 0.0, launcher={"hosts": hosts, "launcher": "torch.distributed.run (outer)"})
     except ParallaxError:
         pass  # another rank refused the run first: bad input, nothing to write

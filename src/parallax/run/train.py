@@ -71,7 +71,7 @@ def run_training(run: RunConfig | RunPlan, progress: Progress | None = None) -> 
         if distributed.launched_here():
             distributed.record_failure(exc, rank, step)
         elif not isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            distributed.outer_failure(run, rank, exc, step)
+            distributed.outer_failure(plan, rank, exc, step)
         raise
 
 
@@ -92,7 +92,7 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     started = utc_now()
     try:
         out = engine.train(run, plan, batches, progress or NullProgress())
-        result = summarize(run, out, environment, data_record(run, batches), started)
+        result = summarize(resolved, out, environment, data_record(run, batches), started)
         result["timing"]["setup_s"] = setup.laps
         result["recipe"] = plan.recipe.to_dict()
         steps = step_rows(run, out)
@@ -165,8 +165,9 @@ def data_record(run: RunConfig, batches) -> dict:
     return {"source": batches.description, "synthetic": run.synthetic, **info}
 
 
-def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, started: str) -> dict:
+def summarize(plan: RunPlan, out: EngineOutput, environment: dict, data: dict, started: str) -> dict:
     """The run.json of a run that finished (see ``parallax.store.results``)."""
+    run = plan.run
     parallel = parallel_record(run, out)  # the slowest rank's step times go into out.steps
     measured = measured_steps(run, out)
     if not measured:
@@ -197,7 +198,7 @@ def summarize(run: RunConfig, out: EngineOutput, environment: dict, data: dict, 
         },
         "throughput": throughput,
         # MFU per GPU: one GPU's share of the tokens against one GPU's peak.
-        "flops": flops_record(run, out, environment, throughput["tokens_per_s_per_gpu"]),
+        "flops": flops_record(plan, out, environment, throughput["tokens_per_s_per_gpu"]),
         "memory": peaks,  # the largest rank's
         "parallel": parallel,
         "loss": {
@@ -273,9 +274,10 @@ def throughput_record(tokens: int, step_ms: dict) -> dict:
     }
 
 
-def flops_record(run: RunConfig, out: EngineOutput, environment: dict, tokens_per_s: float) -> dict:
+def flops_record(plan: RunPlan, out: EngineOutput, environment: dict, tokens_per_s: float) -> dict:
     """TFLOP/s and MFU under every accounting against every denominator of the run's GPU."""
-    denominators, warnings = mfu_denominators(run, out, environment)
+    run = plan.run
+    denominators, warnings = mfu_denominators(plan, out, environment)
     return {
         "primary_accounting": flops.PRIMARY_ACCOUNTING,
         "denominators_tflops": dataclasses.asdict(denominators),
@@ -338,13 +340,13 @@ def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
     ]
 
 
-def mfu_denominators(run: RunConfig, out: EngineOutput, environment: dict):
+def mfu_denominators(plan: RunPlan, out: EngineOutput, environment: dict):
     """(Denominators, warnings) for the GPU the engine ran on: the datasheet peaks from
     ``parallax.plan.hardware`` and the cuBLASLt ceiling that ``check-env --measure`` stored for it."""
     device = run_gpu(out.framework, environment.get("gpus") or [])
-    fmt = run.recipe_spec.mfu_format  # an emulated recipe's GEMMs run in bf16
+    fmt = plan.recipe.mfu_format  # an emulated recipe's GEMMs run in bf16
     ceiling = measured_ceiling(device, fmt)
-    return hardware.denominators(device, fmt, run.peak_tflops, ceiling)
+    return hardware.denominators(device, fmt, plan.run.peak_tflops, ceiling)
 
 
 def run_gpu(framework: dict, gpus: list[dict]) -> dict | None:

@@ -218,15 +218,6 @@ class RunConfig:
         return get_preset(self.model)
 
     @property
-    def recipe_spec(self):
-        """The registry recipe of this run: ``recipe`` by name, else the format's default where
-        no GPU chooses (``registry.resolve``; pure, no probe). A run's default on this machine's
-        GPU is named once by ``parallax.plan.resolve``, which every runner of a run calls first."""
-        from parallax.spec import registry
-
-        return registry.resolve(self.framework, self.precision, self.recipe)
-
-    @property
     def global_batch(self) -> int:
         """Sequences per optimizer step over all ranks: ``batch_size`` per GPU × ``gpus``."""
         return self.batch_size * self.gpus
