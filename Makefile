@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 EXTRAS ?= torch,jax,torchao,data,dev
 JOBS ?= 2
 
-.PHONY: setup system-deps system-deps-tests run test test-cpp test-py clean
+.PHONY: setup system-deps system-deps-tests run test test-cpp test-py test-sdist clean
 
 # System packages (a C++ compiler, python3-venv, GoogleTest): installed with apt-get when
 # missing and run as root, else one line saying what to install. Idempotent and silent when
@@ -43,7 +43,7 @@ run: setup
 	$(VENV)/bin/parallax compare --results-dir $(RUN_DIR) --output-report $(RUN_DIR)/report.md
 	@echo "run: $(RUN_DIR)/run.json; report: $(RUN_DIR)/report.md"
 
-test: setup test-cpp test-py
+test: setup test-cpp test-py test-sdist
 
 # CMake and Ninja are the venv's (PyPI, the `dev` extra): Debian 12's cmake is too old.
 test-cpp: setup system-deps-tests
@@ -60,6 +60,13 @@ test-cpp: setup system-deps-tests
 # one process.
 test-py: setup
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --no-loadscope-reorder tests
+
+# The sdist builds, installs with pip into a fresh virtualenv outside the checkout, and runs
+# `parallax check-env` and a tiny CPU train from there (issue 29); the virtualenv reaches the
+# venv's dependencies, parallax comes only from the sdist. About a minute on 2 cores, most of it
+# compiling the native core.
+test-sdist: setup
+	JOBS=$(JOBS) bash scripts/check_sdist_install.sh $(VENV)
 
 clean:
 	rm -rf build $(VENV)

@@ -1,8 +1,10 @@
 """The sdist (`pip install slm-parallax` from source) holds the package with its data, the native sources and
 the tests, and not the measurements: docs/results alone made it 10 MB and 1,777 of its files. Built here with
-scikit-build-core's own sdist builder, which compiles nothing (a few seconds); installing it compiles the native
-core: checked by hand in a clean virtualenv, as the README's install section says."""
+scikit-build-core's own sdist builder, which compiles nothing (a few seconds). Installing it compiles the native
+core (about a minute): `make test` does that last (`make test-sdist`, scripts/check_sdist_install.sh), in a fresh
+virtualenv outside the checkout, then runs check-env and a tiny CPU train from there; here only its wiring."""
 
+import subprocess
 import tarfile
 from pathlib import Path
 
@@ -46,3 +48,15 @@ def test_the_sdist_leaves_out_the_measurements_and_session_leftovers(names):
     assert not [f for f in files if f.startswith(("docs/results/", "runs/", ".carry/", "build/", "lease/"))]
     assert not [f for f in files if f.endswith((".so", ".pyc"))]
     assert size < 2_000_000, size  # ~0.96 MB today; 10.2 MB with docs/results
+
+
+def test_make_test_installs_the_sdist_and_trains_from_it():
+    makefile = (ROOT / "Makefile").read_text()
+    test = next(line for line in makefile.splitlines() if line.startswith("test:"))
+    assert test.split() == ["test:", "setup", "test-cpp", "test-py", "test-sdist"]  # .ci/run runs `make test`
+    target = makefile.split("\ntest-sdist: setup\n")[1].split("\n\n")[0]
+    assert target.strip() == "JOBS=$(JOBS) bash scripts/check_sdist_install.sh $(VENV)"
+    script = ROOT / "scripts" / "check_sdist_install.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert "set -euo pipefail" in text and 'cd "$work/elsewhere"' in text
