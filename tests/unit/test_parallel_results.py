@@ -122,7 +122,8 @@ def test_a_rank_refusing_the_run_is_bad_input_and_nothing_is_written(tmp_path):
     ranks.mkdir()
     (ranks / "rank-0.json").write_text('{"rank": 0, "type": "ParallaxError", "message": "no such GPU", "time_unix": 1}')
     with pytest.raises(ParallaxError, match="no such GPU"):
-        distributed.write_launch_failure(planned(two_gpu_run(tmp_path)), tmp_path, ranks, {0: {"exitcode": 2}}, "t", 1.0)
+        distributed.write_launch_failure(planned(two_gpu_run(tmp_path)), tmp_path, ranks, {0: {"exitcode": 2}}, "t",
+                                         1.0)
     assert not (tmp_path / "run.json").exists()
 
 
