@@ -36,11 +36,10 @@ def exit_code_of(signum: int) -> int:
 
 
 @contextlib.contextmanager
-def signals_interrupt(active: bool = True):
+def signals_interrupt():
     """SIGTERM raises ``Interrupted`` in the main thread while the block runs (SIGINT already
-    raises KeyboardInterrupt); the previous handler comes back after it. Not ``active``: a rank
-    of a launch, which its launcher stops with SIGTERM and which must then die as before."""
-    if not active or threading.current_thread() is not threading.main_thread():
+    raises KeyboardInterrupt); the previous handler comes back after it."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
 

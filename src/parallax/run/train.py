@@ -94,7 +94,7 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     started = utc_now()
     log = interrupt.StepLog(progress or NullProgress())
     try:
-        with interrupt.signals_interrupt(active=not launched):
+        with interrupt.signals_interrupt():
             out = engine.train(run, plan, batches, log)
             result = summarize(resolved, out, environment, data_record(run, batches), started)
         result["timing"]["setup_s"] = setup.laps
