@@ -74,12 +74,6 @@ def fail(message: str, code: int = 2) -> int:
     return code
 
 
-def remove_made_dirs() -> None:
-    from parallax.store.results import remove_made_dirs as remove
-
-    remove()
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         result = cli.main(args=argv, prog_name="parallax", standalone_mode=False)
@@ -88,11 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{exc.format_message()} (see '{where} --help')")
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        remove_made_dirs()
+    except click.exceptions.Abort:
         return fail("aborted", 130)
     except ParallaxError as exc:
-        remove_made_dirs()  # a refusal leaves no folder it made
         return fail(str(exc), exc.exit_code)
     return result if isinstance(result, int) else 0
 

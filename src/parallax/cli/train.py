@@ -134,20 +134,16 @@ def _default(field: str) -> str:
 @click.option("--peak-tflops", type=float,
               help="Dense peak TFLOP/s of the run's precision, for MFU." + _shown("the GPU's datasheet peak"))
 @click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go." + _default("output_dir"))
-@click.option("--overwrite", is_flag=True,
-              help="Replace the run that --output-dir already holds (without it, train refuses such a folder).")
 @click.option("--config", "config_file", metavar="FILE",
               help="A whole run configuration (JSON, as run.json's 'config'; what benchmark hands each cell); "
                    "no other option goes with it.")
-def command(config_file, overwrite, **options) -> int:
-    """Train the shared LLaMA once and write run.json + steps.jsonl. Ctrl-C or SIGTERM still
-    writes them, with status 'interrupted' and the steps done."""
+def command(config_file, **options) -> int:
+    """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax.plan import world
     from parallax.plan.resolve import resolve
-    from parallax.run import distributed
-    from parallax.run.progress import print_summary
+    from parallax.run import distributed, progress_file
+    from parallax.run.progress import LiveProgress, print_summary
     from parallax.run.train import exit_code, run_training
-    from parallax.store.lock import claimed_run_dir
 
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
@@ -159,33 +155,13 @@ def command(config_file, overwrite, **options) -> int:
     defaults.say(note)
     run = plan.run
     rank = world.rank_info() if run.gpus > 1 else None
-    if rank is not None:  # a rank of a launch: the launcher holds the folder
-        return _train_rank(plan, rank)
-    with claimed_run_dir(run.output_dir, overwrite):
-        if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
-            result = run_training(plan)
-            if result["status"] != "ok":
-                print_summary(result, run.output_dir)
-            return exit_code(result)
-        return _train_shown(plan)
-
-
-def _train_rank(plan, rank) -> int:
-    """A rank of a launch: rank 0 shows the progress and the summary."""
-    from parallax.run.train import exit_code, run_training
-
-    if rank.rank != 0:
+    if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
+        result = run_training(plan)
+        if result["status"] != "ok":
+            print_summary(result, run.output_dir)
+        return exit_code(result)
+    if rank is not None and rank.rank != 0:
         return exit_code(run_training(plan))
-    return _train_shown(plan)
-
-
-def _train_shown(plan) -> int:
-    """One process's run with its live progress and summary."""
-    from parallax.run import progress_file
-    from parallax.run.progress import LiveProgress, print_summary
-    from parallax.run.train import exit_code, run_training
-
-    run = plan.run
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
         result = run_training(plan, progress_file.attach(live))
     print_summary(result, run.output_dir)
