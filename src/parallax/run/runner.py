@@ -62,7 +62,6 @@ from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec import registry
-from parallax.store.lock import LOCK_FILE, locked  # noqa: F401  (re-exported: the results commands)
 from parallax.store.results import (  # noqa: F401 (the layout constants, re-exported for callers)
     CELL_FIELDS,
     CONFIG_FILE,
@@ -85,6 +84,7 @@ from parallax.run.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train`
 MATRIX_SCHEMA = "parallax.matrix/2"
 MODES = ("throughput", "convergence")
 PROGRESS_FILE = "progress.jsonl"
+LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
 DEFAULT_MAX_LOSS_GAP = 0.25  # nats, final smoothed loss against the bf16 twin
 # Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
@@ -287,6 +287,24 @@ def child_env(progress_path: Path | None = None) -> dict:
 
 # ----------------------------------------------------------------------------- output directory
 
+@contextlib.contextmanager
+def locked(output_dir: Path):
+    """Hold an exclusive lock on ``output_dir`` (released by the OS even after SIGKILL)."""
+    import fcntl
+
+    fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ParallaxError(
+                f"{output_dir} is in use by another 'parallax benchmark'; wait for it to end "
+                "or choose another --output-dir") from None
+        yield
+    finally:
+        os.close(fd)
+
+
 # What a resumed benchmark may add to: more frameworks, recipes, seeds or repeats, so more runs (the rest stays)
 EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats")
 
@@ -398,8 +416,7 @@ def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> 
 
 
 def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]:
-    """What is already on disk: cells with a valid run.json are done, the rest pending (an
-    interrupted cell too: the benchmark stopped it)."""
+    """What is already on disk: cells with a valid run.json are done, the rest pending."""
     results = []
     for cell in matrix.cells():
         run_dir = output_dir / RUNS_DIR / cell.id
@@ -409,9 +426,6 @@ def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]
                 run = load_run(run_dir)
                 if run["status"] == "ok":
                     _require_steps(run_dir)
-                if run["status"] == "interrupted":  # stopped with the benchmark: it runs again
-                    results.append(result)
-                    continue
                 result = CellResult(cell, run["status"], run_dir, run.get("error"),
                                     run.get("elapsed_s"), reused=True)
             except ParallaxError as exc:

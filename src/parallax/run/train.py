@@ -8,8 +8,7 @@ statistics over the measured steps (index ≥ warmup), throughput, FLOPs and MFU
 accounting and denominator, memory, loss and evaluation.
 
 A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
-``failed`` with the error and the traceback's tail (exit code 1); one stopped by SIGINT or SIGTERM,
-status ``interrupted`` with the steps done (exit code 130 or 143, ``parallax.run.interrupt``).
+``failed`` with the error and the traceback's tail (exit code 1).
 
 Several GPUs (``RunConfig.gpus`` > 1; ``parallax.run.distributed``): a torch run first launches its
 ranks (this process becomes the launcher, which writes the run.json of a failed launch), each
@@ -25,13 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import signal
 import socket
 import statistics
 import time
 import traceback
 
-from parallax.run import distributed, interrupt
+from parallax.run import distributed
 from parallax.spec import flops
 from parallax.plan import hardware, machine
 from parallax.plan.resolve import RunPlan, resolve
@@ -92,22 +90,14 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     environment = machine.environment()
     setup.lap("environment")
     started = utc_now()
-    log = interrupt.StepLog(progress or NullProgress())
     try:
-        with interrupt.signals_interrupt():
-            out = engine.train(run, plan, batches, log)
-            result = summarize(resolved, out, environment, data_record(run, batches), started)
+        out = engine.train(run, plan, batches, progress or NullProgress())
+        result = summarize(resolved, out, environment, data_record(run, batches), started)
         result["timing"]["setup_s"] = setup.laps
         result["recipe"] = plan.recipe.to_dict()
         steps = step_rows(run, out)
     except ParallaxError:
         raise
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the steps done
-        if launched:
-            raise
-        result = interrupted_result(run, plan.precision, environment, started, log.steps, interrupt.signal_of(exc))
-        result["recipe"] = plan.recipe.to_dict()
-        steps = interrupt.step_rows(log.steps, run.warmup)
     except Exception as exc:  # the run started: record how it ended instead of losing it
         if launched:
             raise
@@ -140,25 +130,7 @@ class SetupClock:
 
 
 def exit_code(result: dict) -> int:
-    """The command's exit code for ``result``: an interrupted run's is 128 + the signal's number."""
-    if result["status"] == "interrupted":
-        return interrupt.exit_code_of(signal.Signals[result["signal"]])
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
-
-
-def interrupted_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,
-                       done: list, signum: int) -> dict:
-    """The run.json of a run that a signal stopped after ``done`` steps (``parallax.run.interrupt``)."""
-    return {
-        **interrupt.interrupted_record(done, run.warmup, run.tokens_per_step, signum),
-        "signal": signal.Signals(signum).name,
-        "config": run.to_dict(),
-        "model": model_record(run),
-        "precision": precision.to_dict(),
-        "environment": environment,
-        "started_at": started,
-        "finished_at": utc_now(),
-    }
 
 
 def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,

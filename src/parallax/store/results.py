@@ -2,10 +2,8 @@
 
 ``run.json`` is a versioned JSON object (``schema`` = SCHEMA) with these top-level keys:
 
-  status        ok | failed | oom | timeout | skipped | interrupted
+  status        ok | failed | oom | timeout | skipped
   error         one-line reason when status is not ok (and the log tail for failed runs)
-  signal, steps_done   an interrupted run (SIGINT, SIGTERM): the signal and the steps it finished;
-                its timing, throughput and loss cover those steps only
   log_tail      a failed run of an engine that runs another program (MaxText): its last lines
   config        the RunConfig that ran
   model         preset name, parameter count, shape
@@ -51,12 +49,11 @@ from parallax.store.archive import read_record
 from parallax.errors import ParallaxError
 
 SCHEMA = "parallax.run/1"
-STATUSES = ("ok", "failed", "oom", "timeout", "skipped", "interrupted")
+STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
 REQUIRED_KEYS = ("schema", "status", "config")
 REQUIRED_OK_KEYS = ("precision", "framework", "timing", "throughput", "flops", "memory", "loss")
 RUN_FILE = "run.json"
 STEPS_FILE = "steps.jsonl"
-LOCK_FILE = ".parallax.lock"  # parallax.store.lock: one process at a time in a results folder
 
 # The layout of a benchmark output directory (``runner`` writes it, ``compare`` reads it):
 #   matrix.json, environment.json, index.json, runs/<cell id>/{config.json, run.json, steps.jsonl, run.log}
@@ -204,7 +201,7 @@ def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
     the ``option`` that set it."""
     run_dir = Path(path)
     try:
-        _make_dirs(run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
             pass
     except OSError as exc:
@@ -213,36 +210,6 @@ def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
             f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
         ) from None
     return run_dir
-
-
-# The folders this process made for its output: a command refused after making them removes them
-# again (``remove_made_dirs``), so that a refusal leaves the file system as it found it.
-_made: list[Path] = []
-
-
-def _make_dirs(path: Path) -> None:
-    missing, up = [], path
-    while not up.exists() and up != up.parent:
-        missing.append(up)
-        up = up.parent
-    path.mkdir(parents=True, exist_ok=True)
-    _made.extend(reversed(missing))
-
-
-def remove_made_dirs() -> None:
-    """Remove the output folders this process made that hold nothing but a lock file, deepest first."""
-    for folder in reversed(_made):
-        try:
-            if _only_lock(folder, LOCK_FILE):
-                (folder / LOCK_FILE).unlink(missing_ok=True)
-            folder.rmdir()
-        except OSError:
-            pass
-    _made.clear()
-
-
-def _only_lock(folder: Path, lock_name: str) -> bool:
-    return [p.name for p in folder.iterdir()] in ([], [lock_name])
 
 
 def writable_report(path: str | Path, option: str) -> Path:
