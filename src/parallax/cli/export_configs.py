@@ -52,6 +52,7 @@ def export(runs: list[RunConfig], output_dir: Path, tuning: str | None, base_yml
         name = mt.file_name(run, recipe)
         rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in rendered:
         (out / name).write_text(text)
