@@ -17,6 +17,7 @@ from fixtures.fake_train import SKIP_REASON
 from fixtures.matrix import FAKE_TRAIN, fake_command, small_matrix
 
 from parallax.run import runner
+from parallax.store import lock
 from parallax.errors import ParallaxError
 from parallax.store.results import load_run, load_steps
 
@@ -260,8 +261,8 @@ def test_a_resumed_benchmark_may_not_drop_cells_or_change_anything_else(tmp_path
 
 
 def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
-    with runner.locked(tmp_path):
-        with pytest.raises(ParallaxError, match="in use by another 'parallax benchmark'"):
+    with lock.locked(tmp_path, "parallax benchmark"):
+        with pytest.raises(ParallaxError) as refused:
             run(tmp_path, small_matrix(), {}, monkeypatch)
 
 

@@ -58,6 +58,7 @@ from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
 from parallax.store.archive import ARCHIVE_FILE, unpack
+from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
@@ -84,7 +85,6 @@ from parallax.run.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train`
 MATRIX_SCHEMA = "parallax.matrix/2"
 MODES = ("throughput", "convergence")
 PROGRESS_FILE = "progress.jsonl"
-LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
 DEFAULT_MAX_LOSS_GAP = 0.25  # nats, final smoothed loss against the bf16 twin
 # Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
@@ -286,24 +286,6 @@ def child_env(progress_path: Path | None = None) -> dict:
 
 
 # ----------------------------------------------------------------------------- output directory
-
-@contextlib.contextmanager
-def locked(output_dir: Path):
-    """Hold an exclusive lock on ``output_dir`` (released by the OS even after SIGKILL)."""
-    import fcntl
-
-    fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ParallaxError(
-                f"{output_dir} is in use by another 'parallax benchmark'; wait for it to end "
-                "or choose another --output-dir") from None
-        yield
-    finally:
-        os.close(fd)
-
 
 # What a resumed benchmark may add to: more frameworks, recipes, seeds or repeats, so more runs (the rest stays)
 EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats")
@@ -596,7 +578,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     command_for = command_for or train_command
     output_dir = Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
-    with locked(output_dir):
+    with locked(output_dir, "parallax benchmark"):
         check_matrix_file(output_dir, matrix, resume, display)
         if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files
             unpack(output_dir)
