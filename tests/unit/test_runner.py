@@ -103,9 +103,9 @@ def test_cell_configuration_travels_as_a_file_that_train_reads_back(tmp_path):
     run = tiny_config(framework="jax", precision="fp8", recipe="flax-fp8-direct", seed=3, peak_tflops=989.0,
                       eval_every=5, synthetic=False, data="/d/tokens.bin", epochs=4.0)
     cmd = runner.train_command(run, tmp_path)
-    assert cmd == [sys.executable, "-m", "parallax", "train", "--config", str(tmp_path / "config.json")]
+    assert cmd == [sys.executable, "-m", "parallax", "train", "--config", str(tmp_path / "config.json"), "--overwrite"]
     runner.write_cell_config(tmp_path, run)
-    assert load_config(cmd[-1], {}) == run.replace(output_dir=str(tmp_path))
+    assert load_config(cmd[5], {}) == run.replace(output_dir=str(tmp_path))
 
 
 def test_no_compile_applies_to_the_frameworks_that_run_eagerly(tmp_path):

@@ -220,6 +220,23 @@ def test_a_stale_steps_file_is_replaced_when_a_rerun_fails(tmp_path, use_engine)
     assert results.load_steps(run.output_dir) == []
 
 
+
+def test_a_run_refused_by_its_check_keeps_the_run_before_it(tmp_path, use_engine):
+    run = tiny_run(tmp_path)
+    use_engine(FakeEngine(step_ms=[10.0] * 6))
+    train.run_training(run)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+
+    class Refusing(FakeEngine):
+        def check(self, run):
+            raise ParallaxError("no such precision here")
+
+    use_engine(Refusing())
+    with pytest.raises(ParallaxError):
+        train.run_training(run)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
+
+
 # --- refusals before any work ---
 
 def test_a_bad_run_raises_before_anything_is_written(tmp_path, use_engine):

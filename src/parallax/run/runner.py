@@ -267,8 +267,9 @@ CommandFor = Callable[[RunConfig, Path], list[str]]
 
 def train_command(run: RunConfig, run_dir: Path) -> list[str]:
     """The ``parallax train`` command line of one cell: its configuration travels as a file
-    (``run_cell`` writes ``config.json`` into the cell's folder first)."""
-    return [sys.executable, "-m", "parallax", "train", "--config", str(run_dir / CONFIG_FILE)]
+    (``run_cell`` writes ``config.json`` into the cell's folder first). ``--overwrite``: the
+    runner owns its cells, which ``train`` refuses to a user without it."""
+    return [sys.executable, "-m", "parallax", "train", "--config", str(run_dir / CONFIG_FILE), "--overwrite"]
 
 
 def write_cell_config(run_dir: Path, run: RunConfig) -> None:

@@ -8,7 +8,9 @@ statistics over the measured steps (index ≥ warmup), throughput, FLOPs and MFU
 accounting and denominator, memory, loss and evaluation.
 
 A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
-``failed`` with the error and the traceback's tail (exit code 1).
+``failed`` with the error and the traceback's tail (exit code 1). A run's first step replaces
+the result files of a run before it in the folder; ``claimed`` is what ``parallax train`` holds its folder with: no
+second process in it, and no run or benchmark there replaced unless asked.
 
 Several GPUs (``RunConfig.gpus`` > 1; ``parallax.run.distributed``): a torch run first launches its
 ranks (this process becomes the launcher, which writes the run.json of a failed launch), each
@@ -22,12 +24,14 @@ A rank that fails records its error for the launcher and exits non-zero (no run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import socket
 import statistics
 import time
 import traceback
+from pathlib import Path
 
 from parallax.run import distributed
 from parallax.spec import flops
@@ -40,7 +44,9 @@ from parallax.engines.base import EngineOutput, NullProgress, Progress
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec.precision import PrecisionInfo
-from parallax.store.results import is_out_of_memory, model_record, writable_output_dir, write_run
+from parallax.store.lock import locked
+from parallax.store.results import (MATRIX_FILE, RUN_FILE, RUNS_DIR, STEPS_FILE, is_out_of_memory, model_record,
+                                    writable_output_dir, write_run)
 from parallax.analysis.stats import percentile_summary, perplexity, smoothed_final
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
@@ -90,6 +96,8 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     environment = machine.environment()
     setup.lap("environment")
     started = utc_now()
+    if plan.rank == 0:
+        clear_run(run_dir)  # a run there before is replaced from this one's first step
     try:
         out = engine.train(run, plan, batches, progress or NullProgress())
         result = summarize(run, out, environment, data_record(run, batches), started)
@@ -110,6 +118,50 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
         write_run(run_dir, result, steps)
     engine.close(plan)
     return result
+
+
+def clear_run(run_dir: Path) -> None:
+    for name in (RUN_FILE, STEPS_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def claimed(path: str, overwrite: bool = False):
+    """``path`` held for one ``parallax train`` while the body runs: created, and locked against a
+    second process (``store/lock.py``). Refused first, with nothing made, when it is not writable,
+    holds a benchmark, or holds a run or is a benchmark's cell (unless ``overwrite``). A run that
+    ends before it writes (a refusal in the body, Ctrl-C during the checks) leaves the file system
+    as it was: the lock goes, and so do the folders made here. The benchmark runner's cells pass
+    ``--overwrite``: the runner owns them and has cleared the one it runs."""
+    run_dir = writable_output_dir(path)
+    check_free(run_dir, overwrite)
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # deepest first
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with locked(run_dir, "parallax train"):
+            check_free(run_dir, overwrite)  # again, holding the lock: a run may have ended meanwhile
+            yield run_dir
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote its result
+                folder.rmdir()
+
+
+def check_free(run_dir: Path, overwrite: bool) -> None:
+    """One line naming the way out, when ``run_dir`` holds a benchmark, or (unless ``overwrite``)
+    a run or a benchmark's cell."""
+    if (run_dir / MATRIX_FILE).exists():
+        raise ParallaxError(f"{run_dir} holds a benchmark ({MATRIX_FILE}); pick a fresh --output-dir")
+    if overwrite:
+        return
+    held = [name for name in (RUN_FILE, STEPS_FILE) if (run_dir / name).exists()]
+    if held:
+        raise ParallaxError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
+                            "or pick a fresh --output-dir")
+    bench = run_dir.absolute().parent
+    if bench.name == RUNS_DIR and (bench.parent / MATRIX_FILE).exists():
+        raise ParallaxError(f"{run_dir} is a cell of the benchmark in {bench.parent}; pass --overwrite to run it "
+                            "by hand, or pick a fresh --output-dir")
 
 
 class SetupClock:
