@@ -1,5 +1,6 @@
-"""``parallax train`` keeps what it did: a folder that holds a run is refused unless --overwrite;
-one ``train`` at a time in a folder; and a refusal leaves the file system as it was."""
+"""``parallax train`` keeps what it did: Ctrl-C and SIGTERM leave an ``interrupted`` run.json
+with the steps done; a folder that holds a run is refused unless --overwrite; one ``train`` at a
+time in a folder; and a refusal leaves the file system as it was."""
 
 from __future__ import annotations
 
@@ -50,7 +51,28 @@ def wait_for_steps(proc: subprocess.Popen, progress: Path, steps: int) -> None:
         time.sleep(0.05)
 
 
-# --- one train at a time ---
+# --- Ctrl-C and SIGTERM ---
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_keeps_the_steps_done(tmp_path, sig, code):
+    out, progress = tmp_path / "run", tmp_path / "progress.jsonl"
+    proc = start(out, progress)
+    wait_for_steps(proc, progress, 4)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=START_S)
+    assert proc.returncode == code, stderr
+    run = results.load_run(out)
+    steps = results.load_steps(out)
+    assert run["status"] == "interrupted" and run["signal"] == sig.name
+    assert run["steps_done"] > 4 and run["steps_done"] == len(steps)
+    assert [s["step"] for s in steps] == list(range(len(steps)))
+    assert [s["measured"] for s in steps[:3]] == [False, False, True]
+    assert run["timing"]["measured_steps"] == len(steps) - 2
+    assert run["timing"]["step_ms"]["count"] == len(steps) - 2 and run["throughput"]["tokens_per_s"] > 0
+    assert run["error"] == f"interrupted by {sig.name} after {len(steps)} of 100000 steps"
+    assert stdout.splitlines()[-1] == f"{run['error']}; kept them in {out}/run.json and steps.jsonl"
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.jsonl"]  # the lock went with it
+
 
 def test_a_second_train_in_the_folder_is_refused_naming_the_holder(tmp_path, capsys):
     out, progress = tmp_path / "run", tmp_path / "progress.jsonl"
@@ -65,6 +87,7 @@ def test_a_second_train_in_the_folder_is_refused_naming_the_holder(tmp_path, cap
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=START_S)
+    assert proc.returncode == 143
 
 
 def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capsys):
@@ -176,4 +199,22 @@ def test_a_refusal_in_a_held_folder_changes_nothing(tmp_path, capsys):
                                           "wait for it to end or choose another --output-dir")
         assert tree(tmp_path) == before
     assert list(out.iterdir()) == []  # the holder removed its lock file
+
+
+def test_a_signal_before_the_first_step_keeps_nothing(tmp_path, capsys, monkeypatch):
+    from parallax.engines import get_engine
+    from parallax.run.interrupt import Interrupted
+
+    class Stopped:  # the torch engine, stopped by SIGTERM during its check
+        def __getattr__(self, name):
+            return getattr(get_engine("torch"), name)
+
+        def check(self, plan):
+            raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr("parallax.run.train.get_engine", lambda name: Stopped())
+    out = tmp_path / "new" / "run"
+    assert main(["train", *TINY, "--steps", "3", "--warmup", "1", "--output-dir", str(out)]) == 143
+    assert one_error_line(capsys) == "parallax: error: interrupted by SIGTERM"
+    assert list(tmp_path.iterdir()) == []
 

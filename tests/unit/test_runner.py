@@ -180,7 +180,8 @@ def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch)
     hung_pid = int((results["jax-emulated-nvfp4-seed0-rep0"].run_dir / "fake.pid").read_text())
     assert not _alive(hung_pid)
     index = json.loads((tmp_path / "index.json").read_text())
-    assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "pending": 0}
+    assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "interrupted": 0,
+                               "pending": 0}
 
 
 def _alive(pid: int) -> bool:
@@ -264,6 +265,8 @@ def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
     with lock.locked(tmp_path, "parallax benchmark"):
         with pytest.raises(ParallaxError) as refused:
             run(tmp_path, small_matrix(), {}, monkeypatch)
+    assert str(refused.value) == (f"{tmp_path} is in use by 'parallax benchmark' (pid {os.getpid()}); wait for it "
+                                  "to end or choose another --output-dir")
 
 
 def test_a_corrupt_run_file_is_named_and_its_cell_runs_again(tmp_path, monkeypatch):
@@ -351,6 +354,19 @@ def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
     pid = int((tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").read_text()) \
         if (tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").exists() else None
     assert pid is None or not _alive(pid)
+
+
+
+def test_a_cell_stopped_by_a_signal_is_recorded_and_runs_again_on_resume(tmp_path, monkeypatch):
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
+    results = run(tmp_path, m, {"torch-bf16": "interrupted"}, monkeypatch)
+    assert [(r.status, r.error) for r in results] == [("interrupted", "interrupted by SIGTERM after 3 of 12 steps")]
+    assert json.loads((tmp_path / "index.json").read_text())["counts"]["interrupted"] == 1
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    results = run(tmp_path, m, {}, monkeypatch, resume=True)
+    assert [(r.status, r.reused) for r in results] == [("ok", False)]
+    assert calls.read_text() == "torch bf16 0\n"
 
 
 def test_environment_json_is_written_once(tmp_path, monkeypatch):

@@ -3,7 +3,8 @@
 Options left out take RunConfig's defaults (``spec/config.py`` is their only home); ``--model``
 defaults to ``auto`` and a preset brings its own batch size and sequence length
 (``parallax.cli.defaults``). ``--help`` shows every default. Exit codes:
-0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory.
+0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory, 130/143 stopped by
+Ctrl-C/SIGTERM (run.json of status ``interrupted`` keeps the steps done).
 
 The output folder (``run.train.claimed``): one that holds a run is refused unless
 ``--overwrite``, one that holds a benchmark always; one ``train`` at a time in a folder (a lock
@@ -147,7 +148,7 @@ def command(config_file, overwrite, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax.plan import world
     from parallax.plan.resolve import resolve
-    from parallax.run import distributed, progress_file
+    from parallax.run import distributed, interrupt, progress_file
     from parallax.run.progress import LiveProgress, print_summary
     from parallax.run.train import claimed, exit_code, run_training
 
@@ -170,7 +171,7 @@ def command(config_file, overwrite, **options) -> int:
             if result["status"] != "ok":
                 print_summary(result, run.output_dir)
             return exit_code(result)
-        with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
+        with interrupt.catching(), LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
             result = run_training(plan, progress_file.attach(live))
     print_summary(result, run.output_dir)
     return exit_code(result)
@@ -178,7 +179,7 @@ def command(config_file, overwrite, **options) -> int:
 
 def _one_of_several(plan, rank) -> int:
     """One process's part of a run of several (a torch rank, a JAX host): the output folder is
-    not claimed (it is the launcher's, or the hosts share it). Torch's
+    not claimed (it is the launcher's, or the hosts share it) and no signal is caught. Torch's
     rank 0 (every JAX host) draws the progress and prints the summary."""
     from parallax.run import progress_file
     from parallax.run.progress import LiveProgress, print_summary

@@ -111,11 +111,26 @@ def summary_table(result: dict) -> Table:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("status", result["status"])
-    if result["status"] != "ok":
-        table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
-    else:
+    if result["status"] == "ok":
         _add_ok_rows(table, result, precision)
+        return table
+    table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
+    if result["status"] == "interrupted":
+        _add_interrupted_rows(table, result)
     return table
+
+
+def _add_interrupted_rows(table: Table, result: dict) -> None:
+    """What a run stopped by a signal kept: its steps' time and loss."""
+    timing, tput, loss = result["timing"], result.get("throughput"), result.get("loss")
+    if tput:
+        ms = timing["step_ms"]
+        table.add_row("tokens/s (median)", f"{tput['tokens_per_s']:,.0f} over {timing['measured_steps']} timed steps")
+        table.add_row("step time (median)", f"{ms['median']:.2f} ms  (p10 {ms['p10']:.2f}, p90 {ms['p90']:.2f})")
+    else:
+        table.add_row("tokens/s (median)", f"n/a: no step after the {timing['warmup_steps']} warm-up steps")
+    if loss:
+        table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f}")
 
 
 SYNTHETIC_NOTE = "synthetic tokens: the loss says nothing about learning"
@@ -178,5 +193,11 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
 def print_summary(result: dict, run_dir: str | None = None, console: Console | None = None) -> None:
     console = console or Console()
     console.print(summary_table(result))
-    if run_dir:  # unwrapped, so the path can be copied
-        console.print(f"wrote {run_dir}/run.json and steps.jsonl", soft_wrap=True, highlight=False, markup=False)
+    if not run_dir:
+        return
+    where = f"{run_dir}/run.json and steps.jsonl"
+    if result["status"] == "interrupted":  # unwrapped, so the path can be copied
+        line = f"{result['error']}; kept them in {where}"
+    else:
+        line = f"wrote {where}"
+    console.print(line, soft_wrap=True, highlight=False, markup=False)

@@ -227,7 +227,7 @@ def _no_duplicates(name: str, values) -> None:
 @dataclass
 class CellResult:
     cell: Cell
-    status: str  # ok | failed | oom | timeout | skipped | pending
+    status: str  # ok | failed | oom | timeout | skipped | interrupted | pending
     run_dir: Path
     error: str | None = None
     elapsed_s: float | None = None
@@ -393,13 +393,14 @@ def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> 
     index = {"schema": INDEX_SCHEMA, "updated_at": utc_now(), "matrix": MATRIX_FILE,
              "environment": ENVIRONMENT_FILE,
              "counts": {s: sum(r.status == s for r in results)
-                        for s in ("ok", "failed", "oom", "timeout", "skipped", "pending")},
+                        for s in ("ok", "failed", "oom", "timeout", "skipped", "interrupted", "pending")},
              "cells": [r.index_entry(output_dir) for r in results]}
     atomic_write_json(output_dir / INDEX_FILE, index)
 
 
 def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]:
-    """What is already on disk: cells with a valid run.json are done, the rest pending."""
+    """What is already on disk: cells with a valid run.json are done, the rest pending; an
+    interrupted cell (Ctrl-C or SIGTERM stopped its ``train``) is pending too: it runs again."""
     results = []
     for cell in matrix.cells():
         run_dir = output_dir / RUNS_DIR / cell.id
@@ -409,6 +410,9 @@ def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]
                 run = load_run(run_dir)
                 if run["status"] == "ok":
                     _require_steps(run_dir)
+                if run["status"] == "interrupted":
+                    results.append(result)
+                    continue
                 result = CellResult(cell, run["status"], run_dir, run.get("error"),
                                     run.get("elapsed_s"), reused=True)
             except ParallaxError as exc:
@@ -500,8 +504,8 @@ def _outcome(code: int, run: RunConfig, run_dir: Path, info: dict) -> tuple[str,
         if written is not None and written["status"] == "oom":
             return "oom", written.get("error")
         return _write_outcome(run_dir, run, "oom", "out of memory (exit code 3)", info, with_tail=True)
-    if written is not None and written["status"] == "failed":
-        return "failed", written.get("error")
+    if written is not None and written["status"] in ("failed", "interrupted"):  # the cell said how it ended
+        return written["status"], written.get("error")
     return _write_outcome(run_dir, run, "failed", _crash_reason(code, run_dir), info, with_tail=True)
 
 

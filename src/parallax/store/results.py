@@ -2,8 +2,11 @@
 
 ``run.json`` is a versioned JSON object (``schema`` = SCHEMA) with these top-level keys:
 
-  status        ok | failed | oom | timeout | skipped
+  status        ok | failed | oom | timeout | skipped | interrupted
   error         one-line reason when status is not ok (and the log tail for failed runs)
+  signal, steps_done  an interrupted run (Ctrl-C or SIGTERM): the signal's name and the steps it
+                did; its timing, throughput and loss cover those steps (step_ms and throughput
+                None when none was past the warm-up), steps.jsonl holds them (grad_norm None)
   log_tail      a failed run of an engine that runs another program (MaxText): its last lines
   config        the RunConfig that ran
   model         preset name, parameter count, shape
@@ -49,7 +52,7 @@ from parallax.store.archive import read_record
 from parallax.errors import ParallaxError
 
 SCHEMA = "parallax.run/1"
-STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+STATUSES = ("ok", "failed", "oom", "timeout", "skipped", "interrupted")
 REQUIRED_KEYS = ("schema", "status", "config")
 REQUIRED_OK_KEYS = ("precision", "framework", "timing", "throughput", "flops", "memory", "loss")
 RUN_FILE = "run.json"
