@@ -218,3 +218,37 @@ def test_a_signal_before_the_first_step_keeps_nothing(tmp_path, capsys, monkeypa
     assert one_error_line(capsys) == "parallax: error: interrupted by SIGTERM"
     assert list(tmp_path.iterdir()) == []
 
+
+# --- the warm-up used is stated ---
+
+def summary_row(out: str, name: str) -> str:
+    """The summary table's value of row ``name``, its wrapped lines joined."""
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(f"│ {name} "))
+    cells = [lines[first].split("│")[2]]
+    for line in lines[first + 1:]:
+        parts = line.split("│")
+        if len(parts) < 4 or parts[1].strip():  # the table's end, or the next row
+            break
+        cells.append(parts[2])
+    return " ".join(" ".join(cells).split())
+
+
+@pytest.mark.parametrize("args, stated", [
+    (["--steps", "4"], "2 of 4 steps, left out of the timing (the default for --steps 4: half the steps, at most 20)"),
+    (["--steps", "4", "--warmup", "1"], "1 of 4 steps, left out of the timing"),
+])
+def test_the_summary_states_the_warmup_and_where_it_came_from(tmp_path, capsys, args, stated):
+    out = tmp_path / "run"
+    assert main(["train", *TINY, *args, "--output-dir", str(out)]) == 0
+    assert summary_row(capsys.readouterr().out, "warm-up") == stated
+    run = results.load_run(out)
+    assert run["config"]["warmup"] == run["timing"]["warmup_steps"] == int(stated.split()[0])
+
+
+def test_a_config_file_says_its_warmup_came_from_it(tmp_path, capsys):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps(tiny_config(steps=3, warmup=1, batch_size=2, seq_len=16,
+                                             output_dir=str(tmp_path / "run")).to_dict()))
+    assert main(["train", "--config", str(config)]) == 0
+    assert summary_row(capsys.readouterr().out, "warm-up") == "1 of 3 steps, left out of the timing (from --config)"

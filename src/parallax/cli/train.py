@@ -68,6 +68,14 @@ def default_warmup(steps: int) -> int:
 WARMUP_HELP = f"  [default: {DEFAULTS.warmup}, at most half the steps]"
 
 
+def warmup_origin(options: dict, run: RunConfig) -> str | None:
+    """Where the run's warm-up came from, for its summary: the default (``default_warmup``) when
+    --warmup was not given, None when it was."""
+    if options.get("warmup") is not None:
+        return None
+    return f"the default for --steps {run.steps}: half the steps, at most {DEFAULTS.warmup}"
+
+
 def build_run(options: dict) -> tuple[RunConfig, str | None]:
     """The RunConfig of the command line: ``--model auto`` (the default) resolved, the preset's
     batch size and sequence length unless given, RunConfig's defaults for the rest; and the
@@ -155,9 +163,10 @@ def command(config_file, overwrite, **options) -> int:
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
         run, note = load_config(config_file, options), None
-        asked = run.device
+        asked, origin = run.device, "from --config"
     else:
         run, note = build_run(options)
+        origin = warmup_origin(options, run)
     plan = resolve(run, asked_device=asked)  # once: --gpus, every field, the recipe; bad input is one line
     run = plan.run
     rank = world.rank_info() if run.gpus > 1 else None
@@ -173,7 +182,7 @@ def command(config_file, overwrite, **options) -> int:
             return exit_code(result)
         with interrupt.catching(), LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
             result = run_training(plan, progress_file.attach(live))
-    print_summary(result, run.output_dir)
+    print_summary(result, run.output_dir, warmup_origin=origin)
     return exit_code(result)
 
 
