@@ -15,7 +15,7 @@ if ! "$PYTHON" -c "import $1" 2>/dev/null; then
 fi
 
 # bench_train FRAMEWORK [parallax train options]: the issue-3 benchmark run (llama-100m, bf16,
-# batch 32 x 1024, 200 steps of which 20 warmup, synthetic, seed 0) into $RUN_DIR; later
+# batch 32 x 1024, 200 steps of which 20 warmup, synthetic, seed 0) into $RUN_DIR (a run there is replaced); later
 # options override these. run.json and steps.jsonl are copied to $OUT; `code` is set to the
 # exit status of `parallax train` (the caller decides what a failure means).
 bench_train() {
@@ -23,7 +23,7 @@ bench_train() {
     shift
     set +e
     PYTHONUNBUFFERED=1 "$PYTHON" -m parallax train --framework "$framework" --precision bf16 --model llama-100m \
-        --batch-size 32 --seq-len 1024 --steps 200 --warmup 20 --synthetic --seed 0 \
+        --batch-size 32 --seq-len 1024 --steps 200 --warmup 20 --synthetic --seed 0 --overwrite \
         --output-dir "$RUN_DIR" "$@"
     code=$?
     set -e

@@ -12,7 +12,7 @@ OUT=${OUT:-$(mktemp -d)}
 E=/tmp/evidence
 mkdir -p "$E"
 DATA=${DATA:-.carry/tinystories}
-TRAIN=(python3 -m parallax train --model llama-100m --precision bf16 --batch-size 32 --seq-len 1024 --seed 0)
+TRAIN=(python3 -m parallax train --model llama-100m --precision bf16 --batch-size 32 --seq-len 1024 --seed 0 --overwrite)  # scratch folders: a rerun replaces
 
 part() {  # part NAME LIMIT_S COMMAND...
     local name=$1 limit=$2; shift 2

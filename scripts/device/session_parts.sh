@@ -4,9 +4,9 @@
 run_capture_train() {  # CAPTURE_TRAIN=0 skips it: the matrix's maxtext runs keep the same files
     local c=$1
     part capture-bf16 300 python3 -m parallax train --framework maxtext --precision bf16 --model llama-100m \
-        --synthetic --steps 30 --warmup 10 --output-dir "$c/train-bf16"
+        --synthetic --steps 30 --warmup 10 --output-dir "$c/train-bf16" --overwrite
     part capture-fp8 300 python3 -m parallax train --framework maxtext --precision fp8 --model llama-100m \
-        --synthetic --steps 30 --warmup 10 --output-dir "$c/train-fp8"
+        --synthetic --steps 30 --warmup 10 --output-dir "$c/train-fp8" --overwrite
 }
 
 run_capture() {

@@ -51,7 +51,7 @@ def two_gpu_run(tmp_path, **changes) -> RunConfig:
 def summarize(run, engine) -> dict:
     out = engine.train(run, engine.check(planned(run)), None, None)
     env = {"gpus": [{"name": "NVIDIA H200", "compute_capability": "9.0", "uuid": None}]}
-    return train.summarize(planned(run), out, env, {"source": "fake"}, "t0"), train.step_rows(run, out)
+    return train.summarize(planned(run), out, env, {"source": "fake"}, "t0"), train.step_rows(run, out.steps)
 
 
 def test_each_step_is_the_slowest_ranks_and_throughput_is_global_and_per_gpu(tmp_path):

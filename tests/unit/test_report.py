@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,9 @@ from rich.console import Console
 from fixtures.fake_runs import generated_steps, steps_from, tiny_config, write_ok_run
 
 from parallax.analysis.compare import build_comparison
+from parallax.engines.base import StepRecord
+from parallax.run import interrupt, train
+from parallax.spec.precision import PrecisionInfo
 from parallax.errors import ParallaxError
 from parallax.spec import registry
 from parallax.analysis.report import export, markdown, terminal, write_report
@@ -239,6 +243,36 @@ def test_matrix_cells_without_runs_are_pending(hand):
     assert cell(r, "jax", "nvfp4")["status"] == "pending"
     rows = table_rows(markdown.render(r), "Runs without a result")
     assert ["–", "torch", "nvfp4 emulated-nvfp4", "–", "pending", "1 run(s) not run yet (resume the benchmark)"] in rows
+
+
+
+def write_interrupted(root, framework, precision, seed, done_ms):
+    """A run of the framework's default recipe of ``precision`` stopped by SIGTERM after
+    ``len(done_ms)`` steps, as ``parallax train`` writes it."""
+    recipe = registry.default(framework, precision).name
+    run = tiny_config(framework=framework, precision=precision, recipe=recipe, seed=seed)
+    run_dir = root / "runs" / f"{framework}-{recipe}-seed{seed}-rep0"
+    done = [StepRecord(k, 9.0 - 0.1 * k, ms, 1e-3) for k, ms in enumerate(done_ms)]
+    info = PrecisionInfo(precision, "fake", recipe, True)
+    result = train.interrupted_result(run.replace(output_dir=str(run_dir)), info, {}, "t0",
+                                      interrupt.Interrupted(signal.SIGTERM), done)
+    return write_run(run_dir, result, train.step_rows(run, done))
+
+
+def test_an_interrupted_run_is_labelled_and_in_no_speedup(tmp_path):
+    write(tmp_path, "torch", "bf16", 0, [100.0] * 10, [3.0] * 10)
+    write_interrupted(tmp_path, "torch", "fp8", 0, [500.0, 300.0, 80.0, 80.0, 80.0])
+    r = build_comparison(tmp_path, n_boot=200)
+    fp8 = cell(r, "torch", "fp8")
+    assert (fp8["status"], fp8["n_ok"], fp8["tokens_per_s"]) == ("interrupted", 0, None)
+    assert r["speedups"] == []
+    rows = table_rows(markdown.render(r), "Runs without a result")
+    assert rows == [["runs/torch-te-fp8-delayed-seed0-rep0", "torch", "fp8 te-fp8-delayed", "0", "interrupted",
+                     "interrupted by SIGTERM after 5 of 12 steps"]]
+    console = Console(record=True, width=200)
+    terminal.render(r, console)
+    assert "interrupted: torch fp8 te-fp8-delayed seed 0 — interrupted by SIGTERM after 5 of 12 steps" in \
+        console.export_text()
 
 
 # ----------------------------------------------------------------------------- renderers

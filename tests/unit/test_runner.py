@@ -17,6 +17,7 @@ from fixtures.fake_train import SKIP_REASON
 from fixtures.matrix import FAKE_TRAIN, fake_command, small_matrix
 
 from parallax.run import runner
+from parallax.store import lock
 from parallax.errors import ParallaxError
 from parallax.store.results import load_run, load_steps
 
@@ -102,9 +103,9 @@ def test_cell_configuration_travels_as_a_file_that_train_reads_back(tmp_path):
     run = tiny_config(framework="jax", precision="fp8", recipe="flax-fp8-direct", seed=3, peak_tflops=989.0,
                       eval_every=5, synthetic=False, data="/d/tokens.bin", epochs=4.0)
     cmd = runner.train_command(run, tmp_path)
-    assert cmd == [sys.executable, "-m", "parallax", "train", "--config", str(tmp_path / "config.json")]
+    assert cmd == [sys.executable, "-m", "parallax", "train", "--config", str(tmp_path / "config.json"), "--overwrite"]
     runner.write_cell_config(tmp_path, run)
-    assert load_config(cmd[-1], {}) == run.replace(output_dir=str(tmp_path))
+    assert load_config(cmd[5], {}) == run.replace(output_dir=str(tmp_path))
 
 
 def test_no_compile_applies_to_the_frameworks_that_run_eagerly(tmp_path):
@@ -179,7 +180,8 @@ def test_every_failure_is_recorded_and_the_matrix_goes_on(tmp_path, monkeypatch)
     hung_pid = int((results["jax-emulated-nvfp4-seed0-rep0"].run_dir / "fake.pid").read_text())
     assert not _alive(hung_pid)
     index = json.loads((tmp_path / "index.json").read_text())
-    assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "pending": 0}
+    assert index["counts"] == {"ok": 3, "failed": 4, "oom": 2, "timeout": 1, "skipped": 2, "interrupted": 0,
+                               "pending": 0}
 
 
 def _alive(pid: int) -> bool:
@@ -260,9 +262,11 @@ def test_a_resumed_benchmark_may_not_drop_cells_or_change_anything_else(tmp_path
 
 
 def test_a_second_runner_on_the_same_dir_is_refused(tmp_path, monkeypatch):
-    with runner.locked(tmp_path):
-        with pytest.raises(ParallaxError, match="in use by another 'parallax benchmark'"):
+    with lock.locked(tmp_path, "parallax benchmark"):
+        with pytest.raises(ParallaxError) as refused:
             run(tmp_path, small_matrix(), {}, monkeypatch)
+    assert str(refused.value) == (f"{tmp_path} is in use by 'parallax benchmark' (pid {os.getpid()}); wait for it "
+                                  "to end or choose another --output-dir")
 
 
 def test_a_corrupt_run_file_is_named_and_its_cell_runs_again(tmp_path, monkeypatch):
@@ -350,6 +354,19 @@ def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
     pid = int((tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").read_text()) \
         if (tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").exists() else None
     assert pid is None or not _alive(pid)
+
+
+
+def test_a_cell_stopped_by_a_signal_is_recorded_and_runs_again_on_resume(tmp_path, monkeypatch):
+    m = small_matrix(recipes=("bf16",), frameworks=("torch",))
+    results = run(tmp_path, m, {"torch-bf16": "interrupted"}, monkeypatch)
+    assert [(r.status, r.error) for r in results] == [("interrupted", "interrupted by SIGTERM after 3 of 12 steps")]
+    assert json.loads((tmp_path / "index.json").read_text())["counts"]["interrupted"] == 1
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("FAKE_TRAIN_CALLS", str(calls))
+    results = run(tmp_path, m, {}, monkeypatch, resume=True)
+    assert [(r.status, r.reused) for r in results] == [("ok", False)]
+    assert calls.read_text() == "torch bf16 0\n"
 
 
 def test_environment_json_is_written_once(tmp_path, monkeypatch):

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import math
+import signal
 
 import numpy as np
 import pytest
 
 from parallax.plan import capability as cap
 from parallax.store import results
-from parallax.run import train
+from parallax.run import interrupt, train
 from parallax.spec.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.data.synthetic import synthetic_batch
 from parallax.engines.base import Engine, EngineOutput, EvalRecord, Plan, StepRecord
+from parallax.engines.schedule import lr_at
 from parallax.errors import ParallaxError
 from parallax.spec.precision import PrecisionInfo
 from parallax.spec import registry
@@ -218,6 +220,63 @@ def test_a_stale_steps_file_is_replaced_when_a_rerun_fails(tmp_path, use_engine)
     use_engine(FakeEngine(error=RuntimeError("boom")))
     train.run_training(run)
     assert results.load_steps(run.output_dir) == []
+
+
+
+class StoppedEngine(FakeEngine):
+    """Reports ``step_ms`` step by step, then is stopped as a signal would stop it."""
+
+    def __init__(self, step_ms, stop: BaseException):
+        super().__init__(step_ms=step_ms)
+        self.stop = stop
+
+    def train(self, run, plan, batches, progress):
+        for k, ms in enumerate(self.step_ms):
+            progress.step(k, 5.0 - 0.5 * k, ms)
+        raise self.stop
+
+
+def test_a_signal_keeps_the_steps_done_and_their_statistics(tmp_path, use_engine):
+    use_engine(StoppedEngine([900.0, 800.0, 10.0, 30.0], interrupt.Interrupted(signal.SIGTERM)))
+    run = tiny_run(tmp_path)
+    result = train.run_training(run)
+    assert (result["status"], result["signal"], result["steps_done"]) == ("interrupted", "SIGTERM", 4)
+    assert result["error"] == "interrupted by SIGTERM after 4 of 6 steps"
+    assert train.exit_code(result) == 143
+    assert result["timing"]["measured_steps"] == 2 and result["timing"]["step_ms"]["median"] == 20.0
+    assert result["throughput"]["tokens_per_s"] == pytest.approx(32 / 0.020)
+    assert result["loss"] == {"first": 5.0, "final": 3.5, "final_smoothed": pytest.approx(4.25)}
+    assert results.load_run(run.output_dir)["steps_done"] == 4
+    steps = results.load_steps(run.output_dir)
+    assert [(s["step"], s["step_ms"], s["measured"], s["grad_norm"]) for s in steps] == [
+        (0, 900.0, False, None), (1, 800.0, False, None), (2, 10.0, True, None), (3, 30.0, True, None)]
+    assert steps[1]["lr"] == pytest.approx(float(lr_at(1, run.optim, run.steps)))
+
+
+def test_ctrl_c_before_a_timed_step_keeps_the_warmup_steps(tmp_path, use_engine):
+    use_engine(StoppedEngine([900.0], KeyboardInterrupt()))  # Python's own Ctrl-C: SIGINT
+    run = tiny_run(tmp_path)
+    result = train.run_training(run)
+    assert (result["status"], result["signal"], result["steps_done"]) == ("interrupted", "SIGINT", 1)
+    assert train.exit_code(result) == 130
+    assert result["timing"]["step_ms"] is None and result["throughput"] is None
+    assert len(results.load_steps(run.output_dir)) == 1
+
+
+def test_a_run_refused_by_its_check_keeps_the_run_before_it(tmp_path, use_engine):
+    run = tiny_run(tmp_path)
+    use_engine(FakeEngine(step_ms=[10.0] * 6))
+    train.run_training(run)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()}
+
+    class Refusing(FakeEngine):
+        def check(self, run):
+            raise ParallaxError("no such precision here")
+
+    use_engine(Refusing())
+    with pytest.raises(ParallaxError):
+        train.run_training(run)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "run").iterdir()} == before
 
 
 # --- refusals before any work ---

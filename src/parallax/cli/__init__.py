@@ -82,8 +82,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{exc.format_message()} (see '{where} --help')")
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
-        return fail("aborted", 130)
+    except click.exceptions.Abort as exc:
+        stop = exc.__cause__  # Ctrl-C, or a signal of parallax.run.interrupt, before anything was kept
+        code = getattr(stop, "exit_code", 130)
+        return fail(f"interrupted by {stop.name}" if hasattr(stop, "name") else "aborted", code)
     except ParallaxError as exc:
         return fail(str(exc), exc.exit_code)
     return result if isinstance(result, int) else 0

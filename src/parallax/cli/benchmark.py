@@ -30,8 +30,9 @@ PLAN_EPILOG = ("With --plan, the plan's keys are these options' names (batch_siz
                "given on the command line wins over the plan. A plan of several presets runs one benchmark "
                "per preset into OUTPUT-DIR/PRESET (--model runs only that one). Plans of data = \"tokens\" "
                "need --data DIR. See docs/benchmark.md.")
-# Outcomes that call for a fix (a crash, a hang) make the exit status 1; oom and skipped are results.
-FAILING = ("failed", "timeout")
+# Outcomes that call for a fix (a crash, a hang) or a rerun (a cell stopped by a signal: --resume runs it
+# again) make the exit status 1; oom and skipped are results.
+FAILING = ("failed", "timeout", "interrupted")
 
 
 def split_list(text: str, option: str) -> tuple[str, ...]:

@@ -8,7 +8,6 @@ import click
 from rich.console import Console
 
 from parallax.analysis import stats
-from parallax.errors import ParallaxError
 from parallax.store.results import writable_output_dir
 
 
@@ -27,14 +26,8 @@ def command(results_dirs, output_dir, bootstraps, cross_machine):
     from parallax.analysis.crossover import crossover
     from parallax.analysis.report import crossover as render
 
-    existed = Path(output_dir).exists()
-    out = writable_output_dir(output_dir, "--output-dir")
-    try:
-        record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)
-    except ParallaxError:
-        if not existed:
-            out.rmdir()  # a refusal leaves no empty folder behind
-        raise
+    out = writable_output_dir(output_dir, "--output-dir")  # checked, not created: render.write makes it
+    record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)
     for problem in record["problems"]:
         click.echo(f"parallax: warning: {problem}", err=True)
     paths = render.write(record, out)

@@ -55,6 +55,7 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
         name = mt.file_name(run, recipe)
         rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in rendered:
         (out / name).write_text(text)

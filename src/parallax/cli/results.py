@@ -43,11 +43,11 @@ def unpack_command(dirs):
 
 
 def _unless_running(folder: Path):
-    """The benchmark's lock on a benchmark's --output-dir (so a running benchmark is refused);
-    no lock file is made in any other folder."""
+    """The lock (``store/lock.py``) on a benchmark's --output-dir, so a running benchmark is
+    refused; no lock file is made in any other folder."""
     import contextlib
 
+    from parallax.store.lock import locked
     from parallax.store.results import MATRIX_FILE
-    from parallax.run.runner import locked
 
-    return locked(folder) if (folder / MATRIX_FILE).exists() else contextlib.nullcontext()
+    return locked(folder, "parallax results") if (folder / MATRIX_FILE).exists() else contextlib.nullcontext()

@@ -3,7 +3,12 @@
 Options left out take RunConfig's defaults (``spec/config.py`` is their only home); ``--model``
 defaults to ``auto`` and a preset brings its own batch size and sequence length
 (``parallax.cli.defaults``). ``--help`` shows every default. Exit codes:
-0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory.
+0 ok, 1 the run failed, 2 bad input (nothing written), 3 out of memory, 130/143 stopped by
+Ctrl-C/SIGTERM (run.json of status ``interrupted`` keeps the steps done).
+
+The output folder (``run.train.claimed``): one that holds a run is refused unless
+``--overwrite``, one that holds a benchmark always; one ``train`` at a time in a folder (a lock
+naming its pid); a refusal leaves no folder behind.
 
 ``--gpus N|all``: a torch run of several GPUs launches one process per GPU
 (``parallax.run.distributed``); rank 0 draws the progress and prints the summary, the launcher
@@ -61,6 +66,14 @@ def default_warmup(steps: int) -> int:
 
 
 WARMUP_HELP = f"  [default: {DEFAULTS.warmup}, at most half the steps]"
+
+
+def warmup_origin(options: dict, run: RunConfig) -> str | None:
+    """Where the run's warm-up came from, for its summary: the default (``default_warmup``) when
+    --warmup was not given, None when it was."""
+    if options.get("warmup") is not None:
+        return None
+    return f"the default for --steps {run.steps}: half the steps, at most {DEFAULTS.warmup}"
 
 
 def build_run(options: dict) -> tuple[RunConfig, str | None]:
@@ -134,32 +147,54 @@ def _default(field: str) -> str:
 @click.option("--peak-tflops", type=float,
               help="Dense peak TFLOP/s of the run's precision, for MFU." + _shown("the GPU's datasheet peak"))
 @click.option("--output-dir", metavar="DIR", help="Where run.json and steps.jsonl go." + _default("output_dir"))
+@click.option("--overwrite", is_flag=True,
+              help="Replace the run that --output-dir holds (refused without it), from the new run's first step.")
 @click.option("--config", "config_file", metavar="FILE",
               help="A whole run configuration (JSON, as run.json's 'config'; what benchmark hands each cell); "
-                   "no other option goes with it.")
-def command(config_file, **options) -> int:
+                   "no other option goes with it but --overwrite.")
+def command(config_file, overwrite, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax.plan import world
     from parallax.plan.resolve import resolve
-    from parallax.run import distributed, progress_file
+    from parallax.run import distributed, interrupt, progress_file
     from parallax.run.progress import LiveProgress, print_summary
-    from parallax.run.train import exit_code, run_training
+    from parallax.run.train import claimed, exit_code, run_training
 
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
         run, note = load_config(config_file, options), None
-        asked = run.device
+        asked, origin = run.device, "from --config"
     else:
         run, note = build_run(options)
+        origin = warmup_origin(options, run)
     plan = resolve(run, asked_device=asked)  # once: --gpus, every field, the recipe; bad input is one line
-    defaults.say(note)
     run = plan.run
     rank = world.rank_info() if run.gpus > 1 else None
-    if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
-        result = run_training(plan)
-        if result["status"] != "ok":
-            print_summary(result, run.output_dir)
-        return exit_code(result)
+    if rank is not None or world.process_count_from_env() > 1:
+        defaults.say(note)  # one process of several: the folder is its launcher's, or its hosts' to share
+        return _one_of_several(plan, rank)
+    with claimed(run.output_dir, overwrite):
+        defaults.say(note)
+        if distributed.needs_launch(run):  # the ranks draw the progress; say only how it ended
+            result = run_training(plan)
+            if result["status"] != "ok":
+                print_summary(result, run.output_dir)
+            return exit_code(result)
+        with interrupt.catching(), LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:
+            result = run_training(plan, progress_file.attach(live))
+    print_summary(result, run.output_dir, warmup_origin=origin)
+    return exit_code(result)
+
+
+def _one_of_several(plan, rank) -> int:
+    """One process's part of a run of several (a torch rank, a JAX host): the output folder is
+    not claimed (it is the launcher's, or the hosts share it) and no signal is caught. Torch's
+    rank 0 (every JAX host) draws the progress and prints the summary."""
+    from parallax.run import progress_file
+    from parallax.run.progress import LiveProgress, print_summary
+    from parallax.run.train import exit_code, run_training
+
+    run = plan.run
     if rank is not None and rank.rank != 0:
         return exit_code(run_training(plan))
     with LiveProgress(run.steps, run.tokens_per_step, run.warmup) as live:

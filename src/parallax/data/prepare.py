@@ -14,6 +14,7 @@ so a directory without it was never finished.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -395,7 +396,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     ``rebuild_stale`` (the on-the-fly cache of ``train --data``): rebuild instead of failing
     when ``out`` holds other inputs or a damaged file. ``hold_out`` False: no validation split
     (``train --data`` without evaluation). On any failure nothing of this attempt is left: no
-    staging folder, and no ``out`` where there was none."""
+    staging folder, and no ``out`` (nor folder above it) where there was none."""
     log = log or (lambda message: None)
     options = options.validate()
     out = Path(out)
@@ -407,7 +408,7 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
         return PrepareResult(existing, up_to_date=True)
     check_validation_possible(corpus)  # before the tokenizer's minutes, not after
 
-    created = not out.exists()
+    made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     staging = out / STAGING
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -415,8 +416,9 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
         return _build(out, staging, corpus, source, options, inputs_identity, digest, list(inputs), show_progress, log)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
-        if created and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: leave it
+                folder.rmdir()
         raise
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from parallax.errors import ParallaxError
 from parallax.plan import machine
+from parallax.spec.config_schema import RANGES
 
 # Multicast/NVLS stay off on the machines this project runs on; never unset, also in children.
 KEPT_ENV = ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
@@ -92,7 +93,7 @@ def resolve_gpus(value, device: str | None, option: str = "--gpus") -> int:
         count = int(text)
     except ValueError:
         raise ParallaxError(f"{option} must be a number of GPUs or 'all', got {value!r}") from None
-    if count < 1:
+    if RANGES["gpus"].refusal(count):  # the range a configuration file's 'gpus' is held to
         raise ParallaxError(f"{option} must be at least 1 (or 'all'), got {count}")
     if on_cpu or count == 1:
         return count

@@ -103,19 +103,41 @@ def step_line(label: str, step: int, total: int, loss: float | None, step_ms: fl
     return "  ".join(parts)
 
 
-def summary_table(result: dict) -> Table:
-    """One run's result (a run.json dict) as a two-column table."""
+def summary_table(result: dict, warmup_origin: str | None = None) -> Table:
+    """One run's result (a run.json dict) as a two-column table; ``warmup_origin`` says where its
+    warm-up came from (e.g. 'the default for --steps 10'), None where the user gave it."""
     cfg, precision = result["config"], result.get("precision") or {}
     table = Table(title=f"parallax train: {cfg['framework']} {cfg['precision']} {cfg['model']}",
                   show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     table.add_row("status", result["status"])
-    if result["status"] != "ok":
-        table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
-    else:
-        _add_ok_rows(table, result, precision)
+    if result["status"] == "ok":
+        _add_ok_rows(table, result, precision, warmup_origin)
+        return table
+    table.add_row("error", escape(str(result.get("error"))))  # no rich markup: errors quote brackets
+    if result["status"] == "interrupted":
+        table.add_row("warm-up", warmup_line(cfg, warmup_origin))
+        _add_interrupted_rows(table, result)
     return table
+
+
+def warmup_line(cfg: dict, origin: str | None = None) -> str:
+    """'5 of 10 steps, left out of the timing (the default for --steps 10)'."""
+    return f"{cfg['warmup']} of {cfg['steps']} steps, left out of the timing" + (f" ({origin})" if origin else "")
+
+
+def _add_interrupted_rows(table: Table, result: dict) -> None:
+    """What a run stopped by a signal kept: its steps' time and loss."""
+    timing, tput, loss = result["timing"], result.get("throughput"), result.get("loss")
+    if tput:
+        ms = timing["step_ms"]
+        table.add_row("tokens/s (median)", f"{tput['tokens_per_s']:,.0f} over {timing['measured_steps']} timed steps")
+        table.add_row("step time (median)", f"{ms['median']:.2f} ms  (p10 {ms['p10']:.2f}, p90 {ms['p90']:.2f})")
+    else:
+        table.add_row("tokens/s (median)", f"n/a: no step after the {timing['warmup_steps']} warm-up steps")
+    if loss:
+        table.add_row("loss", f"{loss['first']:.4f} → {loss['final']:.4f}")
 
 
 SYNTHETIC_NOTE = "synthetic tokens: the loss says nothing about learning"
@@ -134,7 +156,7 @@ def data_line(data: dict, cfg: dict) -> str:
     return f"{name}: {tokens:,} tokens, {used / tokens:.1f} passes"
 
 
-def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
+def _add_ok_rows(table: Table, result: dict, precision: dict, warmup_origin: str | None) -> None:
     cfg, timing, tput = result["config"], result["timing"], result["throughput"]
     fw, ms = result["framework"], timing["step_ms"]
     primary = result["flops"]["primary_accounting"]
@@ -142,8 +164,8 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
     table.add_row("precision", f"{precision.get('recipe')} ({precision.get('backend')}, {cap.run_label(precision)})")
     table.add_row("device", f"{fw.get('device_name') or fw.get('device')}; attention {fw.get('attention_backend')}; "
                             f"{'compiled' if fw.get('compiled') else 'eager'}")
-    table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}; {timing['measured_steps']} measured "
-                                 f"steps after {timing['warmup_steps']} warmup")
+    table.add_row("batch × seq", f"{cfg['batch_size']} × {cfg['seq_len']}")
+    table.add_row("warm-up", warmup_line(cfg, warmup_origin))
     par = result.get("parallel") or {}
     if par.get("gpus", 1) > 1:
         table.add_row("GPUs", f"{par['gpus']} ({par['sharding']}, {par['launcher']}, {par['backend']}): global batch "
@@ -175,8 +197,15 @@ def _add_ok_rows(table: Table, result: dict, precision: dict) -> None:
         table.add_row("note", warning)
 
 
-def print_summary(result: dict, run_dir: str | None = None, console: Console | None = None) -> None:
+def print_summary(result: dict, run_dir: str | None = None, console: Console | None = None,
+                  warmup_origin: str | None = None) -> None:
     console = console or Console()
-    console.print(summary_table(result))
-    if run_dir:  # unwrapped, so the path can be copied
-        console.print(f"wrote {run_dir}/run.json and steps.jsonl", soft_wrap=True, highlight=False, markup=False)
+    console.print(summary_table(result, warmup_origin))
+    if not run_dir:
+        return
+    where = f"{run_dir}/run.json and steps.jsonl"
+    if result["status"] == "interrupted":  # unwrapped, so the path can be copied
+        line = f"{result['error']}; kept them in {where}"
+    else:
+        line = f"wrote {where}"
+    console.print(line, soft_wrap=True, highlight=False, markup=False)

@@ -58,6 +58,7 @@ from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
 from parallax.store.archive import ARCHIVE_FILE, unpack
+from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
@@ -84,7 +85,6 @@ from parallax.run.train import EXIT_BAD_INPUT, EXIT_OOM  # what `parallax train`
 MATRIX_SCHEMA = "parallax.matrix/2"
 MODES = ("throughput", "convergence")
 PROGRESS_FILE = "progress.jsonl"
-LOCK_FILE = ".parallax.lock"
 LOG_TAIL_LINES = 40
 DEFAULT_MAX_LOSS_GAP = 0.25  # nats, final smoothed loss against the bf16 twin
 # Frameworks that can run eagerly. JAX always compiles its step with XLA (its engine refuses
@@ -227,7 +227,7 @@ def _no_duplicates(name: str, values) -> None:
 @dataclass
 class CellResult:
     cell: Cell
-    status: str  # ok | failed | oom | timeout | skipped | pending
+    status: str  # ok | failed | oom | timeout | skipped | interrupted | pending
     run_dir: Path
     error: str | None = None
     elapsed_s: float | None = None
@@ -267,8 +267,9 @@ CommandFor = Callable[[RunConfig, Path], list[str]]
 
 def train_command(run: RunConfig, run_dir: Path) -> list[str]:
     """The ``parallax train`` command line of one cell: its configuration travels as a file
-    (``run_cell`` writes ``config.json`` into the cell's folder first)."""
-    return [sys.executable, "-m", "parallax", "train", "--config", str(run_dir / CONFIG_FILE)]
+    (``run_cell`` writes ``config.json`` into the cell's folder first). ``--overwrite``: the
+    runner owns its cells, which ``train`` refuses to a user without it."""
+    return [sys.executable, "-m", "parallax", "train", "--config", str(run_dir / CONFIG_FILE), "--overwrite"]
 
 
 def write_cell_config(run_dir: Path, run: RunConfig) -> None:
@@ -286,24 +287,6 @@ def child_env(progress_path: Path | None = None) -> dict:
 
 
 # ----------------------------------------------------------------------------- output directory
-
-@contextlib.contextmanager
-def locked(output_dir: Path):
-    """Hold an exclusive lock on ``output_dir`` (released by the OS even after SIGKILL)."""
-    import fcntl
-
-    fd = os.open(output_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ParallaxError(
-                f"{output_dir} is in use by another 'parallax benchmark'; wait for it to end "
-                "or choose another --output-dir") from None
-        yield
-    finally:
-        os.close(fd)
-
 
 # What a resumed benchmark may add to: more frameworks, recipes, seeds or repeats, so more runs (the rest stays)
 EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats")
@@ -410,13 +393,14 @@ def write_index(output_dir: Path, matrix: Matrix, results: list[CellResult]) -> 
     index = {"schema": INDEX_SCHEMA, "updated_at": utc_now(), "matrix": MATRIX_FILE,
              "environment": ENVIRONMENT_FILE,
              "counts": {s: sum(r.status == s for r in results)
-                        for s in ("ok", "failed", "oom", "timeout", "skipped", "pending")},
+                        for s in ("ok", "failed", "oom", "timeout", "skipped", "interrupted", "pending")},
              "cells": [r.index_entry(output_dir) for r in results]}
     atomic_write_json(output_dir / INDEX_FILE, index)
 
 
 def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]:
-    """What is already on disk: cells with a valid run.json are done, the rest pending."""
+    """What is already on disk: cells with a valid run.json are done, the rest pending; an
+    interrupted cell (Ctrl-C or SIGTERM stopped its ``train``) is pending too: it runs again."""
     results = []
     for cell in matrix.cells():
         run_dir = output_dir / RUNS_DIR / cell.id
@@ -426,6 +410,9 @@ def scan(output_dir: Path, matrix: Matrix, display: Display) -> list[CellResult]
                 run = load_run(run_dir)
                 if run["status"] == "ok":
                     _require_steps(run_dir)
+                if run["status"] == "interrupted":
+                    results.append(result)
+                    continue
                 result = CellResult(cell, run["status"], run_dir, run.get("error"),
                                     run.get("elapsed_s"), reused=True)
             except ParallaxError as exc:
@@ -517,8 +504,8 @@ def _outcome(code: int, run: RunConfig, run_dir: Path, info: dict) -> tuple[str,
         if written is not None and written["status"] == "oom":
             return "oom", written.get("error")
         return _write_outcome(run_dir, run, "oom", "out of memory (exit code 3)", info, with_tail=True)
-    if written is not None and written["status"] == "failed":
-        return "failed", written.get("error")
+    if written is not None and written["status"] in ("failed", "interrupted"):  # the cell said how it ended
+        return written["status"], written.get("error")
     return _write_outcome(run_dir, run, "failed", _crash_reason(code, run_dir), info, with_tail=True)
 
 
@@ -596,7 +583,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     command_for = command_for or train_command
     output_dir = Path(output_dir).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
-    with locked(output_dir):
+    with locked(output_dir, "parallax benchmark"):
         check_matrix_file(output_dir, matrix, resume, display)
         if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files
             unpack(output_dir)

@@ -8,7 +8,11 @@ statistics over the measured steps (index ≥ warmup), throughput, FLOPs and MFU
 accounting and denominator, memory, loss and evaluation.
 
 A run that fails after it started still leaves a ``run.json``: status ``oom`` (exit code 3) or
-``failed`` with the error and the traceback's tail (exit code 1).
+``failed`` with the error and the traceback's tail (exit code 1). One stopped by Ctrl-C or
+SIGTERM (``parallax.run.interrupt``) leaves status ``interrupted`` with the steps it did and
+their statistics (exit code 130 or 143). A run's first step replaces the result files of a run
+before it in the folder; ``claimed`` is what ``parallax train`` holds its folder with: no
+second process in it, and no run or benchmark there replaced unless asked.
 
 Several GPUs (``RunConfig.gpus`` > 1; ``parallax.run.distributed``): a torch run first launches its
 ranks (this process becomes the launcher, which writes the run.json of a failed launch), each
@@ -22,25 +26,30 @@ A rank that fails records its error for the launcher and exits non-zero (no run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import socket
 import statistics
 import time
 import traceback
+from pathlib import Path
 
-from parallax.run import distributed
+from parallax.run import distributed, interrupt
 from parallax.spec import flops
 from parallax.plan import hardware, machine
 from parallax.plan.resolve import RunPlan, resolve
 from parallax.spec.config import RunConfig
 from parallax.data.source import make_batch_source
 from parallax.engines import get_engine
-from parallax.engines.base import EngineOutput, NullProgress, Progress
+from parallax.engines.base import EngineOutput, NullProgress, Progress, StepRecord
+from parallax.engines.schedule import lr_at
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec.precision import PrecisionInfo
-from parallax.store.results import is_out_of_memory, model_record, writable_output_dir, write_run
+from parallax.store.lock import locked
+from parallax.store.results import (MATRIX_FILE, RUN_FILE, RUNS_DIR, STEPS_FILE, is_out_of_memory, model_record,
+                                    writable_output_dir, write_run)
 from parallax.analysis.stats import percentile_summary, perplexity, smoothed_final
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_OOM = 0, 1, 2, 3
@@ -90,14 +99,24 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     environment = machine.environment()
     setup.lap("environment")
     started = utc_now()
+    if plan.rank == 0:
+        clear_run(run_dir)  # a run there before is replaced from this one's first step
+    done = StepLog(run, progress or NullProgress())
     try:
-        out = engine.train(run, plan, batches, progress or NullProgress())
+        out = engine.train(run, plan, batches, done)
         result = summarize(resolved, out, environment, data_record(run, batches), started)
         result["timing"]["setup_s"] = setup.laps
         result["recipe"] = plan.recipe.to_dict()
-        steps = step_rows(run, out)
+        steps = step_rows(run, out.steps)
     except ParallaxError:
         raise
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the steps done
+        if launched:
+            raise
+        result = interrupted_result(run, plan.precision, environment, started, interrupt.of(exc), done.steps)
+        result["timing"]["setup_s"] = setup.laps
+        result["recipe"] = plan.recipe.to_dict()
+        steps = step_rows(run, done.steps)
     except Exception as exc:  # the run started: record how it ended instead of losing it
         if launched:
             raise
@@ -110,6 +129,67 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
         write_run(run_dir, result, steps)
     engine.close(plan)
     return result
+
+
+def clear_run(run_dir: Path) -> None:
+    for name in (RUN_FILE, STEPS_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def claimed(path: str, overwrite: bool = False):
+    """``path`` held for one ``parallax train`` while the body runs: created, and locked against a
+    second process (``store/lock.py``). Refused first, with nothing made, when it is not writable,
+    holds a benchmark, or holds a run or is a benchmark's cell (unless ``overwrite``). A run that
+    ends before it writes (a refusal in the body, Ctrl-C during the checks) leaves the file system
+    as it was: the lock goes, and so do the folders made here. The benchmark runner's cells pass
+    ``--overwrite``: the runner owns them and has cleared the one it runs."""
+    run_dir = writable_output_dir(path)
+    check_free(run_dir, overwrite)
+    made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # deepest first
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with locked(run_dir, "parallax train"):
+            check_free(run_dir, overwrite)  # again, holding the lock: a run may have ended meanwhile
+            yield run_dir
+    finally:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: the run wrote its result
+                folder.rmdir()
+
+
+def check_free(run_dir: Path, overwrite: bool) -> None:
+    """One line naming the way out, when ``run_dir`` holds a benchmark, or (unless ``overwrite``)
+    a run or a benchmark's cell."""
+    if (run_dir / MATRIX_FILE).exists():
+        raise ParallaxError(f"{run_dir} holds a benchmark ({MATRIX_FILE}); pick a fresh --output-dir")
+    if overwrite:
+        return
+    held = [name for name in (RUN_FILE, STEPS_FILE) if (run_dir / name).exists()]
+    if held:
+        raise ParallaxError(f"{run_dir} already holds a run ({held[0]}); pass --overwrite to replace it, "
+                            "or pick a fresh --output-dir")
+    bench = run_dir.absolute().parent
+    if bench.name == RUNS_DIR and (bench.parent / MATRIX_FILE).exists():
+        raise ParallaxError(f"{run_dir} is a cell of the benchmark in {bench.parent}; pass --overwrite to run it "
+                            "by hand, or pick a fresh --output-dir")
+
+
+class StepLog:
+    """The Progress an engine reports to, passed on to ``inner``; it keeps every step reported
+    (loss, time, and the schedule's learning rate), which an interrupted run records."""
+
+    def __init__(self, run: RunConfig, inner: Progress):
+        self.run, self.inner = run, inner
+        self.steps: list[StepRecord] = []
+
+    def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
+        lr = float(lr_at(step, self.run.optim, self.run.steps))
+        self.steps.append(StepRecord(step, loss, step_ms, lr))
+        self.inner.step(step, loss, step_ms)
+
+    def phase(self, text: str) -> None:
+        self.inner.phase(text)
 
 
 class SetupClock:
@@ -130,6 +210,9 @@ class SetupClock:
 
 
 def exit_code(result: dict) -> int:
+    """0 ok, 1 failed, 3 oom; an interrupted run 128 + its signal's number (130, 143)."""
+    if result["status"] == "interrupted":
+        return interrupt.exit_code(result["signal"])
     return EXIT_CODES.get(result["status"], EXIT_FAILED)
 
 
@@ -150,6 +233,30 @@ def failure_result(run: RunConfig, precision: PrecisionInfo, environment: dict, 
         "environment": environment,
         # an engine that runs another program (MaxText) attaches that program's last lines
         **({"log_tail": exc.log_tail} if getattr(exc, "log_tail", None) else {}),
+        "started_at": started,
+        "finished_at": utc_now(),
+    }
+
+
+def interrupted_result(run: RunConfig, precision: PrecisionInfo, environment: dict, started: str,
+                       stop: interrupt.Interrupted, done: list[StepRecord]) -> dict:
+    """The run.json of a run stopped by a signal: the steps done, and the statistics of the timed
+    ones (index >= warmup) where there are any (``timing.step_ms`` and ``throughput`` else None)."""
+    timed = [s.step_ms for s in done if s.step >= run.warmup and s.step_ms is not None]
+    step_ms = percentile_summary(timed) if timed else None
+    losses = [s.loss for s in done if s.loss is not None]
+    return {
+        "status": "interrupted",
+        "error": f"interrupted by {stop.name} after {len(done)} of {run.steps} steps",
+        "signal": stop.name,
+        "steps_done": len(done),
+        "config": run.to_dict(),
+        "model": model_record(run),
+        "precision": precision.to_dict(),
+        "environment": environment,
+        "timing": {"warmup_steps": run.warmup, "measured_steps": len(timed), "step_ms": step_ms},
+        "throughput": throughput_record(run.tokens_per_step, step_ms) if step_ms else None,
+        "loss": {"first": losses[0], "final": losses[-1], "final_smoothed": smoothed_final(losses)} if losses else None,
         "started_at": started,
         "finished_at": utc_now(),
     }
@@ -329,14 +436,14 @@ def tolerated_zero_gradients(out: EngineOutput) -> list[dict]:
             if s.bad_layers and not guard_trips(s)]
 
 
-def step_rows(run: RunConfig, out: EngineOutput) -> list[dict]:
+def step_rows(run: RunConfig, steps: list[StepRecord]) -> list[dict]:
     """The lines of ``steps.jsonl``."""
     return [
         {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
          "grad_norm": s.grad_norm, "measured": s.step >= run.warmup,
          **({"bad_layers": s.bad_layers} if s.bad_layers else {}),
          **({"rank_step_ms": s.rank_step_ms} if s.rank_step_ms else {})}
-        for s in out.steps
+        for s in steps
     ]
 
 

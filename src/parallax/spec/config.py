@@ -177,6 +177,12 @@ class OptimConfig:
     lr_warmup_steps: int = 20
 
 
+# RunConfig fields whose range ``validate`` checks; ``gpus`` is counted, and its range checked, by
+# ``plan.world.resolve_gpus``.
+RANGED_OPTIONS = ("batch_size", "seq_len", "steps", "warmup", "eval_every", "eval_batches", "epochs",
+                  "peak_tflops", "dist_timeout_s")
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """One training run: what `parallax train` does and what a benchmark cell runs."""
@@ -253,11 +259,8 @@ class RunConfig:
         if recipe is None:
             recipe = registry.resolve(self.framework, self.precision, self.recipe)
         model = get_preset(self.model)
-        for name in ("batch_size", "seq_len", "steps"):
-            if getattr(self, name) <= 0:
-                raise ParallaxError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ParallaxError(f"--warmup must not be negative, got {self.warmup}")
+        for name in RANGED_OPTIONS:  # the ranges a configuration file is held to (config_schema.RANGES)
+            config_schema.check_option(name, getattr(self, name))
         if timed and self.warmup < 1:
             raise ParallaxError(
                 "--warmup must be at least 1: the first step compiles, and timing it would skew every statistic"
@@ -274,19 +277,8 @@ class RunConfig:
             )
         if self.seq_len % 2:
             raise ParallaxError(f"--seq-len must be even for RoPE, got {self.seq_len}")
-        if self.eval_every < 0:
-            raise ParallaxError(f"--eval-every must be 0 (never) or positive, got {self.eval_every}")
-        if self.eval_batches <= 0:
-            raise ParallaxError(f"--eval-batches must be positive, got {self.eval_batches} "
-                                "(to skip evaluation, use --eval-every 0)")
-        if self.epochs is not None and self.epochs <= 0:
-            raise ParallaxError(f"--epochs must be positive, got {self.epochs}")
         if self.cuda_graphs not in CUDA_GRAPHS:
             raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
-        if self.peak_tflops is not None and self.peak_tflops <= 0:
-            raise ParallaxError(f"--peak-tflops must be positive, got {self.peak_tflops}")
         if self.sharding not in SHARDINGS:
             raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
-        if not self.dist_timeout_s > 0:
-            raise ParallaxError(f"dist_timeout_s must be positive, got {self.dist_timeout_s}")
         return self.replace(precision=recipe.format, recipe=recipe.name)

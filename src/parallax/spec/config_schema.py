@@ -1,7 +1,8 @@
 """The schema of a run configuration file (``train --config``, benchmark cells, run.json's
 'config'): every field's type and range in one table, checked before a RunConfig is built.
 
-Types come from RunConfig's and OptimConfig's annotations; ranges from RANGES below. JSON has no
+Types come from RunConfig's and OptimConfig's annotations; ranges from RANGES below, which the
+command line's checks (``RunConfig.validate``) read too, in their own words. JSON has no
 int/bool/float distinction that Python keeps, so it is made here: ``true`` is not a step count,
 ``8.7`` not a batch size, ``"8"`` not a number. A file must name what it runs (REQUIRED); other
 fields missing take RunConfig's defaults (older files lack newer fields).
@@ -14,21 +15,63 @@ import dataclasses
 import json
 import math
 import typing
+from dataclasses import dataclass
 
 from parallax.errors import ParallaxError
 
-# field -> (lowest, lowest allowed itself?); a field not named has no bound. "optim.x": OptimConfig's.
-RANGES: dict[str, tuple[float, bool]] = {
-    "batch_size": (1, True), "seq_len": (2, True), "steps": (1, True), "warmup": (0, True),
-    "eval_every": (0, True), "eval_batches": (1, True), "epochs": (0, False), "gpus": (1, True),
-    "peak_tflops": (0, False), "dist_timeout_s": (0, False),
-    "optim.lr": (0, False), "optim.min_lr_ratio": (0, True), "optim.beta1": (0, True),
-    "optim.beta2": (0, True), "optim.eps": (0, False), "optim.weight_decay": (0, True),
-    "optim.grad_clip": (0, False), "optim.lr_warmup_steps": (0, True),
+@dataclass(frozen=True)
+class Range:
+    """A numeric field's bound: ``low`` (allowed itself when ``inclusive``), and below 1 as well
+    with ``below_one`` (Adam's betas)."""
+
+    low: float
+    inclusive: bool = True
+    below_one: bool = False
+
+    def refusal(self, value) -> str | None:
+        """Why ``value`` is out of range ('must be at least 1', ...), or None. NaN is out of every range."""
+        if not (value > self.low or (self.inclusive and value == self.low)):
+            return f"must be {'at least' if self.inclusive else 'greater than'} {self.low}"
+        if self.below_one and value >= 1:
+            return "must be below 1"
+        return None
+
+
+# The one place that decides every numeric field's range, for a configuration file (``check``)
+# and for the command line (``check_option``, from ``RunConfig.validate``). A field not named has
+# no bound; "optim.x" is OptimConfig's.
+RANGES: dict[str, Range] = {
+    "batch_size": Range(1), "seq_len": Range(1), "steps": Range(1), "warmup": Range(0),
+    "eval_every": Range(0), "eval_batches": Range(1), "epochs": Range(0, False), "gpus": Range(1),
+    "peak_tflops": Range(0, False), "dist_timeout_s": Range(0, False),
+    "optim.lr": Range(0, False), "optim.min_lr_ratio": Range(0), "optim.beta1": Range(0, below_one=True),
+    "optim.beta2": Range(0, below_one=True), "optim.eps": Range(0, False), "optim.weight_decay": Range(0),
+    "optim.grad_clip": Range(0, False), "optim.lr_warmup_steps": Range(0),
 }
-# Below one (exclusive) as well: Adam's betas.
-BELOW_ONE = ("optim.beta1", "optim.beta2")
+# The command line's words for a bound (a configuration file says the bound itself: 'at least 1').
+BOUND_WORDS = {(1, True): "must be positive", (0, False): "must be positive", (0, True): "must not be negative"}
+# Fields whose command-line refusal reads otherwise: field -> (its name in the message, the words
+# after it, a hint after the value); None keeps '--field-name' and BOUND_WORDS.
+OPTION_WORDING: dict[str, tuple[str | None, str | None, str]] = {
+    "eval_every": (None, "must be 0 (never) or positive", ""),
+    "eval_batches": (None, None, " (to skip evaluation, use --eval-every 0)"),
+    "dist_timeout_s": ("dist_timeout_s", None, ""),
+}
 REQUIRED = ("framework", "precision", "model")
+
+
+def check_option(name: str, value) -> None:
+    """A one-line ParallaxError in the command line's words ('--batch-size must be positive, got
+    0') when ``value`` of RunConfig field ``name`` is out of RANGES; None passes (an unset option)."""
+    bound = RANGES[name]
+    refusal = None if value is None else bound.refusal(value)
+    if refusal is None:
+        return
+    label, words, hint = OPTION_WORDING.get(name, (None, None, ""))
+    label = label or f"--{name.replace('_', '-')}"
+    words = words or (refusal if bound.below_one else BOUND_WORDS.get((bound.low, bound.inclusive), refusal))
+    raise ParallaxError(f"{label} {words}, got {value}{hint}")
+
 
 _KINDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 
@@ -58,12 +101,9 @@ def _check_value(name: str, value, annotation):
         value = float(value)
         if not math.isfinite(value):
             raise ParallaxError(f"'{name}' must be a finite number, got {shown}")
-    if name in RANGES:
-        low, inclusive = RANGES[name]
-        if value < low or (value == low and not inclusive):
-            raise ParallaxError(f"'{name}' must be {'at least' if inclusive else 'greater than'} {low}, got {shown}")
-    if name in BELOW_ONE and value >= 1:
-        raise ParallaxError(f"'{name}' must be below 1, got {shown}")
+    refusal = RANGES[name].refusal(value) if name in RANGES else None
+    if refusal:
+        raise ParallaxError(f"'{name}' {refusal}, got {shown}")
     return value
 
 

@@ -2,8 +2,11 @@
 
 ``run.json`` is a versioned JSON object (``schema`` = SCHEMA) with these top-level keys:
 
-  status        ok | failed | oom | timeout | skipped
+  status        ok | failed | oom | timeout | skipped | interrupted
   error         one-line reason when status is not ok (and the log tail for failed runs)
+  signal, steps_done  an interrupted run (Ctrl-C or SIGTERM): the signal's name and the steps it
+                did; its timing, throughput and loss cover those steps (step_ms and throughput
+                None when none was past the warm-up), steps.jsonl holds them (grad_norm None)
   log_tail      a failed run of an engine that runs another program (MaxText): its last lines
   config        the RunConfig that ran
   model         preset name, parameter count, shape
@@ -49,7 +52,7 @@ from parallax.store.archive import read_record
 from parallax.errors import ParallaxError
 
 SCHEMA = "parallax.run/1"
-STATUSES = ("ok", "failed", "oom", "timeout", "skipped")
+STATUSES = ("ok", "failed", "oom", "timeout", "skipped", "interrupted")
 REQUIRED_KEYS = ("schema", "status", "config")
 REQUIRED_OK_KEYS = ("precision", "framework", "timing", "throughput", "flops", "memory", "loss")
 RUN_FILE = "run.json"
@@ -197,18 +200,22 @@ def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
-    """Create ``path`` if needed and prove it writable, or raise a ParallaxError naming it and
+    """Prove that ``path`` can hold new files, creating nothing: an existing folder must take
+    one, else the nearest folder that exists above it must (a command creates its folder when it
+    first writes, so a refusal leaves no empty folder behind). ParallaxError naming ``path`` and
     the ``option`` that set it."""
     run_dir = Path(path)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=run_dir, prefix=".parallax-write-test."):
-            pass
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    reason = None
+    if not existing.is_dir():
+        reason = "Not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        reason = "Permission denied"
+    if reason:
         raise ParallaxError(
-            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path"
-        ) from None
+            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path")
     return run_dir
 
 
