@@ -244,8 +244,10 @@ def markdown(record: dict) -> str:
 
 
 def one_line(record: dict, md_path: Path) -> str:
-    shares = record["summary"]["categories"]
-    parts = [f"{c} {row['share']:.0%}" for c, row in shares.items() if row["share"] >= 0.005]
+    summary = record["summary"]
+    total = summary["kernel_ms_per_step"] or 1.0
+    shares = {c: row["ms_per_step"] / total for c, row in summary["classes"].items()}
+    parts = [f"{c} {share:.0%}" for c, share in shares.items() if share >= 0.005]
     return (f"profile_step {record['framework']} {record['recipe']}: {record['ms_per_step']:.2f} ms/step, "
             f"{record['tokens_per_s']:,.0f} tokens/s; {', '.join(parts) or 'no GPU kernels'} -> {md_path}")
 
