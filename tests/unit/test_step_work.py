@@ -29,6 +29,12 @@ def test_the_linears_are_the_native_probes_gemm_shapes():
     assert sum(lin.k * lin.n for lin in step_work.linears(MODEL) if lin.block) == BLOCK_KN
 
 
+def test_linear_formats():
+    assert step_work.linear_formats(MODEL, registry.get("torch", "te-fp8-delayed")) == {
+        "qkv": "fp8", "attn_out": "fp8", "gate_up": "fp8", "down": "fp8", "lm_head": "bf16"}
+    assert set(step_work.linear_formats(MODEL, registry.get("jax", "emulated-nvfp4")).values()) == {"bf16"}
+
+
 def test_gemm_flops_of_a_bf16_recipe():
     # 6·T·12·7,077,888 = 16,698,832,846,848 in the blocks, 6·T·768·10,000 = 1,509,949,440,000 in lm_head
     assert work("torch", "bf16").gemm_flops == {"bf16": 16_698_832_846_848 + 1_509_949_440_000}

@@ -83,12 +83,18 @@ def gemm_formats(recipe: Recipe) -> dict[str, str]:
     return {"block": block, "lm_head": "bf16"}
 
 
+def linear_formats(model: ModelConfig, recipe: Recipe) -> dict[str, str]:
+    """{linear name: the format its GEMMs run in} (``linears``, ``gemm_formats``)."""
+    formats = gemm_formats(recipe)
+    return {lin.name: formats["block" if lin.block else "lm_head"] for lin in linears(model)}
+
+
 def gemm_flops(model: ModelConfig, tokens: int, recipe: Recipe) -> dict[str, int]:
     """FLOPs per step of the GEMMs of each format that runs any: {format: 6·T·ΣK·N}."""
-    formats = gemm_formats(recipe)
+    formats = linear_formats(model, recipe)
     out: dict[str, int] = {}
     for linear in linears(model):
-        fmt = formats["block" if linear.block else "lm_head"]
+        fmt = formats[linear.name]
         out[fmt] = out.get(fmt, 0) + 6 * tokens * linear.k * linear.n * linear.count
     return out
 
