@@ -1,22 +1,16 @@
 """parallax.engines.profiling on the CPU: the kernel classifier on real kernel names, the summary's
-arithmetic and table, both frameworks' readers (a real CPU trace has no GPU events; GPU planes
-and CUDA events are built by hand), and scripts/device/profile_step.py end to end on the CPU."""
+arithmetic and busy time, both frameworks' readers (a real CPU trace has no GPU events; GPU planes
+and CUDA events are built by hand). ``parallax profile`` itself: tests/cli/test_profile_cli.py."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from parallax.engines import profiling
-from parallax.engines.profiling import classify, format_table, summarize
-
-ROOT = Path(__file__).resolve().parents[2]
+from parallax.engines.profiling import classify, summarize
 
 # Real kernel names, as profilers print them (sources: cuBLAS/cuBLASLt kernels in torch and nsys
 # profiles of _scaled_mm and bf16 mm on H100/B200, TransformerEngine's transpose/ and recipe/
@@ -245,19 +239,6 @@ def test_summarize_refuses_zero_steps():
         summarize(EVENTS, steps=0)
 
 
-def test_format_table_rows():
-    table = format_table(summarize(EVENTS, steps=2))
-    assert "GPU kernel time: 0.400 ms/step summed over 5 kernels in 2 profiled step(s)." in table
-    assert "| gemm-fp8 | 0.300 | 75.0% | 1 | 1 |" in table
-    assert "| quantize | 0.050 | 12.5% | 0.5 | 1 |" in table
-    assert "| 1 | `nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT` | gemm-fp8 | 0.300 | 75.0% | 1 |" in table
-
-
-def test_format_table_without_gpu_events():
-    assert format_table(summarize([], steps=3)) == (
-        "No GPU kernel events in the 3 profiled step(s) (a CPU run?): nothing to attribute.\n")
-
-
 # --- JAX ------------------------------------------------------------------------------------
 
 def test_jax_kernel_events_of_a_real_cpu_trace_is_empty(tmp_path):
@@ -413,96 +394,6 @@ def test_torch_kernel_events_picks_cuda_work():
         ("Memset (Device)", 1.0), ("flash_fwd_kernel", 7.0)]
 
 
-# --- the device script on the CPU -------------------------------------------------------------
-
-@pytest.mark.slow
-@pytest.mark.parametrize("framework,extra", [("torch", ["--no-compile"]), ("jax", [])])
-def test_profile_step_script_on_the_cpu(tmp_path, framework, extra):
-    pytest.importorskip(framework)
-    cmd = [sys.executable, str(ROOT / "scripts" / "device" / "profile_step.py"), "--framework", framework,
-           "--recipe", "bf16", "--model", "tiny", "--batch", "2", "--seq", "64", "--warmup", "1", "--steps", "2",
-           "--out", str(tmp_path), "--keep-trace", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith(f"profile_step {framework} bf16: ") and "no GPU kernels" in proc.stdout
-    record = json.loads((tmp_path / f"profile_{framework}_bf16.json").read_text())
-    assert record["recipe"] == "bf16" and record["device"] == "cpu" and record["tokens_per_s"] > 0
-    assert record["summary"]["events"] == 0 and record["summary"]["steps"] == 2
-    md = (tmp_path / f"profile_{framework}_bf16.md").read_text()
-    assert md.startswith(f"# Where the step goes: {framework} bf16") and "No GPU kernel events in the 2" in md
-    trace = "trace_torch_bf16.json.gz" if framework == "torch" else "trace_jax_bf16.tar.gz"
-    assert (tmp_path / trace).stat().st_size > 0
-
-
-# --- MaxText's own profile, read by the same code ----------------------------------------------
-
-def _profile_step_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("profile_step", ROOT / "scripts" / "device" / "profile_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture
-def fake_maxtext_gpu(tmp_path, monkeypatch):
-    """The fake MaxText (tests/fixtures/fake_maxtext.py) importable here and in its subprocess,
-    an H200 as the probe sees it, and Python's version check lowered to this interpreter."""
-    from fixtures import fake_maxtext
-    from parallax.plan import envinfo
-
-    root = fake_maxtext.install(tmp_path / "site")
-    monkeypatch.syspath_prepend(str(root))
-    monkeypatch.setenv("PYTHONPATH", str(root))
-    monkeypatch.delenv("XLA_FLAGS", raising=False)
-    monkeypatch.setattr("parallax.engines.maxtext.engine.MIN_PYTHON", sys.version_info[:2])
-    ok = {"available": True, "error": None}
-    probe = {"driver": ok, "nvml": ok, "devices": [{"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0",
-                                                    "uuid": "GPU-fake"}]}
-    monkeypatch.setattr(envinfo, "probe_gpus", lambda: probe)
-    packages = {"maxtext": "0.2.5", "jax": "0.11.2", "jaxlib": "0.11.2", "jax_cuda13_plugin": "0.11.2",
-                "qwix": "0.1.8", "numpy": "2.0"}
-    monkeypatch.setattr(envinfo, "package_versions", lambda names=envinfo.PACKAGES: dict(packages))
-    return fake_maxtext
-
-
-def test_profile_step_maxtext_reads_maxtexts_xplane_and_hlo_dump(tmp_path, fake_maxtext_gpu, capsys):
-    pytest.importorskip("jax")
-    yaml = pytest.importorskip("yaml")
-    script = _profile_step_module()
-    out = tmp_path / "out"
-    script.main(["--framework", "maxtext", "--recipe", "bf16", "--model", "tiny", "--batch", "2", "--seq", "64",
-                 "--warmup", "3", "--steps", "2", "--out", str(out), "--keep-trace"])
-    line = capsys.readouterr().out
-    assert line.startswith("profile_step maxtext bf16: 50.50 ms/step, 2,535 tokens/s; memcpy 2%, attention-bwd 18%, "
-                           "gemm-bf16 71%, elementwise 9% -> ")
-    record = json.loads((out / "profile_maxtext_bf16.json").read_text())
-    # without the profiler: the fake's step times of steps 3 and 4 (0.05 + 0.001 * (step % 3))
-    assert record["ms_per_step"] == pytest.approx((0.050 + 0.051) / 2 * 1e3)
-    assert record["device"] == "NVIDIA H200" and record["flags"]["tuning"] == "tuned"
-    assert record["flags"]["hlo_described"] is True
-    summary = record["summary"]
-    kernels = fake_maxtext_gpu.FAKE_KERNELS
-    assert summary["steps"] == 2 and summary["events"] == 2 * len(kernels)
-    assert summary["kernel_ms_per_step"] == pytest.approx(sum(us for _, us, _ in kernels) / 1e3)
-    cats = summary["classes"]
-    assert (cats["attention-bwd"]["ms_per_step"], cats["gemm-bf16"]["ms_per_step"],
-            cats["elementwise"]["ms_per_step"], cats["memcpy"]["ms_per_step"]) == pytest.approx((5.0, 20.0, 2.5, 0.5))
-    # MaxText's config with its profiler keys, where the script keeps MaxText's files
-    work = out / "maxtext_bf16"
-    keys = yaml.safe_load((work / "maxtext-tiny-bf16.yml").read_text())
-    assert (keys["profiler"], keys["skip_first_n_steps_for_profiler"], keys["profiler_steps"], keys["steps"],
-            keys["jax_cache_dir"]) == ("xplane", 5, 2, 8, "")
-    assert list((work / "output").rglob("*.xplane.pb")) and not (work / "hlo").exists()
-    assert "completed step: 7" in (work / "train.log").read_text()
-    import tarfile
-
-    with tarfile.open(out / "trace_maxtext_bf16.tar.gz") as tar:
-        assert [n for n in tar.getnames() if n.endswith(".xplane.pb")] == [
-            "profile/tensorboard/plugins/profile/2026_12_01_10_00_00/fakehost.xplane.pb"]
-
-
 def test_find_hlo_text_takes_the_largest_dump_of_the_module(tmp_path):
     assert profiling.find_hlo_text(tmp_path / "none") is None
     (tmp_path / "module_0001.jit_train_step.sm_9.0_gpu_after_optimizations.txt").write_text("small")
@@ -511,45 +402,3 @@ def test_find_hlo_text_takes_the_largest_dump_of_the_module(tmp_path):
     (tmp_path / "module_0002.jit_train_step.before_optimizations.txt").write_text("before, and the largest of all")
     assert profiling.find_hlo_text(tmp_path) == "the larger one"
     assert profiling.find_hlo_text(tmp_path, "jit_other") == "another module, larger"
-
-
-def _record(framework, recipe, step_ms, cats, events, steps=5):
-    total = sum(cats.values())
-    classes = {c: {"ms_per_step": cats.get(c, 0.0), "calls_per_step": 1, "kernels": 1} for c in profiling.CLASSES}
-    return {"framework": framework, "recipe": recipe, "model": "llama-100m", "batch_size": 32, "seq_len": 1024,
-            "device": "NVIDIA H200", "ms_per_step": step_ms, "tokens_per_s": 32768 / step_ms * 1e3,
-            "summary": {"steps": steps, "events": events, "kernel_ms_per_step": total, "classes": classes}}
-
-
-def test_format_comparison_puts_categories_side_by_side():
-    ours = _record("jax", "bf16", 50.0, {"attention-fwd": 7.0, "gemm-bf16": 20.0, "elementwise": 21.0}, 10_000)
-    theirs = _record("maxtext", "bf16", 55.0, {"attention-fwd": 7.5, "gemm-bf16": 20.0, "elementwise": 25.0}, 12_500)
-    text = profiling.format_comparison([ours, theirs])
-    lines = text.splitlines()
-    assert lines[0] == "# Where the step goes: jax bf16 vs maxtext bf16"
-    assert "| | jax bf16 | maxtext bf16 | maxtext bf16 − jax bf16 |" in lines
-    assert "| step, without the profiler | 50.000 | 55.000 | +5.000 |" in lines
-    assert "| GPU kernels, summed | 48.000 | 52.500 | +4.500 |" in lines
-    assert "| not covered by kernels (step − kernels) | 2.000 | 2.500 | +0.500 |" in lines
-    assert "| elementwise | 21.000 (43.8%) | 25.000 (47.6%) | +4.000 |" in lines
-    assert "| optimizer | 0.000 (0.0%) | 0.000 (0.0%) | +0.000 |" in lines
-    assert "| kernel launches per step | 2000 | 2500 | +500 |" in lines
-    with pytest.raises(ValueError, match="two or more"):
-        profiling.format_comparison([ours])
-
-
-def test_profile_step_compare_writes_the_comparison(tmp_path, capsys):
-    script = _profile_step_module()
-    paths = []
-    for framework, ms in (("jax", 50.0), ("maxtext", 55.0)):
-        path = tmp_path / f"profile_{framework}_bf16.json"
-        path.write_text(json.dumps(_record(framework, "bf16", ms, {"gemm-bf16": 20.0}, 100)))
-        paths.append(str(path))
-    script.main(["--compare", *paths, "--out", str(tmp_path / "cmp")])
-    target = tmp_path / "cmp" / "profile_compare_jax_bf16_vs_maxtext_bf16.md"
-    assert capsys.readouterr().out == f"profile_step compare: jax bf16 vs maxtext bf16 -> {target}\n"
-    assert target.read_text().startswith("# Where the step goes: jax bf16 vs maxtext bf16")
-    with pytest.raises(SystemExit):
-        script.parse(["--compare", paths[0], "--out", str(tmp_path)])
-    with pytest.raises(SystemExit):
-        script.parse(["--framework", "jax", "--out", str(tmp_path)])
