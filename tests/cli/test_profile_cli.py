@@ -141,6 +141,19 @@ def test_bad_input_is_one_line_exit_2(tmp_path, monkeypatch, capsys, args, messa
     assert not (tmp_path / "out" / "profile.json").exists()
 
 
+def test_a_config_file_is_the_whole_run_with_the_profiles_steps(tmp_path):
+    from parallax.cli import profile as profile_cli
+
+    config = tmp_path / "cell.json"
+    config.write_text(json.dumps(RunConfig.for_preset("tiny", framework="jax", device="cpu", eval_every=5).to_dict()))
+    options = {name: None for name in ("framework", "precision", "recipe", "model", "batch_size", "seq_len", "seed",
+                                       "data", "cuda_graphs", "device")}
+    options.update(synthetic=False, hf=False, no_compile=False)
+    plan, note = profile_cli._plan(options, str(config), None, warmup=3, steps=4)
+    assert note is None and (plan.run.framework, plan.run.model, plan.recipe.name) == ("jax", "tiny", "bf16")
+    assert (plan.run.steps, plan.run.warmup, plan.run.eval_every) == (3 + 2 * 4, 3, 0)
+
+
 def test_a_run_of_several_gpus_is_refused(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()

@@ -43,6 +43,9 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
     profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms)
     if not profiled.on_gpu:
         gemm, gpu = limits.gemm_limits(None, model, run.batch_size, run.seq_len, formats), None
+    elif gpu is None:  # the engine found a GPU that the native probe did not
+        unknown = limits.Limit(None, "unknown: the native probe sees no GPU here (parallax check-env says why)")
+        gemm = {fmt: unknown for fmt in set(formats.values())}
     summary = profiling.summarize(profiled.events, steps)
     record = table.build_record(
         title=f"{run.framework} {run.recipe}", config=run.to_dict(), recipe=plan.recipe.to_dict(),
@@ -50,11 +53,17 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
         environment=machine.environment(), timing=_timing(profiled, warmup, steps, run.tokens_per_step),
         on_gpu=profiled.on_gpu, summary=summary, work=step_work.step_work(model, run.batch_size, run.seq_len,
                                                                           plan.recipe),
-        limits={"gemm": {fmt: lim.to_dict() for fmt, lim in gemm.items()}, "hbm": limits.hbm_limit(gpu).to_dict(),
+        limits={"gemm": {fmt: lim.to_dict() for fmt, lim in sorted(gemm.items())}, "hbm": _hbm(gpu, profiled.on_gpu),
                 "attention": _attention(plan, profiled)},
         notes=_notes(plan, profiled, summary))
     write(record, out)
     return record
+
+
+def _hbm(gpu: dict | None, on_gpu: bool) -> dict:
+    if on_gpu and gpu is None:
+        return {"value": None, "source": "unknown: the native probe sees no GPU here (parallax check-env says why)"}
+    return limits.hbm_limit(gpu).to_dict()
 
 
 def _profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool, before):
