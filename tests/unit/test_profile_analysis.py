@@ -136,6 +136,11 @@ def test_the_markdown_table():
     assert ("- memory-bound limit: HBM 4.800 TB/s (datasheet: 4.8 TB/s, NVIDIA H200 datasheet (not measured)); "
             "bytes from the byte model of parallax.spec.step_work") in lines
     assert "| gemm-fp4 |" not in text  # neither time nor work
+    assert "- attention: cudnn; compiled: torch.compile of the glue" in lines
+    refused = record(framework={"name": "torch", "device": "cuda:0", "attention": "flash",
+                                "attention_refused": {"cudnn": "head_dim 96 unsupported"}})
+    assert "- attention: flash (cudnn refused: head_dim 96 unsupported); compiled: no (eager)" in report.markdown(
+        refused).splitlines()
 
 
 def test_the_plot_is_written(tmp_path):

@@ -30,7 +30,7 @@ def header(record: dict) -> list[str]:
              f"- ran: {config['model']}, batch {config['batch_size']} × seq {config['seq_len']} ({tokens:,} tokens a "
              f"step), recipe {record['recipe']['name']} ({record['recipe']['format']}) on {fw['name']} "
              f"{fw.get('version') or fw.get('maxtext') or ''}".rstrip(),
-             f"- attention: {fw.get('attention') or NA}; compiled: {_compiled(fw)}"
+             f"- attention: {_attention(fw, record['on_gpu'])}; compiled: {_compiled(fw)}"
              + (f"; CUDA graphs: {fw.get('graph_scope') or 'on'}" if fw.get("cuda_graphs") else ""),
              f"- data: {fw.get('data') or ('synthetic tokens' if config.get('synthetic') else config.get('data'))}",
              f"- step: {timing['step_ms']:.3f} ms without the profiler ({timing['tokens_per_s']:,.0f} tokens/s; "
@@ -39,6 +39,12 @@ def header(record: dict) -> list[str]:
              f"{'kernels' if record['on_gpu'] else 'CPU operators'} a step",
              f"- busy: {busy['ms_per_step']:.3f} ms a step ({busy['method']}); host gaps = step − busy"]
     return lines + _limit_lines(record) + [f"- note: {n}" for n in record.get("notes") or []]
+
+
+def _attention(fw: dict, on_gpu: bool) -> str:
+    """The backend that ran, and on a GPU those the engine tried first that refused this shape."""
+    refused = (fw.get("attention_refused") or {}) if on_gpu else {}
+    return (fw.get("attention") or NA) + "".join(f" ({name} refused: {why})" for name, why in refused.items())
 
 
 def _compiled(fw: dict) -> str:
@@ -146,9 +152,10 @@ def write_plot(record: dict, path: Path) -> Path:
 
 
 def write_compare_plot(compared: dict, path: Path) -> Path:
-    """Grouped horizontal bars: each class's ms per step in every profile."""
-    rows = [r for r in compared["rows"] if r["class"] != OVERLAP and any(m > 0 for m in r["ms_per_step"])]
+    """Grouped horizontal bars: each class's ms per step (host gaps included) in every profile."""
+    rows = [r for r in compared["rows"][2:] if r["class"] != OVERLAP and any(m > 0 for m in r["ms_per_step"])]
     titles = [p["title"] for p in compared["profiles"]]
+    steps = compared["rows"][0]["ms_per_step"]  # the step without the profiler; then busy; then the classes
 
     def draw(ax):
         height = 0.8 / len(titles)
@@ -158,6 +165,7 @@ def write_compare_plot(compared: dict, path: Path) -> Path:
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels([r["class"] for r in rows][::-1])
         ax.set_xlabel("ms per step")
+        ax.set_title(" vs ".join(f"{t} {ms:.2f} ms" for t, ms in zip(titles, steps)), fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="x", alpha=0.3)
 

@@ -551,7 +551,8 @@ class TorchEngine(Engine):
                 torch.cuda.synchronize(device)
 
         details = {**framework_info(torch, trainer), "compile_mode": trainer.compile_mode or "eager",
-                   "attention": ATTENTION_NAMES[chosen], "torch": torch.__version__, "cuda_graphs": checked.cuda_graphs}
+                   "attention": ATTENTION_NAMES[chosen], "attention_refused": checked.handles["attention_refused"],
+                   "torch": torch.__version__, "cuda_graphs": checked.cuda_graphs}
         return Step(fn=fn, state=(trainer,), batch=first, batches=itertools.chain([first], batches), wait=wait,
                     plan=checked, details=details)
 
