@@ -5,9 +5,9 @@ profiles side by side (profile_compare.md/.json/.png).
 
 The run is given as to ``parallax train`` (the same options, or ``--config FILE``), or as a
 finished run's folder (``--from-run DIR``: its run.json's configuration). ``--warmup`` steps run
-first, then ``--steps`` are timed without the profiler, then as many profiled. One GPU: a run of
-several GPUs is profiled by its per-GPU step only where asked for it by hand. Exit codes: 0 ok,
-2 bad input (nothing measured).
+first, then ``--steps`` are timed without the profiler, then as many profiled. One GPU: a
+finished run of several GPUs is refused (its per-GPU step is the same options without --gpus).
+Exit codes: 0 ok, 2 bad input (nothing measured).
 """
 
 from __future__ import annotations

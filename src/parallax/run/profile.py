@@ -27,12 +27,14 @@ def run_steps(framework: str, warmup: int, steps: int) -> int:
     return warmup + 2 * steps + (framework == "maxtext")
 
 
+NO_PROBE = "unknown: the native probe sees no GPU here (parallax check-env says why)"
+
+
 def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False) -> dict:
     """Profile ``plan`` (``steps`` timed, then as many profiled, after ``warmup``) and write its
     files into ``out``; the record (profile.json)."""
     out = writable_output_dir(out)
-    run = plan.run
-    model = run.model_config
+    run, model = plan.run, plan.run.model_config
     gpu = machine.gpu_of(run.device)
     formats = step_work.linear_formats(model, plan.recipe)
     gemm = {}
@@ -41,29 +43,28 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
         gemm.update(limits.gemm_limits(gpu, model, run.batch_size, run.seq_len, formats))
 
     profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms)
-    if not profiled.on_gpu:
-        gemm, gpu = limits.gemm_limits(None, model, run.batch_size, run.seq_len, formats), None
-    elif gpu is None:  # the engine found a GPU that the native probe did not
-        unknown = limits.Limit(None, "unknown: the native probe sees no GPU here (parallax check-env says why)")
-        gemm = {fmt: unknown for fmt in set(formats.values())}
     summary = profiling.summarize(profiled.events, steps)
     record = table.build_record(
         title=f"{run.framework} {run.recipe}", config=run.to_dict(), recipe=plan.recipe.to_dict(),
         framework={**profiled.details, "name": run.framework, "device": profiled.device},
         environment=machine.environment(), timing=_timing(profiled, warmup, steps, run.tokens_per_step),
-        on_gpu=profiled.on_gpu, summary=summary, work=step_work.step_work(model, run.batch_size, run.seq_len,
-                                                                          plan.recipe),
-        limits={"gemm": {fmt: lim.to_dict() for fmt, lim in sorted(gemm.items())}, "hbm": _hbm(gpu, profiled.on_gpu),
-                "attention": _attention(plan, profiled)},
-        notes=_notes(plan, profiled, summary))
+        on_gpu=profiled.on_gpu, summary=summary,
+        work=step_work.step_work(model, run.batch_size, run.seq_len, plan.recipe),
+        limits=_limits(plan, profiled, gpu, gemm, set(formats.values())), notes=_notes(plan, profiled, summary))
     write(record, out)
     return record
 
 
-def _hbm(gpu: dict | None, on_gpu: bool) -> dict:
-    if on_gpu and gpu is None:
-        return {"value": None, "source": "unknown: the native probe sees no GPU here (parallax check-env says why)"}
-    return limits.hbm_limit(gpu).to_dict()
+def _limits(plan: RunPlan, profiled, gpu: dict | None, gemm: dict, formats: set[str]) -> dict:
+    """The record's limits: GEMMs by format, HBM, attention; none on the CPU, unknown on a GPU
+    that the native probe does not see."""
+    if not profiled.on_gpu or gpu is None:
+        missing = limits.Limit(None, limits.ON_THE_CPU if not profiled.on_gpu else NO_PROBE)
+        gemm, hbm = {fmt: missing for fmt in formats}, missing
+    else:
+        hbm = limits.hbm_limit(gpu)
+    return {"gemm": {fmt: lim.to_dict() for fmt, lim in sorted(gemm.items())}, "hbm": hbm.to_dict(),
+            "attention": _attention(plan, profiled)}
 
 
 def _profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool, before):
