@@ -53,8 +53,10 @@ from parallax.spec.nvfp4_scheme import BF16_LAST_FRACTION, quantized_layers
 from parallax.spec.recipe import Recipe
 
 BF16_BYTES, FP32_BYTES = 2, 4
-# Bytes of one quantized element as the recipe stores it (module docstring, "quantize").
-QUANTIZED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1 / 16, "emulated-nvfp4": 2.0}
+# Bytes of one quantized element as the recipe stores it (module docstring, "quantize"); an
+# emulated format writes its quantize-dequantized values back in bf16.
+QUANTIZED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
+EMULATED_BYTES = float(BF16_BYTES)
 ADAMW_BYTES_PER_PARAM = 7 * FP32_BYTES + FP32_BYTES  # AdamW's read-modify-write, then clipping's norm
 
 
@@ -124,7 +126,7 @@ def quantize_bytes(model: ModelConfig, tokens: int, recipe: Recipe) -> int:
     blocks = quantized_blocks(model, recipe)
     if not blocks:
         return 0
-    q = QUANTIZED_BYTES["emulated-nvfp4" if recipe.emulated else recipe.format]
+    q = EMULATED_BYTES if recipe.emulated else QUANTIZED_BYTES[recipe.format]
     elements = sum((tokens * lin.k + lin.k * lin.n + tokens * lin.n) for lin in linears(model) if lin.block)
     return round(blocks * elements * (BF16_BYTES + 2 * q))
 
