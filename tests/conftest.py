@@ -23,7 +23,7 @@ def pytest_configure(config):
     compiles once. XLA builds the same executable either way, so what a test asserts does not
     depend on the order. The first compile of every step in a session is a real one; the cache
     never outlives the session. Scripts that need XLA to compile (an HLO dump) drop the variable
-    themselves, as scripts/device/profile_step.py does."""
+    themselves, as MaxText's profile does (engines/maxtext/profile.py)."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # a pytest-xdist worker (make test-py): the controller's folder, inherited as the
         # interpreters the tests start inherit it, so a step one worker compiled the other finds

@@ -78,10 +78,10 @@ run_nvfp4() {  # the GPU tests and the kernel benchmark unless the kernels and q
     local n=$E/nvfp4
     [[ $DONE_PARTS == *" kernels "* ]] || gpu_tests nvfp4-tests
     [[ $DONE_PARTS == *" quantbench "* ]] || quant_bench nvfp4-quantbench 120 "$n/quantbench"
-    part nvfp4-profile-torch 180 python3 scripts/device/profile_step.py --framework torch --recipe emulated-nvfp4 \
-        --out "$n/profile"
-    part nvfp4-profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe emulated-nvfp4 \
-        --out "$n/profile"
+    part nvfp4-profile-torch 180 python3 -m parallax profile --framework torch --recipe emulated-nvfp4 \
+        --output-dir "$n/profile/torch-emulated-nvfp4"
+    part nvfp4-profile-jax 180 python3 -m parallax profile --framework jax --recipe emulated-nvfp4 \
+        --output-dir "$n/profile/jax-emulated-nvfp4"
     bench nvfp4-bench nvfp4/bench nvfp4-emulation 420 --data "$DATA"
     report_of "$n/bench"
 }
@@ -115,20 +115,21 @@ run_boundtests() { gpu_tests boundtests; }
 run_bandtests() { gpu_tests bandtests; }
 run_tejax() { gpu_tests tejax; }
 
-run_profile() {
+run_profile() {  # parallax profile of our jax step, more jax recipes and MaxText's, each beside jax bf16
     local p=$E/profile r
-    part profile-jax 180 python3 scripts/device/profile_step.py --framework jax --recipe bf16 --out "$p" --keep-trace
-    for r in ${PROFILE_JAX:-}; do  # more jax recipes, each against jax bf16
-        part "profile-jax-$r" 180 python3 scripts/device/profile_step.py --framework jax --recipe "$r" --out "$p" \
+    part profile-jax 180 python3 -m parallax profile --framework jax --recipe bf16 --output-dir "$p/jax-bf16" \
+        --keep-trace
+    for r in ${PROFILE_JAX:-}; do
+        part "profile-jax-$r" 180 python3 -m parallax profile --framework jax --recipe "$r" --output-dir "$p/jax-$r" \
             --keep-trace
-        part "profile-compare-jax-$r" 30 python3 scripts/device/profile_step.py --compare \
-            "$p/profile_jax_bf16.json" "$p/profile_jax_$r.json" --out "$p"
+        part "profile-compare-jax-$r" 30 python3 -m parallax profile --compare "$p/jax-bf16/profile.json" \
+            "$p/jax-$r/profile.json" --output-dir "$p/compare-jax-$r"
     done
     for r in ${PROFILE_MAXTEXT-bf16}; do
-        part "profile-maxtext-$r" 300 python3 scripts/device/profile_step.py --framework maxtext --recipe "$r" \
-            --out "$p" --keep-trace
-        part "profile-compare-$r" 30 python3 scripts/device/profile_step.py --compare "$p/profile_jax_bf16.json" \
-            "$p/profile_maxtext_$r.json" --out "$p"
+        part "profile-maxtext-$r" 300 python3 -m parallax profile --framework maxtext --recipe "$r" \
+            --output-dir "$p/maxtext-$r" --keep-trace
+        part "profile-compare-$r" 30 python3 -m parallax profile --compare "$p/jax-bf16/profile.json" \
+            "$p/maxtext-$r/profile.json" --output-dir "$p/compare-maxtext-$r"
     done
 }
 

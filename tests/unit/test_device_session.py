@@ -1,7 +1,6 @@
 """scripts/device/session.sh (a device lease's pipeline) on the CPU: its syntax, every part's command line as its dry
-run prints it (each parallax command parsed by the real CLI, each profile_step command by the
-script's own parser), the capture's export-configs and direct MaxText run executed against the
-fake MaxText, and the call protocol (start, wait) copying each call's bundles and packing."""
+run prints it (each parallax command parsed by the real CLI), the capture's export-configs and direct MaxText run
+executed against the fake MaxText, and the call protocol (start, wait) copying each call's bundles and packing."""
 
 from __future__ import annotations
 
@@ -99,7 +98,7 @@ def test_the_fp8_and_nvfp4_leftovers_run_around_the_matrix(tmp_path):
                                         "scripts/device/quant_bench.py"]
     assert (ROOT / argv["nvfp4-quantbench"][-1]).is_file()
     for name, framework in (("nvfp4-profile-torch", "torch"), ("nvfp4-profile-jax", "jax")):
-        assert argv[name][2:6] == ["--framework", framework, "--recipe", "emulated-nvfp4"]
+        assert argv[name][3:8] == ["profile", "--framework", framework, "--recipe", "emulated-nvfp4"]
     assert argv["nvfp4-bench"][3:6] == ["benchmark", "--plan", "nvfp4-emulation"]
     params, cells = benchmark_cells(argv["nvfp4-bench"])
     assert cells == [("torch", "bf16"), ("torch", "emulated-nvfp4"), ("jax", "bf16"), ("jax", "emulated-nvfp4")]
@@ -225,22 +224,16 @@ def test_matrix_steps_and_the_per_run_limit_come_from_the_environment(tmp_path):
     assert {name: limit for name, limit, _ in dry_run(tmp_path, MATRIX_S="700")}["matrix"] == 700
 
 
-def test_the_profile_commands_parse_with_profile_steps_parser(tmp_path):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("profile_step", ROOT / "scripts" / "device" / "profile_step.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+def test_the_profile_parts_run_parallax_profile(tmp_path):
     parts = {name: argv for name, _, argv in dry_run(tmp_path, PROFILE_MAXTEXT="bf16 bf16-defaults")}
-    for name in ("profile-jax", "profile-maxtext-bf16", "profile-maxtext-bf16-defaults"):
-        assert parts[name][:2] == ["python3", "scripts/device/profile_step.py"]
-    jax = script.parse(parts["profile-jax"][2:])
-    mt = script.parse(parts["profile-maxtext-bf16-defaults"][2:])
-    assert (jax.framework, jax.recipe, mt.framework, mt.recipe, mt.keep_trace) == (
+    jax = parallax_context(parts["profile-jax"]).params
+    mt = parallax_context(parts["profile-maxtext-bf16-defaults"]).params
+    assert (jax["framework"], jax["recipe"], mt["framework"], mt["recipe"], mt["keep_trace"]) == (
         "jax", "bf16", "maxtext", "bf16-defaults", True)
-    compare = script.parse(parts["profile-compare-bf16-defaults"][2:])
-    assert compare.compare == [tmp_path / "profile" / "profile_jax_bf16.json",
-                               tmp_path / "profile" / "profile_maxtext_bf16-defaults.json"]
+    compare = parallax_context(parts["profile-compare-bf16-defaults"]).params
+    assert compare["compare"] is True and compare["profiles"] == (
+        f"{tmp_path}/profile/jax-bf16/profile.json", f"{tmp_path}/profile/maxtext-bf16-defaults/profile.json")
+    assert compare["output_dir"] == f"{tmp_path}/profile/compare-maxtext-bf16-defaults"
 
 
 def test_the_capture_exports_a_config_and_runs_it_as_it_is_on_the_fake_maxtext(tmp_path):
@@ -449,9 +442,9 @@ def test_profile_jax_adds_jax_recipes_each_compared_with_bf16_and_profile_maxtex
     profiles = [n for n in parts if n.startswith("profile")]
     assert profiles == ["profile-jax", "profile-jax-flax-fp8-delayed", "profile-compare-jax-flax-fp8-delayed",
                         "profile-jax-flax-fp8-direct", "profile-compare-jax-flax-fp8-direct"]
-    compare = parts["profile-compare-jax-flax-fp8-direct"]
-    assert compare[-4:-2] == [str(tmp_path / "profile" / "profile_jax_bf16.json"),
-                              str(tmp_path / "profile" / "profile_jax_flax-fp8-direct.json")]
+    compare = parallax_context(parts["profile-compare-jax-flax-fp8-direct"]).params
+    assert compare["profiles"] == (str(tmp_path / "profile" / "jax-bf16" / "profile.json"),
+                                   str(tmp_path / "profile" / "jax-flax-fp8-direct" / "profile.json"))
 
 
 def test_nvfp4long_resumes_a_committed_benchmark_with_more_seeds(tmp_path):

@@ -26,6 +26,7 @@ COMMANDS = {
     "crossover": "parallax.cli.crossover",
     "results": "parallax.cli.results",
     "export-configs": "parallax.cli.export_configs",
+    "profile": "parallax.cli.profile",
 }
 
 

@@ -106,35 +106,56 @@ def _default(field: str) -> str:
     return _shown(getattr(DEFAULTS, field))
 
 
+def options(*decorators):
+    """One decorator applying ``decorators`` in the order given (the first is the first in --help)."""
+    def apply(command):
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+    return apply
+
+
+# What a run is, shared with `parallax profile` (cli/profile.py): its shape, its data, where it runs.
+SHAPE_OPTIONS = options(
+    click.option("--framework", metavar="NAME", help=f"Engine: {', '.join(ENGINE_FRAMEWORKS)}." + _default("framework")),
+    click.option("--precision", metavar="NAME",
+                 help=f"Number format: {', '.join(PRECISIONS)}, run by the framework's default recipe for it."
+                      + _default("precision")),
+    click.option("--recipe", metavar="NAME",
+                 help="A precision recipe by name, e.g. te-fp8-current (parallax check-env lists them)."
+                      + _shown("the default recipe of --precision")),
+    click.option("--model", metavar="PRESET", help=defaults.model_help() + _shown(DEFAULT_MODEL)),
+    click.option("--batch-size", type=int, help="Sequences per step." + _shown(defaults.sizes_help("batch_size"))),
+    click.option("--seq-len", type=int, help="Tokens per sequence." + _shown(defaults.sizes_help("seq_len"))),
+)
+DATA_OPTIONS = options(
+    click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches." + _default("seed")),
+    click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default)."),
+    click.option("--data", metavar="PATH",
+                 help="Train on a prepared token directory, or on raw text (.txt, .jsonl, .parquet or a directory "
+                      "of them) prepared once into the cache, validation held out of it when evaluation is asked for."),
+    click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub."),
+)
+DEVICE_OPTIONS = options(
+    click.option("--no-compile", is_flag=True, help="Run eagerly (torch): no torch.compile."),
+    click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS),
+                 help="Replay the model's blocks as CUDA graphs (torch, TransformerEngine recipes): auto = on for "
+                      "them on a GPU, on = that or an error, off = never." + _default("cuda_graphs")),
+    click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N." + _default("device")),
+)
+
+
 @click.command("train")
-@click.option("--framework", metavar="NAME", help=f"Engine: {', '.join(ENGINE_FRAMEWORKS)}." + _default("framework"))
-@click.option("--precision", metavar="NAME",
-              help=f"Number format: {', '.join(PRECISIONS)}, run by the framework's default recipe for it."
-                   + _default("precision"))
-@click.option("--recipe", metavar="NAME",
-              help="A precision recipe by name, e.g. te-fp8-current (parallax check-env lists them)."
-                   + _shown("the default recipe of --precision"))
-@click.option("--model", metavar="PRESET", help=defaults.model_help() + _shown(DEFAULT_MODEL))
-@click.option("--batch-size", type=int, help="Sequences per step." + _shown(defaults.sizes_help("batch_size")))
-@click.option("--seq-len", type=int, help="Tokens per sequence." + _shown(defaults.sizes_help("seq_len")))
+@SHAPE_OPTIONS
 @click.option("--steps", type=int, help="Optimizer steps in all, warmup included." + _default("steps"))
 @click.option("--warmup", type=int, help="First steps left out of the throughput statistics." + WARMUP_HELP)
-@click.option("--seed", type=int, help="Seed of the initial weights and the synthetic batches." + _default("seed"))
-@click.option("--synthetic", is_flag=True, help="Synthetic batches from (seed, step) (the default).")
-@click.option("--data", metavar="PATH",
-              help="Train on a prepared token directory, or on raw text (.txt, .jsonl, .parquet or a directory "
-                   "of them) prepared once into the cache, validation held out of it when evaluation is asked for.")
-@click.option("--hf", is_flag=True, help="Stream TinyStories from the Hugging Face hub.")
+@DATA_OPTIONS
 @click.option("--epochs", type=float,
               help="Passes over the training tokens allowed (--data/--hf)." + _shown("at most one"))
 @click.option("--eval-every", type=int,
               help="Validation loss every N steps and at the end (0: never)." + _default("eval_every"))
 @click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation." + _default("eval_batches"))
-@click.option("--no-compile", is_flag=True, help="Run eagerly (torch): no torch.compile.")
-@click.option("--cuda-graphs", type=click.Choice(CUDA_GRAPHS),
-              help="Replay the model's blocks as CUDA graphs (torch, TransformerEngine recipes): auto = on for "
-                   "them on a GPU, on = that or an error, off = never." + _default("cuda_graphs"))
-@click.option("--device", metavar="DEVICE", help="auto, cpu, cuda or cuda:N." + _default("device"))
+@DEVICE_OPTIONS
 @click.option("--gpus", metavar="N|all",
               help="GPUs of this host: one process per GPU (torch), one mesh over the devices (JAX); "
                    "--batch-size is per GPU. With --device cpu, N CPU ranks (the test lab)." + _default("gpus"))

@@ -188,8 +188,8 @@ class Engine(ABC):
     def build_step(self, plan) -> Step:
         """The training step of ``plan`` (a ``parallax.plan.RunPlan`` of one device) on the run's
         synthetic batches, for a profiler or an HLO dump (``Step``)."""
-        raise ParallaxError(f"the {self.name} engine builds no step of its own here; profile it through "
-                            "scripts/device/profile_step.py")
+        raise ParallaxError(f"the {self.name} engine builds no step of its own here; profile it with "
+                            f"parallax profile --framework {self.name}")
 
     @abstractmethod
     def reference_trainer(self, run: RunConfig, weights: dict[str, np.ndarray], compute_dtype: str,

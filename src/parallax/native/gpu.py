@@ -254,11 +254,17 @@ def _device(probed: dict, index: int) -> dict:
     raise ParallaxError(f"no GPU with index {index}; this machine has index {indices}")
 
 
+def model_shape_ceiling(gemms: list[tuple[float, int, float]]) -> float:
+    """TFLOP/s of (flops of one call, calls per step, ms of one call) GEMMs: Σ flops·count /
+    Σ ms·count (csrc/probe/gemm_shapes.h)."""
+    return _native().model_shape_ceiling(gemms)
+
+
 def _summary(square: dict, rows: list[dict]) -> dict:
     """The square TFLOP/s (median and best call) and the count-weighted model-shape TFLOP/s
     from medians (None unless all ran)."""
     ran = rows and all(r["error"] is None for r in rows)
-    model = _native().model_shape_ceiling([(r["flops"], r["count"], r["median_ms"]) for r in rows]) if ran else None
+    model = model_shape_ceiling([(r["flops"], r["count"], r["median_ms"]) for r in rows]) if ran else None
     return {"square_tflops": square["tflops"], "square_tflops_best": square.get("tflops_best"),
             "model_shapes_tflops": model}
 

@@ -97,11 +97,12 @@ class JaxEngine(Engine):
 
         return train(run, plan, batches, progress)
 
-    def build_step(self, plan, attention: str | None = None) -> Step:
+    def build_step(self, plan, attention: str | None = None, source=None) -> Step:
         """The jitted step of ``plan`` (a RunPlan of one device) as ``train`` builds and compiles
         it (``training.build``): the recipe's XLA flags, model, extra variables and kernels,
         compiled ahead of time for the run's batch; ``attention`` (cudnn or xla) overrides the
-        engine's choice. ``state`` is (params, extra, opt_state); ``lowered`` the lowering."""
+        engine's choice; ``source``: the batches (a BatchSource; the run's synthetic ones when
+        None). ``state`` is (params, extra, opt_state); ``lowered`` the lowering."""
         import itertools
         import os
 
@@ -114,15 +115,16 @@ class JaxEngine(Engine):
             raise ParallaxError(f"build_step builds the step of one device; the plan has --gpus {run.gpus}")
         checked = self.check(plan)
         jax, hooks = import_jax(), checked.handles["precision"].hooks
-        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
+        if source is None:
+            source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
         with hooks.context():  # TE's autocast: its modules read the recipe when traced
             built = training.build(run, checked, source, attention)
             first = next(built.device_batches)
             lowered = built.step.lower(*built.state, first)
             compiled = lowered.compile()
         device = checked.handles["device"]
-        details = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "attention": built.attention,
-                   "jax": jax.__version__, "device_name": device.device_kind}
+        details = {**training.framework_info(device, built.attention, built.attention_reason),
+                   "xla_flags": os.environ.get("XLA_FLAGS", ""), "attention": built.attention, "jax": jax.__version__}
         return Step(fn=compiled, state=built.state, batch=first, batches=itertools.chain([first], built.device_batches),
                     wait=lambda metrics: metrics.block_until_ready(), plan=checked, details=details, lowered=lowered)
 

@@ -33,6 +33,7 @@ import numpy as np
 import optax
 
 from parallax.spec.config import ModelConfig
+from parallax.engines.profiling import ATTENTION_SCOPE
 from parallax.engines.rope import rope_tables
 
 
@@ -47,6 +48,13 @@ class RMSNorm(nn.Module):
         y = x32 * jax.lax.rsqrt(jnp.mean(jnp.square(x32), axis=-1, keepdims=True) + self.eps)
         return y.astype(self.dtype) * scale.astype(self.dtype)
 
+
+
+def causal_attention(q, k, v, implementation: str):
+    """Causal SDPA of [B, S, N, head_dim] q, k, v, in the name scope a profile tells attention's
+    ops by (``profiling.ATTENTION_SCOPE``: with ``implementation='xla'`` they are plain dots)."""
+    with jax.named_scope(ATTENTION_SCOPE):
+        return jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=implementation)
 
 
 def apply_rope(x, cos, sin):
@@ -106,7 +114,7 @@ class Block(nn.Module):
         k = self._linear(heads * hd, "wk")(h).reshape(batch, seq, heads, hd)
         v = self._linear(heads * hd, "wv")(h).reshape(batch, seq, heads, hd)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        a = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.attention)
+        a = causal_attention(q, k, v, self.attention)
         x = x + self._linear(cfg.d_model, "wo")(a.reshape(batch, seq, heads * hd))
 
         h = RMSNorm(cfg.norm_eps, self.dtype, name="ffn_norm")(x)

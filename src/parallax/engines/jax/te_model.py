@@ -44,7 +44,7 @@ import numpy as np
 
 from parallax.spec.config import ModelConfig
 from parallax.engines.jax.convert import flax_path
-from parallax.engines.jax.model import Llama, apply_rope
+from parallax.engines.jax.model import Llama, apply_rope, causal_attention
 from parallax.engines.weights import check_canonical
 
 # The parts of one layer's canonical weights in each TE parameter, in the order they are laid out.
@@ -74,7 +74,7 @@ class TeBlock(nn.Module):
                                                use_bias=False, dtype=jnp.float32, name="qkv")(x)
         q, k, v = (qkv.reshape(batch, seq, 3, heads, hd)[:, :, j] for j in range(3))
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        a = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation=self.attention)
+        a = causal_attention(q, k, v, self.attention)
         x = x + te_flax.DenseGeneral(cfg.d_model, use_bias=False, dtype=jnp.float32,
                                      name="wo")(a.reshape(batch, seq, heads * hd))
 

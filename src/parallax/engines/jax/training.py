@@ -124,7 +124,7 @@ def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
         record.step_ms = ms
     memory = memory_by_device(layout)
     _, _, stats = _memory_peaks(device)
-    framework = _framework_info(device, attention, attention_reason)
+    framework = framework_info(device, attention, attention_reason)
     if not layout.single:
         framework["devices"] = [f"{d.platform}:{d.id}" for d in layout.devices]
     return EngineOutput(
@@ -221,7 +221,7 @@ def _memory_peaks(device) -> tuple[int | None, int | None, dict]:
     return stats.get("peak_bytes_in_use"), stats.get("peak_pool_bytes"), dict(stats)
 
 
-def _framework_info(device, attention: str, attention_reason: str) -> dict:
+def framework_info(device, attention: str, attention_reason: str) -> dict:
     """What ran: versions, device, attention implementation, compilation, allocator."""
     import flax
     import jax

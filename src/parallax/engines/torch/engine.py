@@ -114,11 +114,11 @@ def probe_attention(torch, device, dtype, model: ModelConfig, seq_len: int, refu
                 return name
             except RuntimeError as exc:
                 if refused is not None:
-                    refused[ATTENTION_NAMES[name]] = _refusal(exc, said)
+                    refused[ATTENTION_NAMES[name]] = refusal(exc, said)
     raise ParallaxError(f"no scaled-dot-product-attention backend runs on {device}; check the torch install")
 
 
-def _refusal(exc: RuntimeError, said: list) -> str:
+def refusal(exc: RuntimeError, said: list) -> str:
     """Why a backend refused: its own warnings (torch says there what did not fit), else the error."""
     lines = [str(w.message).strip().splitlines()[0] for w in said if str(w.message).strip()]
     return "; ".join(lines[:3])[:400] or (str(exc).strip().splitlines() or [type(exc).__name__])[0][:400]
@@ -510,12 +510,15 @@ class TorchEngine(Engine):
             extra=extra,
         )
 
-    def build_step(self, plan, attention: str | None = None, compile_mode: str | None = None) -> Step:
+    def build_step(self, plan, attention: str | None = None, compile_mode: str | None = None,
+                   source=None) -> Step:
         """The Trainer's step of ``plan`` (a RunPlan of one device) as ``train`` builds it: the
         check's device, recipe, attention and CUDA-graphs decision, the run's compilation, the
         initial weights of its seed; ``attention`` (cudnn, flash, efficient, math) and
         ``compile_mode`` (a torch.compile mode, or eager) override the check's choices, for
-        comparing variants. ``state`` is (the Trainer,)."""
+        comparing variants. ``source``: the batches (a BatchSource; the run's synthetic ones
+        when None). ``state`` is (the Trainer,); ``details`` what ``framework_info`` records of
+        a run, and its earlier keys (compile_mode, attention, torch, cuda_graphs, device_name)."""
         import itertools
 
         from parallax.data.synthetic import SyntheticBatches
@@ -534,7 +537,8 @@ class TorchEngine(Engine):
             torch.cuda.set_device(device)
         trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, chosen, compiled,
                           compile_mode if compiled and compile_mode else "default", cuda_graphs=checked.cuda_graphs)
-        source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
+        if source is None:
+            source = SyntheticBatches(run.seed, run.batch_size, run.seq_len, run.model_config.vocab_size)
         batches = (trainer.upload(b) for b in source)
         first = next(batches)
         steps = itertools.count()
@@ -546,9 +550,9 @@ class TorchEngine(Engine):
             if cuda:
                 torch.cuda.synchronize(device)
 
-        details = {"compile_mode": trainer.compile_mode or "eager", "attention": ATTENTION_NAMES[chosen],
-                   "torch": torch.__version__, "cuda_graphs": checked.cuda_graphs,
-                   "device_name": torch.cuda.get_device_name(device) if cuda else "cpu"}
+        details = {**framework_info(torch, trainer), "compile_mode": trainer.compile_mode or "eager",
+                   "attention": ATTENTION_NAMES[chosen], "attention_refused": checked.handles["attention_refused"],
+                   "torch": torch.__version__, "cuda_graphs": checked.cuda_graphs}
         return Step(fn=fn, state=(trainer,), batch=first, batches=itertools.chain([first], batches), wait=wait,
                     plan=checked, details=details)
 

@@ -1,0 +1,135 @@
+"""``parallax profile``: where a run's training step goes, class by class, and how far each class
+is from its limit on this GPU (``parallax.analysis.profile``), as profile.md (one table),
+profile.png and profile.json in ``--output-dir``; ``--compare A.json B.json ...`` puts finished
+profiles side by side (profile_compare.md/.json/.png).
+
+The run is given as to ``parallax train`` (the same options, or ``--config FILE``), or as a
+finished run's folder (``--from-run DIR``: its run.json's configuration). ``--warmup`` steps run
+first, then ``--steps`` are timed without the profiler, then as many profiled. One GPU: a
+finished run of several GPUs is refused (its per-GPU step is the same options without --gpus).
+Exit codes: 0 ok, 2 bad input (nothing measured).
+"""
+
+from __future__ import annotations
+
+import click
+
+from parallax.cli import defaults
+from parallax.cli.train import DATA_OPTIONS, DEVICE_OPTIONS, SHAPE_OPTIONS, build_run, load_config
+from parallax.errors import ParallaxError
+
+DEFAULT_OUTPUT = "runs/profile"
+DEFAULT_WARMUP, DEFAULT_STEPS = 15, 5
+EPILOG = ("MaxText (--framework maxtext) runs in its own process with its own profiler (profiler: xplane), on "
+          "its synthetic data; its step time is the mean of its perf/step_time_seconds.")
+
+
+@click.command("profile", epilog=EPILOG)
+@SHAPE_OPTIONS
+@DATA_OPTIONS
+@DEVICE_OPTIONS
+@click.option("--config", "config_file", metavar="FILE",
+              help="A whole run configuration (JSON, as run.json's 'config'); no other run option goes with it.")
+@click.option("--from-run", "from_run", metavar="DIR",
+              help="Profile the configuration of a finished run (DIR/run.json); no other run option goes with it.")
+@click.option("--warmup", type=int, default=DEFAULT_WARMUP, show_default=True,
+              help="Steps run first, neither timed nor profiled (compilation, autotuning).")
+@click.option("--steps", type=int, default=DEFAULT_STEPS, show_default=True,
+              help="Steps timed without the profiler, then as many profiled.")
+@click.option("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT, show_default=True,
+              help="Where profile.md, profile.json and profile.png (or profile_compare.*) go.")
+@click.option("--keep-trace", is_flag=True,
+              help="Keep the profiler's trace too (torch: trace.json.gz; JAX, MaxText: trace.xplane.tar.gz).")
+@click.option("--compare", is_flag=True,
+              help="Put the profile.json files given as arguments side by side instead of profiling.")
+@click.option("--cross-machine", is_flag=True, help="With --compare: allow profiles of different machines.")
+@click.argument("profiles", nargs=-1, metavar="[PROFILE.json ...]")
+def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compare, cross_machine, profiles,
+            **options) -> int:
+    """Profile a few training steps: time, share and distance to this GPU's limit of each class of work."""
+    from pathlib import Path
+
+    from parallax.run import profile as driver
+
+    if compare or profiles:
+        return _compare(compare, profiles, cross_machine, output_dir, options, config_file, from_run)
+    if cross_machine:
+        raise ParallaxError("--cross-machine goes with --compare; drop it")
+    if warmup < 1 or steps < 1:
+        raise ParallaxError(f"--warmup and --steps must be at least 1, got {warmup} and {steps}")
+    plan, note = _plan(options, config_file, from_run, warmup, steps)
+    defaults.say(note)
+    record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace)
+    click.echo(summary_line(record, Path(output_dir)))
+    return 0
+
+
+def _compare(compare: bool, profiles: tuple, cross_machine: bool, output_dir: str, options: dict,
+             config_file, from_run) -> int:
+    from pathlib import Path
+
+    from parallax.run import profile as driver
+
+    if not compare:
+        raise ParallaxError(f"'{profiles[0]}': files are read with --compare only; pass --compare A.json B.json")
+    given = [k for k, v in {**options, "config": config_file, "from_run": from_run}.items() if v not in (None, False)]
+    if given:
+        raise ParallaxError(f"--compare reads finished profiles; drop --{given[0].replace('_', '-')}")
+    if len(profiles) < 2:
+        raise ParallaxError("--compare needs two or more profile.json files")
+    compared = driver.compare([Path(p) for p in profiles], Path(output_dir), cross_machine)
+    titles = " vs ".join(p["title"] for p in compared["profiles"])
+    click.echo(f"parallax profile: {titles} -> {Path(output_dir) / 'profile_compare.md'}")
+    return 0
+
+
+def _plan(options: dict, config_file, from_run, warmup: int, steps: int):
+    """The RunPlan to profile (resolved once) and the line saying what --model auto chose."""
+    from parallax.plan.resolve import resolve
+    from parallax.run.profile import run_steps
+
+    asked = options.get("device") or "auto"
+    if config_file and from_run:
+        raise ParallaxError("--config and --from-run both give the whole run; pass one of them")
+    if config_file or from_run:
+        run = load_config(config_file, options) if config_file else load_run(from_run, options)
+        note, asked = None, run.device
+        if run.gpus > 1:
+            raise ParallaxError(f"parallax profile measures one GPU; this run used --gpus {run.gpus} (profile its "
+                                "per-GPU step with the same options and no --gpus)")
+        total = run_steps(run.framework, warmup, steps)
+        run = run.replace(steps=total, warmup=warmup, eval_every=0)
+    else:
+        framework = options.get("framework") or "torch"
+        run, note = build_run({**options, "steps": run_steps(framework, warmup, steps), "warmup": warmup})
+    return resolve(run, asked_device=asked), note
+
+
+def load_run(folder: str, options: dict):
+    """The RunConfig of a finished run's ``folder/run.json`` (its 'config')."""
+    import json
+    from pathlib import Path
+
+    from parallax.spec.config import RunConfig
+
+    given = [k for k, v in options.items() if v not in (None, False)]
+    if given:
+        raise ParallaxError(f"--from-run carries the whole run; drop --{given[0].replace('_', '-')}")
+    path = Path(folder) / "run.json"
+    try:
+        config = json.loads(path.read_text())["config"]
+    except OSError as exc:
+        raise ParallaxError(f"--from-run {folder}: {path} {exc.strerror.lower()}; pass a run's output folder") from None
+    except (ValueError, KeyError, TypeError):
+        raise ParallaxError(f"--from-run {folder}: {path} has no run configuration; pass a folder parallax train "
+                            "wrote") from None
+    try:
+        return RunConfig.from_dict(config)
+    except ParallaxError as exc:
+        raise ParallaxError(f"--from-run {folder}: {exc}") from None
+
+
+def summary_line(record: dict, out) -> str:
+    shares = [f"{row['class']} {row['share']:.0%}" for row in record["classes"] if row["share"] >= 0.005]
+    return (f"parallax profile: {record['title']}: {record['timing']['step_ms']:.2f} ms/step, "
+            f"{record['timing']['tokens_per_s']:,.0f} tokens/s; {', '.join(shares)} -> {out / 'profile.md'}")

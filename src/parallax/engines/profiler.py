@@ -1,0 +1,121 @@
+"""A run's training step under its framework's profiler, for ``parallax profile``: the step time
+without the profiler, then the kernels of as many profiled steps, and attention's best measured
+rate at the run's shape.
+
+The step is the one ``train`` runs (``Engine.build_step``): ``warmup`` steps first (compilation,
+autotuning, CUDA-graph capture), then ``steps`` steps timed on the host clock with the last one
+waited for (as ``scripts/device`` timed them), then ``steps`` more under the profiler: torch's
+``torch.profiler`` (CPU and CUDA activities), JAX's ``jax.profiler.trace`` (an XSpace, read with
+``profiling.jax_kernel_events`` and described by the compiled step's HLO). MaxText runs in its
+own process with its own profiler (``engines/maxtext/profile.py``).
+
+On a GPU the events are its kernels; without one, the CPU operators (``on_gpu`` False): torch's
+with their self times, XLA:CPU's ops. ``trace``: the kept trace (torch: a gzipped Chrome trace;
+JAX: the xplane folder as .tar.gz), when asked for.
+"""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parallax.engines import get_engine, profiling
+from parallax.plan.resolve import RunPlan
+
+
+@dataclass
+class Profiled:
+    """What one profile measured."""
+
+    step_ms: float  # mean step time without the profiler
+    events: list  # profiling.Kernel of the profiled steps
+    on_gpu: bool
+    details: dict = field(default_factory=dict)  # what ran: versions, attention, compilation, device
+    device: str = "cpu"  # the engine's device, e.g. cuda:0, gpu:0
+    trace: Path | None = None
+    timing: str = "host clock over the timed steps, the last one waited for"
+    attention_rates: list = field(default_factory=list)  # attention_rates(), on a GPU
+
+
+def profile(plan: RunPlan, source, warmup: int, steps: int, trace_dir: Path | None = None,
+            before=None) -> Profiled:
+    """Build ``plan``'s step on ``source``'s batches, time ``steps`` steps after ``warmup``, then
+    profile ``steps`` more (torch or jax), and on a GPU measure attention's backends at the run's
+    shape; ``trace_dir``: where to keep the trace. ``before()``, when given, runs once the engine
+    has accepted the run (its checks raise first) and before its first step."""
+    framework = plan.run.framework
+    step = get_engine(framework).build_step(plan, source=source)
+    if before is not None:
+        before()
+    step.run(warmup)
+    started = time.perf_counter()
+    step.run(steps)
+    step_ms = (time.perf_counter() - started) * 1e3 / steps
+    reader = _torch_events if framework == "torch" else _jax_events
+    events, on_gpu, trace = reader(step, steps, trace_dir)
+    profiled = Profiled(step_ms, events, on_gpu, dict(step.details), step.plan.device, trace)
+    if on_gpu:
+        profiled.attention_rates = attention_rates(framework, plan, step.plan.handles["device"])
+    return profiled
+
+
+def _torch_events(step, steps: int, trace_dir: Path | None):
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    on_gpu = step.plan.handles["device"].type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with torch_profile(activities=activities) as prof:
+        step.run(steps)
+    trace = _gzip_chrome_trace(prof, trace_dir / "trace.json.gz") if trace_dir else None
+    events = profiling.torch_kernel_events(prof) if on_gpu else profiling.torch_cpu_events(prof)
+    return events, on_gpu, trace
+
+
+def _gzip_chrome_trace(prof, path: Path) -> Path:
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        with open(trace, "rb") as src, gzip.open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return path
+
+
+def _jax_events(step, steps: int, trace_dir: Path | None):
+    import jax
+
+    on_gpu = step.plan.handles["device"].platform == "gpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "trace"
+        with jax.profiler.trace(str(folder)):
+            step.run(steps)
+        events = profiling.jax_kernel_events(folder) if on_gpu else profiling.jax_host_events(folder)
+        trace = _tar(folder, trace_dir / "trace.xplane.tar.gz") if trace_dir else None
+    return profiling.describe_hlo_ops(events, step.fn.as_text()), on_gpu, trace
+
+
+def _tar(folder: Path, path: Path) -> Path:
+    with tarfile.open(path, "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
+    return path
+
+
+def attention_rates(framework: str, plan: RunPlan, device) -> list[dict]:
+    """Each attention backend's forward and backward time at ``plan``'s shape on ``device`` (the
+    engine's device object: torch's, or a JAX device; JAX's for MaxText), in the compute dtype
+    of the run's recipe (bf16 on a GPU)."""
+    run, model = plan.run, plan.run.model_config
+    shape = (run.batch_size, run.seq_len, model.n_heads, model.head_dim)
+    if framework == "torch":
+        from parallax.engines.torch import attention_rate
+        from parallax.engines.torch.engine import import_torch
+
+        return attention_rate.measure(*shape, device, import_torch().bfloat16)
+    from parallax.engines.jax import attention_rate
+    from parallax.engines.jax.runtime import import_jax
+
+    return attention_rate.measure(*shape, device, import_jax().numpy.bfloat16)
