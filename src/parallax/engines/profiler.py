@@ -71,7 +71,7 @@ def _torch_events(step, steps: int, trace_dir: Path | None):
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with torch_profile(activities=activities) as prof:
         step.run(steps)
-    trace = _gzip_chrome_trace(prof, trace_dir / "trace.json.gz") if trace_dir else None
+    trace = _gzip_chrome_trace(prof, _made(trace_dir) / "trace.json.gz") if trace_dir else None
     events = profiling.torch_kernel_events(prof) if on_gpu else profiling.torch_cpu_events(prof)
     return events, on_gpu, trace
 
@@ -94,7 +94,7 @@ def _jax_events(step, steps: int, trace_dir: Path | None):
         with jax.profiler.trace(str(folder)):
             step.run(steps)
         events = profiling.jax_kernel_events(folder) if on_gpu else profiling.jax_host_events(folder)
-        trace = _tar(folder, trace_dir / "trace.xplane.tar.gz") if trace_dir else None
+        trace = _tar(folder, _made(trace_dir) / "trace.xplane.tar.gz") if trace_dir else None
     return profiling.describe_hlo_ops(events, step.fn.as_text()), on_gpu, trace
 
 
@@ -119,3 +119,9 @@ def attention_rates(framework: str, plan: RunPlan, device) -> list[dict]:
     from parallax.engines.jax.runtime import import_jax
 
     return attention_rate.measure(*shape, device, import_jax().numpy.bfloat16)
+
+
+def _made(folder: Path) -> Path:
+    """The output folder, made now: the first file written into it is the trace."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
