@@ -15,6 +15,8 @@ attention FLOPs, 12x128 the brief's literal ask):
   torch  te-dpa-fp8-fwd            the same with NVTE_FP8_DPA_BWD=0: FP8 forward, bf16 backward
   torch  te-dpa-fp8-emulated       fp8_dpa through TE's unfused attention, NVTE_UnfusedDPA_Emulate_FP8=1
                                    (FP8 numerics, no FP8 speed: TE's only path where its fused one refuses)
+  torch  torchao-fa3-fp8           torchao's fp8_fa3_sdpa through torch's FA3 flash-attention impl (needs an
+                                   FA3 build, flash_attn_interface; both say FP8 is forward-only)
   cudnn  cudnn-fe-bf16             cuDNN's graph API from Python (cudnn-frontend): sdpa + sdpa_backward
   cudnn  cudnn-fe-fp8              sdpa_fp8 + sdpa_fp8_backward, E4M3 tensors, per-tensor scales
   cudnn  cudnn-fe-fp8fwd-bf16bwd   sdpa_fp8 forward (softmax stats kept), O dequantized, bf16 sdpa_backward
@@ -107,6 +109,8 @@ CANDIDATES = (
     Candidate("te-dpa-fp8-emulated", "torch", "fp8-emulated", "TransformerEngine (torch)",
               "fp8_dpa=True through UnfusedDotProductAttention, NVTE_UnfusedDPA_Emulate_FP8=1 (no FP8 speed)",
               "te-dpa-bf16"),
+    Candidate("torchao-fa3-fp8", "torch", "fp8", "torchao low-precision attention (torch FA3 impl)",
+              "activate_flash_attention_impl('FA3'), then torchao fp8_fa3_sdpa(is_causal=True)", "torch-sdpa-bf16"),
     Candidate("cudnn-fe-bf16", "cudnn", "bf16", "cuDNN graph API (cudnn-frontend)",
               "pygraph.sdpa(generate_stats=True, use_causal_mask=True) + sdpa_backward"),
     Candidate("cudnn-fe-fp8", "cudnn", "fp8", "cuDNN graph API (cudnn-frontend)",
@@ -664,6 +668,8 @@ class TorchGroup:
     def run(self, candidate: Candidate, shape: Shape) -> dict:
         if candidate.name == "torch-sdpa-bf16":
             return self.sdpa(candidate, shape)
+        if candidate.name == "torchao-fa3-fp8":
+            return self.fa3_fp8(candidate, shape)
         if self.te is None:
             return record(candidate, shape, "unavailable", fwd_error=f"TransformerEngine: {self.te_error}")
         return self.te_dpa(candidate, shape)
@@ -708,6 +714,29 @@ class TorchGroup:
             return torch.autograd.grad(out, leaves, do)
 
         return self.measure(candidate, shape, forward, grads_of, backend="cuDNN (torch SDPBackend.CUDNN_ATTENTION)")
+
+    def fa3_fp8(self, candidate, shape) -> dict:
+        """torchao's FP8 SDPA on torch's FA3 impl; FA3 is a separate build (flash_attn_interface)."""
+        torch = self.torch
+        try:
+            from torch.nn.attention import activate_flash_attention_impl, restore_flash_attention_impl
+            from torchao.prototype.attention.fp8_fa3.attention import fp8_fa3_sdpa
+        except Exception as exc:
+            return record(candidate, shape, "unavailable", fwd_error=one_line(exc))
+        _, err = attempt(lambda: activate_flash_attention_impl("FA3"))
+        if err:
+            return record(candidate, shape, "unavailable", fwd_error=f"activate_flash_attention_impl('FA3'): {err}")
+        try:
+            q, k, v, do = self.tensors(shape)
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v)]
+
+            def forward():
+                return fp8_fa3_sdpa(*(t.transpose(1, 2) for t in leaves), is_causal=True).transpose(1, 2)
+
+            return self.measure(candidate, shape, forward, lambda out: torch.autograd.grad(out, leaves, do),
+                                backend="FA3 (torch.nn.attention impl), FP8 E4M3 inputs")
+        finally:
+            restore_flash_attention_impl()
 
     def te_dpa(self, candidate, shape) -> dict:
         torch, te = self.torch, self.te

@@ -72,7 +72,7 @@ def test_dry_run_lists_every_candidate_and_imports_no_framework():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "IMPORTED []" in out
     assert "batch 32 x seq 1024, causal, shapes 12x64" in out
-    for name in ("torch-sdpa-bf16", "te-dpa-fp8", "te-dpa-fp8-fwd", "te-dpa-fp8-emulated", "cudnn-fe-fp8",
+    for name in ("torch-sdpa-bf16", "te-dpa-fp8", "te-dpa-fp8-fwd", "te-dpa-fp8-emulated", "torchao-fa3-fp8", "cudnn-fe-fp8",
                  "cudnn-fe-fp8fwd-bf16bwd", "jax-cudnn-fp8", "te-jax-fp8-query"):
         assert f" {name} " in out
     assert "te-dpa-fp8 " in out and "(against te-dpa-bf16)" in out
@@ -193,7 +193,7 @@ def test_orchestration_runs_each_group_and_writes_one_summary(probe, tmp_path, c
     assert calls == [("torch", True), ("jax", True)]
     statuses = {r["candidate"]: r["status"] for r in summary["records"]}
     assert statuses == {"torch-sdpa-bf16": "ran", "te-dpa-bf16": "refused", "te-dpa-fp8": "refused",
-                        "te-dpa-fp8-fwd": "refused", "te-dpa-fp8-emulated": "refused",
+                        "te-dpa-fp8-fwd": "refused", "te-dpa-fp8-emulated": "refused", "torchao-fa3-fp8": "refused",
                         "jax-cudnn-bf16": "ran", "jax-cudnn-fp8": "crashed", "te-jax-fp8-query": "skipped"}
     assert summary["environment"]["variables"] == {"torch": {"X": "torch"}, "jax": {"X": "jax"}}
     assert summary["environment"]["torch_version"] == "1.0" and summary["environment"]["jax_version"] == "1.0"
@@ -441,6 +441,7 @@ def test_torch_group_te_candidates_with_a_stand_in_te(probe, monkeypatch, tmp_pa
     assert status[("te-dpa-bf16", "2x64")] == status[("te-dpa-fp8", "2x128")] == "ran"
     assert status[("te-dpa-fp8", "2x64")] == status[("te-dpa-fp8-fwd", "2x64")] == "refused"
     assert status[("te-dpa-fp8-emulated", "2x64")] == "ran"
+    assert status[("torchao-fa3-fp8", "2x64")] == "unavailable"  # no FA3 build (nor torchao) here
     refused = out[("te-dpa-fp8", "2x64")]
     assert refused["fwd_error"].startswith("ValueError: No dot product attention backend is available")
     assert refused["log"] == ["Disabling FusedAttention as no backend supports the provided input"]
