@@ -39,10 +39,11 @@ recorded as skipped. TransformerEngine's backend choice is logged with NVTE_DEBU
 NVTE_DEBUG_LEVEL=2 (set for the torch group unless given) and kept per candidate, so a refusal
 says which rule refused.
 
-On the GPU machine, from the repository root (TE and cudnn-frontend carried in .carry/gpu):
+On the GPU machine, from the repository root (TE and cudnn-frontend carried in .carry/gpu; the
+group processes import the pure-Python parts of parallax from src/, so no install of the project
+is needed; torchao's FP8 SDPA is asked only if a torchao bundle was carried too):
 
-    source .carry/gpu/install.sh && python3 -m pip install -q --no-build-isolation --no-deps -e . \\
-        && python3 scripts/device/fp8_attention_probe.py --out "$OUT/fp8-attention"
+    source .carry/gpu/install.sh && python3 scripts/device/fp8_attention_probe.py --out "$OUT/fp8-attention"
 
 Writes OUT/probe.json (every record) and OUT/probe.md (the table), OUT/raw/GROUP.jsonl (what
 each process wrote) and OUT/logs/GROUP.log (its stdout and stderr, TE's debug lines included).
