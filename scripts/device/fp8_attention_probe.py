@@ -307,8 +307,9 @@ def _cell(text: str | None, limit: int = 160) -> str:
 def verdict_line(v: dict) -> str:
     both = ", ".join(v["fwd_bwd"]) or "none"
     fwd = ", ".join(v["fwd_only"]) or "none"
+    rest = ", ".join(f"{name} ({status})" for name, status in v["not_run"].items())
     return (f"- **{v['shape']}** (head_dim {v['head_dim']}): fp8 forward and backward ran in: {both}; "
-            f"fp8 forward only: {fwd}.")
+            f"fp8 forward only: {fwd}" + (f"; neither: {rest}." if rest else "."))
 
 
 def render_markdown(summary: dict) -> str:

@@ -156,8 +156,8 @@ def test_summary_gives_speedups_over_each_baseline_and_the_answer_per_shape(prob
     assert json.loads(json_path.read_text())["verdicts"] == summary["verdicts"]
     text = md_path.read_text()
     assert text.startswith("# fp8 attention probe: NVIDIA H200, batch 32 × 1024, causal\n")
-    assert ("- **12x64** (head_dim 64): fp8 forward and backward ran in: none; fp8 forward only: cudnn-fe-fp8."
-            in text)
+    assert ("- **12x64** (head_dim 64): fp8 forward and backward ran in: none; fp8 forward only: cudnn-fe-fp8; "
+            "neither: te-dpa-fp8 (refused).") in text
     assert "- **6x128** (head_dim 128): fp8 forward and backward ran in: te-dpa-fp8; fp8 forward only: none." in text
     # the worst gradient by its share of the baseline; dv's baseline is all zero (no share), so dv is it
     assert "| 6x128 | te-dpa-fp8 | ran | 0.200 | 0.800 | te-dpa-bf16 | 1.50× | 1.25× | 0.02 (0.4%) | 0.1 |  |" in text
@@ -198,7 +198,9 @@ def test_orchestration_runs_each_group_and_writes_one_summary(probe, tmp_path, c
     assert summary["environment"]["variables"] == {"torch": {"X": "torch"}, "jax": {"X": "jax"}}
     assert summary["environment"]["torch_version"] == "1.0" and summary["environment"]["jax_version"] == "1.0"
     assert (tmp_path / "out" / "probe.json").exists() and (tmp_path / "out" / "probe.md").exists()
-    assert "12x64 (head_dim 64): fp8 forward and backward ran in: none" in capsys.readouterr().out
+    assert ("12x64 (head_dim 64): fp8 forward and backward ran in: none; fp8 forward only: none; neither: te-dpa-fp8 "
+            "(refused), te-dpa-fp8-fwd (refused), torchao-fa3-fp8 (refused), jax-cudnn-fp8 (crashed)."
+            in capsys.readouterr().out.splitlines())
 
 
 # ---- the group code on the CPU, against stand-ins
