@@ -289,10 +289,10 @@ def test_train_on_one_raw_document_trains_without_evaluation_and_refuses_it_with
 
 @pytest.mark.parametrize("args, message", [
     (["--recipe", "bf16"], "--cuda-graphs on: recipe 'bf16' has no CUDA-graph capture (only te-bf16, "
-                           "te-fp8-delayed, te-fp8-current have); use --cuda-graphs auto or off"),
+                           "te-fp8-delayed, te-fp8-current, te-fp8-dpa have); use --cuda-graphs auto or off"),
     (["--recipe", "torchao-fp8-tensorwise"], "--cuda-graphs on: recipe 'torchao-fp8-tensorwise' has no "
-                                             "CUDA-graph capture (only te-bf16, te-fp8-delayed, te-fp8-current "
-                                             "have); use --cuda-graphs auto or off"),
+                                             "CUDA-graph capture (only te-bf16, te-fp8-delayed, te-fp8-current, "
+                                             "te-fp8-dpa have); use --cuda-graphs auto or off"),
     (["--recipe", "te-bf16"], "--cuda-graphs on needs a CUDA GPU; this run is on cpu; use --cuda-graphs auto or "
                               "off, or --device cuda"),
 ])

@@ -153,10 +153,14 @@ def test_what_a_recipe_brings_may_differ_between_recipes_and_what_a_framework_ch
     put(tmp_path, "torch", "bf16", "bf16", 100.0)
     put(tmp_path, "torch", "te-fp8-delayed", "fp8", 80.0,
         fw_info=framework(cuda_graphs=True, graph_scope="blocks", compile_scope="glue"))
+    put(tmp_path, "torch", "te-fp8-dpa", "fp8", 75.0,
+        fw_info=framework(cuda_graphs=True, graph_scope="blocks", recipe_attention="TE DotProductAttention"))
     put(tmp_path, "jax", "bf16", "bf16", 90.0, fw_info=framework("jax", xla_flags="--mine", attention_backend="cudnn",
                                                                  compiled=True, allocator="bfc"))
     record = build_comparison(tmp_path, n_boot=200)
     assert speedup(record, "torch: te-fp8-delayed over bf16")["ratio"] == pytest.approx(100 / 80)
+    assert speedup(record, "torch: te-fp8-dpa over bf16")["ratio"] == pytest.approx(100 / 75)  # its own attention
+    assert comparability.facts({"framework": framework(recipe_attention="TE")})["recipe_attention"] == ("recipe", "TE")
     assert speedup(record, "bf16: jax over torch")["ratio"] == pytest.approx(100 / 90)
     assert all(s["machines"] == ["NVIDIA H200 aaaa1111"] * 2 for s in record["speedups"])
 

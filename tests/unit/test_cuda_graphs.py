@@ -64,7 +64,7 @@ def test_recipes_without_capture_are_off_under_auto_and_refuse_on(recipe):
         with pytest.raises(ParallaxError) as err:
             decide("on", recipe, device)
         assert str(err.value) == (f"--cuda-graphs on: recipe '{recipe}' has no CUDA-graph capture (only "
-                                  "te-bf16, te-fp8-delayed, te-fp8-current have); use --cuda-graphs auto or off")
+                                  "te-bf16, te-fp8-delayed, te-fp8-current, te-fp8-dpa have); use --cuda-graphs auto or off")
 
 
 def test_torch_check_puts_the_decision_in_the_plan(monkeypatch):

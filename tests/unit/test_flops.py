@@ -95,3 +95,16 @@ def test_mfu_table_with_unknown_peaks_gives_none():
         assert row["mfu_bf16_peak"] is None
         assert row["mfu_measured_ceiling"] is None
         assert row["tflops"] > 0
+
+
+# llama-100m-hd128: 6 heads of 128 in place of 12 of 64. Every weight is [d, H·hd] or [H·hd, d] with
+# H·hd = 768 either way, and every accounting counts attention as 12·L·S·d or 4·S·H·hd: the same
+# numbers. What changes is the shape of the attention kernels alone (FP8 attention needs hd 128 on Hopper).
+def test_llama_100m_hd128_has_llama_100m_weights_and_flops():
+    hd128 = PRESETS["llama-100m-hd128"]
+    assert (hd128.n_heads, hd128.head_dim, hd128.d_model) == (6, 128, 768)
+    assert hd128.param_shapes() == LLAMA.param_shapes()
+    assert hd128.param_count() == 100_313_856
+    for seq_len in (512, 1024):
+        assert flops_per_token(hd128, seq_len) == flops_per_token(LLAMA, seq_len)
+    assert flops_per_token(hd128, 1024) == {"spec": 715_129_344, "conventional": 669_049_344, "maxtext": 612_311_040}

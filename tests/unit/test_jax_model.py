@@ -41,9 +41,10 @@ def tiny_run(**changes) -> RunConfig:
 
 # --- model shape ------------------------------------------------------------------------------
 
-def test_llama_100m_has_exactly_the_spec_parameter_count():
+@pytest.mark.parametrize("preset", ["llama-100m", "llama-100m-hd128"])
+def test_llama_100m_has_exactly_the_spec_parameter_count(preset):
     # jax.eval_shape: shapes only, nothing allocated
-    assert count_params(Llama(get_preset("llama-100m"))) == 100_313_856
+    assert count_params(Llama(get_preset(preset))) == 100_313_856
 
 
 def test_flax_tree_matches_the_canonical_shapes():

@@ -94,11 +94,13 @@ def np_loss(model, w, batch):
 
 # --- tests ---
 
-def test_llama_100m_instantiates_with_exactly_100313856_parameters():
+@pytest.mark.parametrize("preset", ["llama-100m", "llama-100m-hd128"])
+def test_llama_100m_instantiates_with_exactly_100313856_parameters(preset):
     with torch.device("meta"):
-        model = Llama(get_preset("llama-100m"))
+        model = Llama(get_preset(preset))
     assert model.num_parameters() == 100_313_856
-    assert model.num_parameters() == get_preset("llama-100m").param_count()
+    assert model.num_parameters() == get_preset(preset).param_count()
+    assert model.layers[0].attention.head_dim == get_preset(preset).head_dim  # 64, or 128 in 6 heads
 
 
 def test_tiny_instantiated_parameters_match_the_analytic_count():

@@ -102,7 +102,7 @@ def test_every_torch_recipe_with_hooks_loads_its_class():
             loaded[recipe.name] = type(hooks).__name__
     assert loaded == {"bf16": "AutocastHooks", "te-bf16": "TransformerEngineHooks",
                       "te-fp8-delayed": "TransformerEngineHooks", "te-fp8-current": "TransformerEngineHooks",
-                      "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks",
+                      "te-fp8-dpa": "TransformerEngineHooks", "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks",
                       "te-nvfp4": "TransformerEngineHooks", "emulated-nvfp4": "EmulatedNvfp4Hooks",
                       "emulated-nvfp4-all": "EmulatedNvfp4Hooks"}
 
@@ -292,12 +292,16 @@ def test_torchao_export_after_a_step_gives_canonical_weights():
 
 
 
-def test_te_model_glue_with_reference_modules_equals_the_plain_model_in_float32():
+@pytest.mark.parametrize("attention", ["sdpa", "te"])
+def test_te_model_glue_with_reference_modules_equals_the_plain_model_in_float32(attention):
     from parallax.engines.torch.model import Llama
 
     weights = init_weights(TINY, 2)
-    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"))
-    model.load_state_dict(te_model.to_te_state(TINY, weights), strict=True)
+    model = te_model.TELlama(ReferenceTE, TINY, torch.float32, torch.device("cpu"), attention=attention)
+    missing, unexpected = model.load_state_dict(te_model.to_te_state(TINY, weights), strict=False)
+    # TE's attention holds no weight, only its FP8 scaling state, which the canonical weights lack
+    assert unexpected == [] and missing == ([f"layers.{i}.attention.core._extra_state" for i in range(TINY.n_layers)]
+                                            if attention == "te" else [])
     plain = Llama(TINY)
     plain.load_state_dict(convert.to_torch_state(TINY, weights), strict=True)
     batch = torch.from_numpy(synthetic_batch(2, 0, 2, 16, TINY.vocab_size))
@@ -337,10 +341,11 @@ def stand_in_te(monkeypatch):
     recipe_module = types.ModuleType("transformer_engine.common.recipe")
     recipe_module.Format = enum.Enum("Format", "E4M3 HYBRID")
     recipe_module.DelayedScaling = dataclasses.make_dataclass(
-        "DelayedScaling", ["fp8_format", "amax_history_len", "amax_compute_algo"])
+        "DelayedScaling", ["fp8_format", "amax_history_len", "amax_compute_algo",
+                           ("fp8_dpa", bool, dataclasses.field(default=False))])
     recipe_module.Float8CurrentScaling = dataclasses.make_dataclass("Float8CurrentScaling", ["fp8_format"])
     pytorch = types.ModuleType("transformer_engine.pytorch")
-    for name in ("Linear", "LayerNormLinear", "LayerNormMLP"):
+    for name in ("Linear", "LayerNormLinear", "LayerNormMLP", "DotProductAttention"):
         setattr(pytorch, name, getattr(ReferenceTE, name))
     pytorch.entered, pytorch.fp8_reason = [], None
 
@@ -397,6 +402,89 @@ def test_te_hooks_fall_back_to_fp8_autocast_and_report_te_s_reason(stand_in_te):
     with pytest.raises(ParallaxError, match="TransformerEngine cannot run fp8 on cpu: Device compute capability 8.9"):
         hooks.check(torch, torch.device("cpu"), tiny_run())
     assert registry.get("torch", "te-bf16").load_hooks().details(torch)["te_recipe"] is None
+
+
+# ---- te-fp8-dpa: TE's attention in FP8, gated by head_dim before any GPU work
+
+
+@pytest.mark.parametrize("head_dim, cc, refused", [
+    (64, "9.0", "TE's FP8 attention trains only at head_dim 128 on Hopper (9.0) (cuDNN has no FP8 attention "
+                "backward at other sizes there); this model's heads are 64 wide: use --model llama-100m-hd128 "
+                "(6 heads of 128), or --recipe te-fp8-delayed for bf16 attention"),
+    (128, "9.0", None),
+    (64, "10.0", None),
+    (128, "10.3", None),
+    (256, "10.0", "TE's FP8 attention on Blackwell datacenter (10.0) needs head_dim <= 128 and a multiple of 16; "
+                  "this model's heads are 256 wide: use --recipe te-fp8-delayed for bf16 attention"),
+    (128, "8.9", "TE's FP8 attention needs compute capability 9.0+ (Hopper); this GPU is Ada (8.9)"),
+    (128, "12.0", "TE 2.20 has no FP8 attention on Blackwell RTX (12.0) (get_attention_backend turns it off there)"),
+    (64, None, None),  # no GPU known: TE decides
+])
+def test_fp8_attention_takes_head_dim_128_on_hopper_and_up_to_128_on_blackwell(head_dim, cc, refused):
+    from parallax.engines.te_shapes import fp8_attention_refusal
+
+    assert fp8_attention_refusal(head_dim, cc) == refused
+
+
+class FakeCuda:
+    """torch as far as the check reads it, on a GPU of ``cc``."""
+
+    def __init__(self, cc):
+        self.cuda = type("cuda", (), {"get_device_capability": staticmethod(lambda device=None: cc)})
+
+
+def test_te_fp8_dpa_refuses_llama_100m_on_hopper_in_one_line_before_importing_te(monkeypatch):
+    hooks = registry.get("torch", "te-fp8-dpa").load_hooks()
+    gpu = torch.device("cuda", 0)
+    run = RunConfig(model="llama-100m", recipe="te-fp8-dpa", precision="fp8")
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)  # importing TE would fail: the check must not
+    with pytest.raises(ParallaxError) as err:
+        hooks.check(FakeCuda((9, 0)), gpu, run)
+    assert str(err.value) == (
+        "recipe 'te-fp8-dpa': TE's FP8 attention trains only at head_dim 128 on Hopper (9.0) (cuDNN has no FP8 "
+        "attention backward at other sizes there); this model's heads are 64 wide: use --model llama-100m-hd128 "
+        "(6 heads of 128), or --recipe te-fp8-delayed for bf16 attention")
+    assert "\n" not in str(err.value)
+
+
+def test_te_fp8_dpa_passes_the_gate_at_head_dim_128_and_te_then_decides(stand_in_te):
+    hooks = registry.get("torch", "te-fp8-dpa").load_hooks()
+    run = RunConfig(model="llama-100m-hd128", recipe="te-fp8-dpa", precision="fp8")
+    hooks.check(FakeCuda((9, 0)), torch.device("cuda", 0), run)  # the stand-in TE has fp8
+    hooks.check(FakeCuda((10, 0)), torch.device("cuda", 0), RunConfig(model="llama-100m", recipe="te-fp8-dpa",
+                                                                       precision="fp8"))
+    stand_in_te.fp8_reason = "no fp8 here"
+    with pytest.raises(ParallaxError, match="TransformerEngine cannot run fp8 on cuda:0: no fp8 here"):
+        hooks.check(FakeCuda((9, 0)), torch.device("cuda", 0), run)
+
+
+def test_te_fp8_dpa_runs_its_attention_in_te_under_fp8_dpa_and_records_it(stand_in_te):
+    recipe = registry.get("torch", "te-fp8-dpa")
+    assert (recipe.format, recipe.min_cc, recipe.params["fp8_dpa"], recipe.params["attention"]) == ("fp8", (9, 0), True, "te")
+    run = tiny_run(recipe="te-fp8-dpa", precision=None, steps=3).validate()
+    cpu = torch.device("cpu")
+    precision = for_recipe(torch, run.recipe_spec, cpu, run)
+    hooks = precision.hooks
+    assert hooks.te_recipe().fp8_dpa is True and registry.get("torch", "te-fp8-delayed").load_hooks().te_recipe().fp8_dpa is False
+    details = precision.info.details
+    assert details["fp8_dpa"] is True
+    assert details["attention"] == "TransformerEngine DotProductAttention (cuDNN fused attention), FP8 under fp8_dpa"
+    assert registry.get("torch", "te-fp8-delayed").load_hooks().details(torch)["attention"] == (
+        "torch SDPA (framework.attention_backend)")
+    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math",
+                handles={"device": cpu, "precision": precision, "attention": "MATH"})
+    batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
+    out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())
+    assert all(math.isfinite(s.loss) and s.bad_layers is None for s in out.steps)
+    assert out.framework["recipe_attention"] == details["attention"]
+    assert hooks.compile_info(True).endswith(
+        "TE modules and TE's DotProductAttention inside the blocks' CUDA graphs (graph_scope), the embedding eager")
+    assert stand_in_te.entered and all(r is hooks.te_recipe() for r in stand_in_te.entered)
+
+
+def test_other_recipes_record_no_attention_of_their_own(stand_in_te):
+    for name in ("bf16", "te-bf16", "te-fp8-delayed", "torchao-fp8-tensorwise"):
+        assert registry.get("torch", name).load_hooks().attention_info() is None, name
 
 
 # ---- CUDA graphs of the TE blocks (--cuda-graphs), with a stand-in make_graphed_callables
@@ -531,7 +619,7 @@ def test_recipes_with_cuda_graphs_are_the_te_ones_and_their_hooks_capture():
     from parallax.engines.torch.recipes.base import TorchHooks
 
     graphable = [r for r in registry.recipes() if r.cuda_graphs]
-    assert [r.name for r in graphable] == ["te-bf16", "te-fp8-delayed", "te-fp8-current"]
+    assert [r.name for r in graphable] == ["te-bf16", "te-fp8-delayed", "te-fp8-current", "te-fp8-dpa"]
     for recipe in graphable:
         hooks = type(recipe.load_hooks())
         assert recipe.framework == "torch" and hooks.graph is not TorchHooks.graph, recipe.name

@@ -15,7 +15,8 @@ scope, which says in which comparisons it may differ:
              or eager, JAX's allocator and the XLA flags that no recipe asked for. Only between
              frameworks (``jax bf16`` over ``torch bf16``), where they belong to what is compared.
   recipe     what a recipe brings with it: CUDA graphs and their scope, the compile scope, the
-             XLA flags the recipe asks for, MaxText's settings, the cuDNN its libraries loaded.
+             XLA flags the recipe asks for, MaxText's settings, the cuDNN its libraries loaded,
+             the attention a torch recipe runs itself (TE's DotProductAttention).
              Between recipes, as part of what is compared.
 
 A cell whose attention fell back (the engine's first choice refused at this shape, e.g. cuDNN
@@ -73,6 +74,8 @@ def facts(run: dict) -> dict[str, tuple[str, object]]:
     out["data"] = (DATA, data_source(run))
     # MaxText's attention is its config key, which a recipe's settings choose (bf16-defaults)
     out["attention"] = (RECIPE if fw.get("name") == "maxtext" else FRAMEWORK, fw.get("attention_backend"))
+    # ... and a torch recipe that runs attention itself (TE's DotProductAttention) brings it along
+    out["recipe_attention"] = (RECIPE, fw.get("recipe_attention"))
     out["compiled"] = (FRAMEWORK, fw.get("compiled"))
     out["jax_allocator"] = (FRAMEWORK, (fw.get("allocator"), fw.get("preallocate")) if "allocator" in fw else None)
     own_flags = set(_recipe_params(run).get("xla_flags") or ())

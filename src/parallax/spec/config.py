@@ -63,6 +63,14 @@ PRESETS: dict[str, ModelConfig] = {
         name="llama-100m", vocab_size=10_000, d_model=768, n_layers=12, n_heads=12,
         d_ff=2048, max_seq_len=1024,
     ),
+    # llama-100m with 6 heads of 128 instead of 12 of 64: the same d_model, weights and FLOPs in
+    # every accounting (spec/flops.py counts attention as L·S·H·head_dim, and H·head_dim stays 768),
+    # so only the attention kernels' shape differs. It exists because TransformerEngine's and
+    # cuDNN's FP8 attention train only at head_dim 128 on Hopper (docs/fp8-attention.md).
+    "llama-100m-hd128": ModelConfig(
+        name="llama-100m-hd128", vocab_size=10_000, d_model=768, n_layers=12, n_heads=6,
+        d_ff=2048, max_seq_len=1024,
+    ),
     # Larger members of the same family, for where fp8 starts to pay (docs/presets.md):
     # 24 layers of d 1024 (16 heads of 64, SwiGLU 2816 = 8/3·d rounded up to 256): 328,811,520.
     "llama-330m": ModelConfig(
@@ -115,6 +123,7 @@ class PresetSizes:
 
 PRESET_SIZES: dict[str, PresetSizes] = {
     "llama-100m": PresetSizes(batch_size=32, seq_len=1024),  # the spec's benchmark shape
+    "llama-100m-hd128": PresetSizes(batch_size=32, seq_len=1024),
     # The crossover presets keep the benchmark's tokens per step, so that speedups line up by size.
     "llama-330m": PresetSizes(batch_size=32, seq_len=1024),
     "llama-860m": PresetSizes(batch_size=32, seq_len=1024),

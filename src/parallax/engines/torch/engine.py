@@ -605,6 +605,8 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "attention_backend": ATTENTION_NAMES[trainer.attention],
         "attention_selection": "first of " + ", ".join(ATTENTION_NAMES[n] for n in ATTENTION_ORDER)
         + " to run causal SDPA fwd+bwd at this shape and dtype",
+        # a recipe that runs attention itself (TE's DotProductAttention) says so; None: the SDPA above
+        "recipe_attention": trainer.hooks.attention_info(),
         "compiled": trainer.compile_mode is not None,
         "compile_mode": trainer.compile_mode,
         "compile_scope": trainer.hooks.compile_info(trainer.cuda_graphs) if trainer.compile_mode is not None else None,

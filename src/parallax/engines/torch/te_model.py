@@ -10,7 +10,11 @@ Each block holds the three TE modules whose GEMMs TE can run in fp8:
   fc2 = w_down.
 
 Between them runs our own torch code, the same as the plain model's: the head split and the
-half-split RoPE in float32 (``split_heads``), causal SDPA with the backend the engine chose.
+half-split RoPE in float32 (``split_heads``), causal SDPA with the backend the engine chose. With
+``attention="te"`` the attention itself is TE's too: ``te.DotProductAttention`` (cuDNN's fused
+attention), the one place TE runs attention in FP8 (``DelayedScaling(fp8_dpa=True)``, the recipe
+``te-fp8-dpa`` in ``recipes/te.py``). It holds no weights, only its FP8 scaling state
+(``attention.core._extra_state``), which the converters drop like the linears' own.
 Embedding, final RMSNorm, lm_head and the float32 loss are plain torch (``Head``), in bf16
 under autocast: the first and last layers are never fp8.
 
@@ -55,26 +59,40 @@ def split_heads(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, n_heads
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
+# Where a block's attention runs: torch's SDPA (the engine's backend), or TE's DotProductAttention.
+ATTENTIONS = ("sdpa", "te")
+
+
 class Attention(nn.Module):
-    def __init__(self, te, config: ModelConfig, device):
+    def __init__(self, te, config: ModelConfig, device, attention: str = "sdpa"):
         super().__init__()
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, got {attention!r}")
         self.n_heads, self.head_dim = config.n_heads, config.head_dim
         d, width = config.d_model, config.n_heads * config.head_dim
         self.qkv = te.LayerNormLinear(d, 3 * width, eps=config.norm_eps, bias=False, normalization="RMSNorm",
                                       params_dtype=torch.float32, device=device)
         self.wo = te.Linear(width, d, bias=False, params_dtype=torch.float32, device=device)
+        # TE's attention takes [B, S, H, hd] and gives [B, S, H·hd]; causal, scale 1/sqrt(hd) as SDPA's
+        self.core = (te.DotProductAttention(config.n_heads, config.head_dim, qkv_format="bshd",
+                                            attn_mask_type="causal", attention_dropout=0.0)
+                     if attention == "te" else None)
 
     def forward(self, h, cos, sin, split):
         q, k, v = split(self.qkv(h), cos, sin, self.n_heads, self.head_dim)
+        if self.core is not None:
+            # back to [B, S, H, hd]: q and k are RoPE's own tensors again, v a view of the QKV output
+            q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+            return self.wo(self.core(q, k, v))
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         batch, _, seq, _ = out.shape
         return self.wo(out.transpose(1, 2).reshape(batch, seq, -1))
 
 
 class Block(nn.Module):
-    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device):
+    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device, attention: str = "sdpa"):
         super().__init__()
-        self.attention = Attention(te, config, device)
+        self.attention = Attention(te, config, device, attention)
         self.feed_forward = te.LayerNormMLP(config.d_model, config.d_ff, eps=config.norm_eps, bias=False,
                                             normalization="RMSNorm", activation="swiglu",
                                             params_dtype=torch.float32, device=device)
@@ -115,11 +133,12 @@ class OneInputBlock(nn.Module):
 
 
 class TELlama(nn.Module):
-    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device):
+    def __init__(self, te, config: ModelConfig, compute_dtype: torch.dtype, device, attention: str = "sdpa"):
         super().__init__()
         self.config, self.compute_dtype = config, compute_dtype
         self.tok_embeddings = nn.Embedding(config.vocab_size, config.d_model, device=device)
-        self.layers = nn.ModuleList(Block(te, config, compute_dtype, device) for _ in range(config.n_layers))
+        self.layers = nn.ModuleList(Block(te, config, compute_dtype, device, attention)
+                                    for _ in range(config.n_layers))
         self.head = Head(config, compute_dtype, device)
         self.split = split_heads  # compile_glue() swaps in a compiled one
         cos, sin = rope_tables(config.max_seq_len, config.head_dim, config.rope_theta)

@@ -94,6 +94,12 @@ class TorchHooks:
             return contextlib.nullcontext()
         return torch.autocast(device_type, dtype=self.compute_dtype(torch))
 
+    def attention_info(self) -> str | None:
+        """What runs the model's attention when it is the recipe's own and not torch's SDPA
+        (TE's DotProductAttention), recorded as ``framework.recipe_attention``; None: SDPA, with
+        the backend the engine chose (``framework.attention_backend``)."""
+        return None
+
     def quantized(self, module) -> list[str]:
         """Names of the parameters whose GEMMs this recipe quantizes (the numerics guard checks
         their gradients every step); none for bf16."""

@@ -7,6 +7,11 @@ Recipes (``transformer_engine.common.recipe``, REFERENCE.md §3):
   backward, scales from an amax history (the spec's fp8 recipe, so the torch default);
 - ``te-fp8-current``: ``Float8CurrentScaling(fp8_format=Format.HYBRID)`` — scales from the
   tensor's own amax, each GEMM;
+- ``te-fp8-dpa``: ``te-fp8-delayed`` with ``fp8_dpa=True`` and the blocks' attention in TE's
+  ``DotProductAttention``: QKᵀ and PV (and their gradients) in FP8 too, through cuDNN's FP8 fused
+  attention. On Hopper TE and cuDNN train it only at head_dim 128, so it refuses llama-100m (heads
+  of 64) in one line before any GPU work and runs llama-100m-hd128 (docs/fp8-attention.md); on
+  Blackwell heads up to 128 wide. Not yet run on hardware;
 - ``te-nvfp4``: ``NVFP4BlockScaling()`` — TE's full NVFP4 training recipe (2D 16×16 weight
   scaling, RHT on the wgrad inputs, stochastic rounding of gradients) on compute capability
   10.x; on 12.x (RTX PRO 6000, RTX 50xx) the variant TE supports there, RHT and SR off, with a
@@ -28,8 +33,9 @@ from: ``DelayedScaling`` from the largest |value| seen over the last ``amax_hist
 (one step late, no extra pass over the tensor), ``Float8CurrentScaling`` from the tensor's own
 amax every GEMM (one more reduction, no history to go stale).
 
-fp8 covers the four TE linears of every block (QKV, output, fc1, fc2); embedding, lm_head and
-the loss stay bf16/float32. ``te-bf16`` runs the same modules with no fp8 autocast, so
+fp8 covers the four TE linears of every block (QKV, output, fc1, fc2), and with ``te-fp8-dpa``
+its attention's two batched GEMMs (QKᵀ, PV; softmax in float32 inside cuDNN's kernel); embedding,
+lm_head and the loss stay bf16/float32. ``te-bf16`` runs the same modules with no fp8 autocast, so
 "TE vs plain torch" and "what fp8 buys inside TE" are separate comparisons. TE's modules are not
 torch.compiled (DelayedScaling does not support it); the pure-torch glue is. Run eagerly, TE's
 blocks leave the step host-bound (launches and the recipe's host bookkeeping outlast the kernels:
@@ -48,13 +54,14 @@ from parallax.spec.recipe import Backend, Recipe
 from parallax.plan.envinfo import module_version, older
 from parallax.errors import ParallaxError
 from parallax.engines.torch.recipes.base import TorchHooks, linear_weights
-from parallax.engines.te_shapes import FP8_DIM_MULTIPLE, FP8_TOKENS_MULTIPLE, check_shapes  # noqa: F401
+from parallax.engines.te_shapes import FP8_DIM_MULTIPLE, FP8_TOKENS_MULTIPLE, check_fp8_attention, check_shapes  # noqa: F401
 
 
 TE = Backend("transformer_engine", distributions=(("transformer_engine_torch",),),
              module="transformer_engine.pytorch", extra="te", min_version="2.8")
 HOOKS = "parallax.engines.torch.recipes.te:TransformerEngineHooks"
 FP8_MIN_CC = (8, 9)  # TE's is_fp8_available(): Ada, Hopper, Blackwell
+FP8_ATTENTION_MIN_CC = (9, 0)  # TE's FP8 fused attention: sm_arch >= 90 (te_shapes.fp8_attention_refusal)
 NVFP4_MIN_CC = (10, 0)  # TE's is_nvfp4_available(): Blackwell
 AMAX_HISTORY_LEN = 1024
 AMAX_COMPUTE_ALGO = "max"
@@ -73,6 +80,13 @@ RECIPES = (
            min_cc=FP8_MIN_CC, cuda_graphs=True,
            summary="TransformerEngine Float8CurrentScaling(HYBRID): per-tensor scales from the current amax",
            params={"te_recipe": "Float8CurrentScaling", "fp8_format": "HYBRID"}),
+    Recipe(framework="torch", name="te-fp8-dpa", format="fp8", backend=TE, hooks=HOOKS,
+           min_cc=FP8_ATTENTION_MIN_CC, cuda_graphs=True,
+           summary="te-fp8-delayed with FP8 attention (TE DotProductAttention, fp8_dpa): head_dim 128 on Hopper; "
+                   "not yet run on hardware",
+           params={"te_recipe": "DelayedScaling", "fp8_format": "HYBRID", "amax_history_len": AMAX_HISTORY_LEN,
+                   "amax_compute_algo": AMAX_COMPUTE_ALGO, "fp8_dpa": True, "attention": "te"},
+           notes=("Hopper: head_dim 128 only (llama-100m-hd128, llama-860m); refuses llama-100m before any GPU work",)),
     Recipe(framework="torch", name="te-nvfp4", format="nvfp4", default_min_cc=NVFP4_MIN_CC, backend=TE,
            hooks=HOOKS, min_cc=NVFP4_MIN_CC,
            summary="TransformerEngine NVFP4BlockScaling (RHT, stochastic rounding, 2D weights); not yet run on hardware",
@@ -197,6 +211,8 @@ class TransformerEngineHooks(TorchHooks):
         super().__init__(recipe)
         self.fp8 = recipe.params.get("te_recipe") is not None
         self.nvfp4 = recipe.params.get("te_recipe") == "NVFP4BlockScaling"
+        self.fp8_dpa = bool(recipe.params.get("fp8_dpa"))
+        self.attention = recipe.params.get("attention", "sdpa")  # te_model.ATTENTIONS
         self._te_recipe = None
         self.nvfp4_kwargs, self.nvfp4_warning = None, None
 
@@ -213,9 +229,10 @@ class TransformerEngineHooks(TorchHooks):
                 return self._te_recipe
             fmt = getattr(te_recipes.Format, params["fp8_format"])
             if params["te_recipe"] == "DelayedScaling":
+                dpa = {"fp8_dpa": True} if self.fp8_dpa else {}  # TE's own default is False
                 self._te_recipe = te_recipes.DelayedScaling(
                     fp8_format=fmt, amax_history_len=params["amax_history_len"],
-                    amax_compute_algo=params["amax_compute_algo"])
+                    amax_compute_algo=params["amax_compute_algo"], **dpa)
             else:
                 self._te_recipe = getattr(te_recipes, params["te_recipe"])(fp8_format=fmt)
         return self._te_recipe
@@ -226,6 +243,8 @@ class TransformerEngineHooks(TorchHooks):
             return
         if run is not None:
             self.check_shapes(run)
+            if self.fp8_dpa and device.type == "cuda":
+                check_fp8_attention(self.recipe.name, run, "{}.{}".format(*torch.cuda.get_device_capability(device)))
         if self.nvfp4:
             return self.check_nvfp4(torch, device)
         available, reason = fp8_support(import_te())
@@ -266,16 +285,17 @@ class TransformerEngineHooks(TorchHooks):
         elif recipe is not None:
             info["te_recipe"] = type(recipe).__name__
             info["fp8_format"] = recipe.fp8_format.name
-            for name in ("amax_history_len", "amax_compute_algo"):
+            for name in ("amax_history_len", "amax_compute_algo", "fp8_dpa"):
                 if hasattr(recipe, name):
                     info[name] = getattr(recipe, name)
+        info["attention"] = self.attention_info() or "torch SDPA (framework.attention_backend)"
         return info
 
     # ---- the model
     def build(self, torch, config, weights, device):
         from parallax.engines.torch.te_model import TELlama, to_te_state
 
-        module = TELlama(import_te(), config, self.compute_dtype(torch), device)
+        module = TELlama(import_te(), config, self.compute_dtype(torch), device, attention=self.attention)
         missing, unexpected = module.load_state_dict(to_te_state(config, weights), strict=False)
         missing = [k for k in missing if not k.endswith("_extra_state")]  # fp8 metadata, not weights
         if missing or unexpected:
@@ -292,9 +312,16 @@ class TransformerEngineHooks(TorchHooks):
         getattr(module, "module", module).compile_glue(mode)
         return module
 
+    def attention_info(self) -> str | None:
+        if self.attention != "te":
+            return None
+        return ("TransformerEngine DotProductAttention (cuDNN fused attention)"
+                + (", FP8 under fp8_dpa" if self.fp8_dpa else ""))
+
     def compile_info(self, cuda_graphs: bool = False) -> str:
-        blocks = ("TE modules and SDPA inside the blocks' CUDA graphs (graph_scope), the embedding eager"
-                  if cuda_graphs else "TE modules, SDPA and the embedding eager")
+        core = "TE's DotProductAttention" if self.attention == "te" else "SDPA"
+        blocks = (f"TE modules and {core} inside the blocks' CUDA graphs (graph_scope), the embedding eager"
+                  if cuda_graphs else f"TE modules, {core} and the embedding eager")
         return ("torch.compile of the pure-torch glue only: the head split + RoPE of every layer and the "
                 f"final RMSNorm + lm_head + float32 cross-entropy; {blocks}")
 
