@@ -463,7 +463,7 @@ def test_te_fp8_dpa_runs_its_attention_in_te_under_fp8_dpa_and_records_it(stand_
     assert (recipe.format, recipe.min_cc, recipe.params["fp8_dpa"], recipe.params["attention"]) == ("fp8", (9, 0), True, "te")
     run = tiny_run(recipe="te-fp8-dpa", precision=None, steps=3).validate()
     cpu = torch.device("cpu")
-    precision = for_recipe(torch, run.recipe_spec, cpu, run)
+    precision = for_recipe(torch, recipe, cpu, run)
     hooks = precision.hooks
     assert hooks.te_recipe().fp8_dpa is True and registry.get("torch", "te-fp8-delayed").load_hooks().te_recipe().fp8_dpa is False
     details = precision.info.details
@@ -471,7 +471,7 @@ def test_te_fp8_dpa_runs_its_attention_in_te_under_fp8_dpa_and_records_it(stand_
     assert details["attention"] == "TransformerEngine DotProductAttention (cuDNN fused attention), FP8 under fp8_dpa"
     assert registry.get("torch", "te-fp8-delayed").load_hooks().details(torch)["attention"] == (
         "torch SDPA (framework.attention_backend)")
-    plan = Plan(recipe=run.recipe_spec, precision=precision.info, device="cpu", attention="math",
+    plan = Plan(recipe=recipe, precision=precision.info, device="cpu", attention="math",
                 handles={"device": cpu, "precision": precision, "attention": "MATH"})
     batch = synthetic_batch(0, 0, run.batch_size, run.seq_len, TINY.vocab_size)
     out = TorchEngine().train(run, plan, RepeatedBatch(batch), NullProgress())
