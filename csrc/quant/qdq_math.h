@@ -14,9 +14,11 @@
 
 #if defined(__CUDACC__)
 #define PX_HD __host__ __device__ __forceinline__
+#define PX_HD_NOINLINE __host__ __device__ __noinline__
 #define PX_UNROLL _Pragma("unroll")
 #else
 #define PX_HD inline
+#define PX_HD_NOINLINE inline
 #define PX_UNROLL
 #endif
 
