@@ -103,8 +103,9 @@ void bind_quant_cuda(nb::module_& m) {
   m.def(
       "quant_cuda_set_legacy", [](bool on) { check(px_quant_cuda_set_legacy(on ? 1 : 0), "quant_cuda_set_legacy"); },
       "on"_a,
-      "The previous NVFP4 kernels for bf16 inputs from now on (True), or the current ones (False, the default), "
-      "process-wide: the benchmark's old-versus-new measurement. The same bits either way.");
+      "The previous NVFP4 kernels for bf16 inputs from now on (True: the amax and 1x16 quantize kernels without "
+      "their prefetch, the previous stochastic rounding), or the current ones (False, the default), process-wide: "
+      "the benchmark's old-versus-new measurement. The same bits either way.");
 
   m.def(
       "hadamard16_cuda",

@@ -327,18 +327,27 @@ __device__ __forceinline__ size_t group_offset(const q::GroupLayout& l, size_t g
 
 // amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
 // caller) with an atomic max on the bits: non-negative floats order like their bit patterns
-// and max is exact, so the result does not depend on the order of the blocks.
-template <typename T, bool kRht>
+// and max is exact, so the result does not depend on the order of the blocks. kV1: the previous
+// kernel (one group a thread in flight), px_quant_cuda_set_legacy's.
+template <typename T, bool kRht, bool kV1 = false>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups,
                                                        const q::GroupLayout layout, const Signs sgn,
                                                        float* __restrict__ ws) {
   pdl_launch_dependents();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   AmaxAcc<T, kRht> acc;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    Group<T> in;
+  // two groups a thread in flight (bf16 without the transform: 64 bytes), both loads issued before
+  // either is reduced: the profile of 2026-12-02-h200-c had this kernel at 75% of DRAM peak with
+  // every warp waiting on its one group (80 of 93 cycles between instructions)
+  constexpr bool kPair = sizeof(T) == 2 && !kRht && !kV1;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += kPair ? 2 * stride : stride) {
+    Group<T> in, next;
     in.template load<kKeep>(x, group_offset(layout, g));
+    const bool second = kPair && g + stride < groups;
+    if (second) next.template load<kKeep>(x, group_offset(layout, g + stride));
     acc.add(in, sgn);
+    if (second) acc.add(next, sgn);
   }
   block_max_into(__reduce_max_sync(kFull, acc.bits()), ws);
 }
@@ -842,13 +851,6 @@ int persistent_grid(size_t threads) {
   return static_cast<int>(want < cap ? (want == 0 ? 1 : want) : cap);
 }
 
-template <typename T, bool kRht>
-void launch_amax(const void* x, size_t groups, const q::GroupLayout& layout, const Signs& s, float* ws,
-                 cudaStream_t st) {
-  constexpr auto k = amax_kernel<T, kRht>;
-  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
-}
-
 // Whether the quantize kernel is launched as a programmatic dependent of the amax kernel (its
 // launch and first loads overlap the amax kernel's tail). PARALLAX_QUANT_PDL=0 turns it off.
 bool use_pdl() {
@@ -991,6 +993,19 @@ std::atomic<int> g_legacy{0};
 template <typename T>
 bool use_legacy() {
   return sizeof(T) == 2 && g_legacy.load(std::memory_order_relaxed) != 0;
+}
+
+template <typename T, bool kRht>
+void launch_amax(const void* x, size_t groups, const q::GroupLayout& layout, const Signs& s, float* ws,
+                 cudaStream_t st) {
+  if constexpr (sizeof(T) == 2 && !kRht) {
+    if (use_legacy<T>()) {
+      constexpr auto k = amax_kernel<T, kRht, true>;
+      return k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
+    }
+  }
+  constexpr auto k = amax_kernel<T, kRht>;
+  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
 }
 
 // The 1x16 quantize kernel K in chunks of < 2^31 groups (one, but for tensors of more than 2^35

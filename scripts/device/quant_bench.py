@@ -15,8 +15,9 @@ the emulated recipe uses for gradients (``1x16-sr``: dgrad's dY, ``16x1+rht-sr``
 and ``parts-sr``: dY of a fused linear, three column parts quantized alone, by nvfp4_qdq_parts in
 place (``native``) and by the copies the recipe made before it (``split_cat``: each part copied
 out, quantized, the results concatenated). ``native_v1`` is the previous kernels
-(px_quant_cuda_set_legacy: the 1x16 quantize kernel without its next-group prefetch, stochastic
-rounding by the previous per-element path), the old side of old-versus-new (``x old``: its time
+(px_quant_cuda_set_legacy: the amax kernel with one group a thread in flight, the 1x16 quantize
+kernel without its next-group prefetch, stochastic rounding by the previous per-element path),
+the old side of old-versus-new (``x old``: its time
 over ``native``'s); 16x1's register cap and out-of-line generic path are in both sides, and 16x16
 did not change, so its ``x old`` is the noise between two identical kernels. Its rows disappear
 once that switch is removed. ``copy`` is torch's own clone
