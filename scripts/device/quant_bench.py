@@ -57,6 +57,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, NVIDIA H200 datasheet (REFERENCE.md §2)
 
@@ -315,6 +316,10 @@ def run(rows: int | None, cols: int | None, warmup: int, iters: int, buffers: in
                 rows_out.append({"variant": variant, "shape": [shape[0], width], "impl": name,
                                  **measure(torch, fn, ins, warmup, iters, bytes_moved(ins[0])),
                                  "identical_to_native": identical_fraction(torch, fn(ins[0]), ref)})
+                r = rows_out[-1]  # as it comes, on stderr: a run cut short still shows what it measured
+                print(f"{variant} {shape[0]}x{width} {name}: {r['ms'] or r['call_ms']:.4f} ms, "
+                      f"{r['pct_h200']:.1f}% of 4.8 TB/s, identical {100 * r['identical_to_native']:.4f}%",
+                      file=sys.stderr, flush=True)
             del ins
     finally:
         n = quant.native()
