@@ -5,6 +5,8 @@
 // edge matrices laid out so that the planted special blocks run down the columns.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <vector>
 
@@ -114,8 +116,9 @@ TEST(QuantColumns, CpuIsTheReferenceOfTheTransposeTransposedBack) {
 }
 
 template <bool kBf16, bool kRht, bool kSr, bool kV1 = false>
-void expect_kernel_path_equals_cpu(size_t rows, size_t cols, unsigned seed) {
-  const std::vector<float> x = column_edge_matrix(rows, cols, seed);
+void expect_kernel_path_equals_cpu(size_t rows, size_t cols, unsigned seed, int exponent = 0) {
+  std::vector<float> x = column_edge_matrix(rows, cols, seed);
+  for (float& v : x) v = std::ldexp(v, exponent);  // small tensors: blocks on the generic path
   float ws_cpu[2], ws_kernel[2];
   const std::vector<uint32_t> want =
       cpu_bits(x, kBf16 ? QdqDtype::kBF16 : QdqDtype::kF32, rows, cols, 2, kSr, kRht, ws_cpu);
@@ -132,6 +135,18 @@ TEST(QuantColumns, KernelUnitsEqualTheCpuBf16) {
   expect_kernel_path_equals_cpu<true, true, true>(96, 34, 4);
   expect_kernel_path_equals_cpu<true, false, true, true>(64, 48, 3);
   expect_kernel_path_equals_cpu<true, true, true, true>(96, 34, 4);
+}
+
+// The edge matrix scaled by 2^-135 and 2^-140 (tensor amax ~2^-104, ~2^-109): 10-36 of the 192
+// blocks have d * s_global below the fast path's 2^-120 and take the generic path (out of line
+// on the device) beside fast ones.
+TEST(QuantColumns, KernelUnitsEqualTheCpuOnSmallTensors) {
+  for (int e : {-135, -140}) {
+    expect_kernel_path_equals_cpu<true, false, false>(64, 48, 9, e);
+    expect_kernel_path_equals_cpu<true, true, true>(64, 48, 10, e);
+    expect_kernel_path_equals_cpu<false, false, true>(64, 48, 11, e);
+    expect_kernel_path_equals_cpu<false, true, false>(64, 48, 12, e);
+  }
 }
 
 TEST(QuantColumns, KernelUnitsEqualTheCpuFloat32) {

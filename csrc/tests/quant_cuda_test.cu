@@ -311,6 +311,13 @@ TEST_F(QuantCuda, Nvfp4PrefetchTailsAndTheLegacyKernels) {
       check_16x1(t::column_edge_matrix(48, 34, 34), 48, 34, QdqDtype::kBF16, sr, rht, stream_);
       check_16x1(t::column_edge_matrix(1024, 770, 35), 1024, 770, QdqDtype::kBF16, sr, rht, stream_);
     }
+    // 16x1 on small tensors: 19 and 32 of 204 blocks on the generic path (out of line) beside fast ones
+    for (int e : {-135, -140}) {
+      std::vector<float> x = t::column_edge_matrix(96, 34, 38);
+      for (float& f : x) f = std::ldexp(f, e);
+      check_16x1(x, 96, 34, QdqDtype::kBF16, true, true, stream_);
+      check_16x1(x, 96, 34, QdqDtype::kF32, false, false, stream_);
+    }
     // more groups than the grid has threads several times over (odd counts per thread too)
     check_nvfp4(t::edge_matrix(12289, 784, 36), 12289, 784, QdqDtype::kBF16, false, true, false, stream_);
     check_nvfp4(t::edge_matrix(8192, 2048, 37), 8192, 2048, QdqDtype::kBF16, false, false, false, stream_);
