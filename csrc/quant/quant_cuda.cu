@@ -520,7 +520,7 @@ __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) n
   if constexpr (kV1 || sizeof(T) != 2) {  // float32: one group (16 registers) at a time
     while (t < groups) {
       const uint32_t g = groups - 1 - t;
-      qdq_1x16_group<T, kRht, kSr, true>(in, g, group_offset(a.layout, g), table, sg, key, a);
+      qdq_1x16_group<T, kRht, kSr, kV1>(in, g, group_offset(a.layout, g), table, sg, key, a);
       t += stride;
       if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));
     }
