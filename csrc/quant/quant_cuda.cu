@@ -988,11 +988,21 @@ bool launch_fused_1x16(const Nvfp4Args& a, cudaStream_t st) {
 }
 
 // The previous kernels for bf16 inputs (px_quant_cuda_set_legacy): the benchmark's old side.
-std::atomic<int> g_legacy{0};
+// -1 until the first call: then the environment's (PARALLAX_QUANT_LEGACY=1: on), so that a whole
+// training run (both frameworks call these entry points) can be timed with the old kernels.
+std::atomic<int> g_legacy{-1};
 
 template <typename T>
 bool use_legacy() {
-  return sizeof(T) == 2 && g_legacy.load(std::memory_order_relaxed) != 0;
+  if (sizeof(T) != 2) return false;
+  int v = g_legacy.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("PARALLAX_QUANT_LEGACY");
+    int expected = -1;
+    g_legacy.compare_exchange_strong(expected, (e && e[0] == '1') ? 1 : 0);
+    v = g_legacy.load(std::memory_order_relaxed);
+  }
+  return v != 0;
 }
 
 template <typename T, bool kRht>
