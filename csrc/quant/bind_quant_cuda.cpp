@@ -101,6 +101,13 @@ void bind_quant_cuda(nb::module_& m) {
         "The 1x16 schedule the last NVFP4 1x16 call of this thread queued: 1 single-read, 0 two kernels, -1 none.");
 
   m.def(
+      "quant_cuda_set_legacy", [](bool on) { check(px_quant_cuda_set_legacy(on ? 1 : 0), "quant_cuda_set_legacy"); },
+      "on"_a,
+      "The previous NVFP4 kernels for bf16 inputs from now on (True: the amax and 1x16 quantize kernels without "
+      "their prefetch, the previous stochastic rounding), or the current ones (False, the default), process-wide: "
+      "the benchmark's old-versus-new measurement. The same bits either way.");
+
+  m.def(
       "hadamard16_cuda",
       [](uintptr_t x, const std::string& dtype, uintptr_t y, size_t rows, size_t cols, uint64_t seed, bool inverse,
          uintptr_t stream) {

@@ -85,10 +85,23 @@ PX_HD int32_t unit_amax_key(const void* x, size_t ld, size_t row0, size_t col, c
   return amax_key(b, amax_key(a, key));
 }
 
+// block_values' generic path (a block whose d * s_global < 2^-120, or the host's signed-NaN
+// scale): element_code / element_value. Out of line on the device: rare, and inlined it was
+// ~1500 instructions twice a unit between the fast paths.
+template <bool kBf16, bool kSr>
+PX_HD_NOINLINE void generic_block_values(const float v[16], uint32_t amax, float sg, uint64_t key, uint64_t index0,
+                                         uint32_t out[16]) {
+  float yf[16];
+  uint32_t codes[2];
+  generic_group(v, amax, sg, kSr, key, index0, codes, yf);
+  for (int k = 0; k < 16; ++k) out[k] = kBf16 ? static_cast<uint32_t>(f32_to_bf16(yf[k])) : f2u(yf[k]);
+}
+
 // One block's 16 output values as bits (bf16 in the low half, or f32), through the fast paths of
 // qdq_math.h where its scale code allows (table: fast_scale(sc, sg, false, kBf16, !kSr) for every
-// code 0..0x7F) and the generic path otherwise; index0: the xᵀ index of v[0].
-template <bool kBf16, bool kSr>
+// code 0..0x7F) and the generic path otherwise; index0: the xᵀ index of v[0]. kV1: stochastic
+// rounding by the previous kernels' path (group_sr_v1), the same bits.
+template <bool kBf16, bool kSr, bool kV1 = false>
 PX_HD void block_values(const float v[16], const FastScale* table, float sg, uint64_t key, uint64_t index0,
                         uint32_t out[16]) {
   uint32_t u[16];
@@ -98,14 +111,13 @@ PX_HD void block_values(const float v[16], const FastScale* table, float sg, uin
   const uint32_t sc = block_code(amax, sg);
   uint32_t codes[2];
   if (sc > 0x7Fu || table[sc].flags == kFlagGeneric) {
-    float yf[16];
-    generic_group(v, amax, sg, kSr, key, index0, codes, yf);
-    PX_UNROLL
-    for (int k = 0; k < 16; ++k) out[k] = kBf16 ? static_cast<uint32_t>(f32_to_bf16(yf[k])) : f2u(yf[k]);
+    generic_block_values<kBf16, kSr>(v, amax, sg, key, index0, out);
     return;
   }
   uint32_t y[16];
-  if constexpr (kSr) {
+  if constexpr (kSr && kV1) {
+    group_sr_v1<kBf16>(u, table[sc], key, index0, codes, y);
+  } else if constexpr (kSr) {
     group_sr<kBf16>(u, table[sc], key, index0, codes, y);
   } else {
     group_rne_f32<kBf16>(u, table[sc], codes, y);
@@ -116,7 +128,7 @@ PX_HD void block_values(const float v[16], const FastScale* table, float sg, uin
 
 // One unit: both blocks quantize-dequantized and written to y at their places (x and y rows ld
 // elements apart; the SR index counts the part's own rows and columns).
-template <bool kBf16, bool kRht, bool kSr>
+template <bool kBf16, bool kRht, bool kSr, bool kV1 = false>
 PX_HD void unit_qdq(const void* x, void* y, size_t rows, size_t ld, size_t row0, size_t col, const float s[16],
                     const FastScale* table, float sg, uint64_t key) {
   float a[16], b[16];
@@ -126,8 +138,8 @@ PX_HD void unit_qdq(const void* x, void* y, size_t rows, size_t ld, size_t row0,
     hadamard16_group(b, s, false);
   }
   uint32_t ya[16], yb[16];
-  block_values<kBf16, kSr>(a, table, sg, key, col * rows + row0, ya);
-  block_values<kBf16, kSr>(b, table, sg, key, (col + 1) * rows + row0, yb);
+  block_values<kBf16, kSr, kV1>(a, table, sg, key, col * rows + row0, ya);
+  block_values<kBf16, kSr, kV1>(b, table, sg, key, (col + 1) * rows + row0, yb);
   PX_UNROLL
   for (int k = 0; k < 16; ++k) {
     const size_t i = (row0 + static_cast<size_t>(k)) * ld + col;

@@ -14,9 +14,11 @@
 
 #if defined(__CUDACC__)
 #define PX_HD __host__ __device__ __forceinline__
+#define PX_HD_NOINLINE __host__ __device__ __noinline__
 #define PX_UNROLL _Pragma("unroll")
 #else
 #define PX_HD inline
+#define PX_HD_NOINLINE inline
 #define PX_UNROLL
 #endif
 
@@ -655,11 +657,12 @@ PX_HD uint8_t e2m1_stochastic_fast(float v, uint64_t key, uint64_t index) {
   return static_cast<uint8_t>(((f2u(v) >> 31) << 3) | mag);
 }
 
-// Stochastic rounding from the f32 bits u: per element e2m1_stochastic_fast(x / denom) with the
-// index index0 + k; a dead block's codes are 0 (flags) and its values the row's constant.
+// The previous kernels' stochastic rounding of a group (group_sr below, element by element
+// through e2m1_stochastic_fast): kept for the benchmark's old-versus-new measurement
+// (px_quant_cuda_set_legacy) and as the host tests' twin of the new path.
 template <bool kBf16Out>
-PX_HD void group_sr(const uint32_t u[16], const FastScale& e, uint64_t key, uint64_t index0, uint32_t codes[2],
-                    uint32_t* y) {
+PX_HD void group_sr_v1(const uint32_t u[16], const FastScale& e, uint64_t key, uint64_t index0, uint32_t codes[2],
+                       uint32_t* y) {
   uint32_t tab[8];
   PX_UNROLL
   for (int k = 0; k < (kBf16Out ? 4 : 8); ++k) tab[k] = e.tab[k];
@@ -673,6 +676,76 @@ PX_HD void group_sr(const uint32_t u[16], const FastScale& e, uint64_t key, uint
       c |= static_cast<uint32_t>(e2m1_stochastic_fast(div(u2f(u[8 * h + k]), denom), key,
                                                       index0 + static_cast<uint64_t>(8 * h + k)))
            << (4 * k);
+    codes[h] = c & flags;
+    half_values<kBf16Out>(tab, c & flags & 0x77777777u, u + 8 * h, ysign, y + (kBf16Out ? 4 : 8) * h);
+  }
+}
+
+// -- Stochastic rounding by integers ----------------------------------------------------------
+//
+// e2m1_stochastic_fast's codes with about half its instructions (the per-element division
+// x / denom stays: the spec's quotient, IEEE):
+//  * The draw. uniform_keyed(key, i) = k * 2^-24 with k = hash32 >> 8, and hash32 is the high
+//    word of mix64(key + i * G). For i = index0 + j, key + i * G = (key + index0 * G) + j * G
+//    (mod 2^64): the base once per group of 16, then a constant added per element. mix64's last
+//    step (z ^= z >> 31) changes only bit 0 of the high word, which >> 8 drops, so k = (z * C2) >> 40
+//    after the second multiply. 64-bit multiplies per element: 3 (i * G and mix64's two) -> 2.
+//  * The decision u < p, i.e. k < P with P = p * 2^24 (both sides scaled exactly by 2^24), on m's
+//    bits (e2m1_sr_code) instead of the comparison chain, the grid value and the float draw.
+
+// key + index0 * G: the hash argument of index index0, from which sr_draw steps.
+PX_HD uint64_t sr_base(uint64_t key, uint64_t index0) { return key + index0 * kGolden; }
+
+// hash_keyed(key, index0 + j) >> 8 for base = sr_base(key, index0): 24 bits, 0 <= k < 2^24.
+PX_HD uint32_t sr_draw(uint64_t base, uint32_t j) {
+  uint64_t z = base + static_cast<uint64_t>(j) * kGolden;
+  z ^= z >> 30;
+  z *= 0xBF58476D1CE4E5B9ULL;
+  z ^= z >> 27;
+  return static_cast<uint32_t>((z * 0x94D049BB133111EBULL) >> 40);
+}
+
+// The E2M1 code (sign | magnitude) that stochastic rounding gives v (not NaN) for the draw k
+// (sr_draw): e2m1_stochastic(v, seed, i) where hash32(seed, i) >> 8 == k. With m = |v| =
+// 2^e (1 + f 2^-23), the reference's lo, p and u < p (u = k 2^-24) are:
+//  * m in [1, 6): lo = (bits(m) >> 22) - 252 (exponent and top mantissa bit index the grid 1, 1.5,
+//    2, 3, 4), the step is 2^(e-1), so p = (f mod 2^22) 2^-22 and P = 4 (f mod 2^22), an integer:
+//    k < P <=> k' = 2^24 - 1 - k >= 2^24 - P <=> (f mod 2^22) + (k' >> 2) >= 2^22. So adding k' >> 2
+//    to m's bits carries into bit 22 exactly when m rounds up, and (bits >> 22) - 252 after the
+//    add is the magnitude. From [4, 6) the carry reaches index 7 (6.0); m >= 6 is 7 or more
+//    already: clamped to 7 (the reference's m >= 6 -> 7, and its on-grid values: f mod 2^22 = 0,
+//    no carry).
+//  * m in [0.5, 1): lo = 1, step 0.5, P = 2 f: k < P <=> f + (k' >> 1) >= 2^23, a carry into the
+//    exponent: magnitude (bits >> 23) - 125, 1 or 2.
+//  * m < 0.5: lo = 0, p = 2 m: k < m 2^25, compared as floats (k < 2^24 and m 2^25 are exact).
+PX_HD uint32_t e2m1_sr_code(float v, uint32_t k) {
+  const uint32_t b = f2u(v), mb = b & 0x7FFFFFFFu, kc = k ^ 0xFFFFFFu;
+  const uint32_t hi = (mb + (kc >> 2)) >> 22;
+  const uint32_t top = hi < 259u ? hi - 252u : 7u;
+  const uint32_t mid = ((mb + (kc >> 1)) >> 23) - 125u;
+  const uint32_t low = static_cast<float>(k) < mul(u2f(mb), 33554432.0f) ? 1u : 0u;
+  const uint32_t mag = mb >= 0x3F800000u ? top : (mb >= 0x3F000000u ? mid : low);
+  return ((b >> 28) & 8u) | mag;
+}
+
+// Stochastic rounding from the f32 bits u: per element e2m1_sr_code(x / denom) with the draw of
+// index index0 + k; a dead block's codes are 0 (flags) and its values the row's constant (a dead
+// block's quotients are meaningless, NaN included, and masked).
+template <bool kBf16Out>
+PX_HD void group_sr(const uint32_t u[16], const FastScale& e, uint64_t key, uint64_t index0, uint32_t codes[2],
+                    uint32_t* y) {
+  uint32_t tab[8];
+  PX_UNROLL
+  for (int k = 0; k < (kBf16Out ? 4 : 8); ++k) tab[k] = e.tab[k];
+  const float denom = e.denom;
+  const uint32_t flags = e.flags, ysign = e.ysign;
+  const uint64_t base = sr_base(key, index0);
+  PX_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    uint32_t c = 0;
+    PX_UNROLL
+    for (int k = 0; k < 8; ++k)
+      c |= e2m1_sr_code(div(u2f(u[8 * h + k]), denom), sr_draw(base, static_cast<uint32_t>(8 * h + k))) << (4 * k);
     codes[h] = c & flags;
     half_values<kBf16Out>(tab, c & flags & 0x77777777u, u + 8 * h, ysign, y + (kBf16Out ? 4 : 8) * h);
   }

@@ -327,18 +327,27 @@ __device__ __forceinline__ size_t group_offset(const q::GroupLayout& l, size_t g
 
 // amax over the finite values of the (optionally transformed) tensor, into ws[0] (zeroed by the
 // caller) with an atomic max on the bits: non-negative floats order like their bit patterns
-// and max is exact, so the result does not depend on the order of the blocks.
-template <typename T, bool kRht>
+// and max is exact, so the result does not depend on the order of the blocks. kV1: the previous
+// kernel (one group a thread in flight), px_quant_cuda_set_legacy's.
+template <typename T, bool kRht, bool kV1 = false>
 __global__ void __launch_bounds__(kThreads) amax_kernel(const void* __restrict__ x, size_t groups,
                                                        const q::GroupLayout layout, const Signs sgn,
                                                        float* __restrict__ ws) {
   pdl_launch_dependents();
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   AmaxAcc<T, kRht> acc;
-  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    Group<T> in;
+  // two groups a thread in flight (bf16 without the transform: 64 bytes), both loads issued before
+  // either is reduced: the profile of 2026-12-02-h200-c had this kernel at 75% of DRAM peak with
+  // every warp waiting on its one group (80 of 93 cycles between instructions)
+  constexpr bool kPair = sizeof(T) == 2 && !kRht && !kV1;
+  for (size_t g = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups;
+       g += kPair ? 2 * stride : stride) {
+    Group<T> in, next;
     in.template load<kKeep>(x, group_offset(layout, g));
+    const bool second = kPair && g + stride < groups;
+    if (second) next.template load<kKeep>(x, group_offset(layout, g + stride));
     acc.add(in, sgn);
+    if (second) acc.add(next, sgn);
   }
   block_max_into(__reduce_max_sync(kFull, acc.bits()), ws);
 }
@@ -382,8 +391,9 @@ __device__ __noinline__ void generic_group_store(const float v[16], uint32_t ama
 }
 
 // One group through qdq_math.h's fast paths: prepare() (the transform, the magnitudes and the
-// group's amax), then generic_store() or quantize() for the block's scale code.
-template <typename T, bool kRht, bool kSr>
+// group's amax), then generic_store() or quantize() for the block's scale code. kV1: stochastic
+// rounding by the previous kernels' path (group_sr_v1; px_quant_cuda_set_legacy), same bits.
+template <typename T, bool kRht, bool kSr, bool kV1 = false>
 struct GroupQdq {
   static constexpr bool kBf16 = sizeof(T) == 2;
   static constexpr bool kPairs = kBf16 && !kRht && !kSr;  // RNE compares on the bf16 lanes
@@ -431,6 +441,7 @@ struct GroupQdq {
                                            size_t index0, uint32_t codes[2], uint32_t y[kOutWords<T>]) const {
     const q::FastScale& e = table[sc];
     if constexpr (kPairs) q::group_rne_pairs(in.w, a, signs, e, codes, y);
+    else if constexpr (kSr && kV1) q::group_sr_v1<kBf16>(u, e, key, index0, codes, y);
     else if constexpr (kSr) q::group_sr<kBf16>(u, e, key, index0, codes, y);
     else q::group_rne_f32<kBf16>(u, e, codes, y);
   }
@@ -448,18 +459,19 @@ __device__ __forceinline__ uint64_t sr_key(const Nvfp4Args& a) {
 }
 
 // Resident thread blocks per SM to ask of ptxas (__launch_bounds__; 0: none, ptxas's own
-// allocation), where a register cap is worth it: the bf16 round-to-nearest 16x16 kernel fits 48
-// registers without spilling in its loop (5 blocks of 256 per SM instead of 4 at 55). A minimum
-// of 1 would let ptxas take more registers than it does by itself.
+// allocation), where a register cap is worth it: the bf16 round-to-nearest 16x16 and 1x16
+// kernels fit 48 registers without spilling in their loops (5 blocks of 256 per SM instead of 4:
+// 55 and 59 registers uncapped; 1x16 holds two groups, the one quantized and the next loading).
+// A minimum of 1 would let ptxas take more registers than it does by itself.
 template <typename T, bool kTile, bool kRht, bool kSr>
-constexpr int kMinBlocks = (kTile && sizeof(T) == 2 && !kRht && !kSr) ? 5 : 0;
+constexpr int kMinBlocks = (sizeof(T) == 2 && !kRht && !kSr) ? 5 : 0;
 
 // One 1x16 group g (its index in the launch's chunk; its 16 elements start at element off of x
 // and of y): the scale, the codes and the values written.
-template <typename T, bool kRht, bool kSr>
+template <typename T, bool kRht, bool kSr, bool kV1 = false>
 __device__ __forceinline__ void qdq_1x16_group(const Group<T>& in, uint32_t g, size_t off, const q::FastScale* table,
                                                float sg, uint64_t key, const Nvfp4Args& a) {
-  using G = GroupQdq<T, kRht, kSr>;
+  using G = GroupQdq<T, kRht, kSr, kV1>;
   const size_t i = static_cast<size_t>(g) * 16;
   G r;
   r.prepare(in, a.sgn);
@@ -489,23 +501,43 @@ __device__ __forceinline__ float start_quantize(const Nvfp4Args& a, q::FastScale
 
 // 1x16: thread t of the grid takes groups G-1-t, G-1-t-stride, ...: the reverse of the amax
 // kernel's order, so that the first groups read here are the last it read (still in L2). Group
-// indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups).
-template <typename T, bool kRht, bool kSr>
+// indices are 32-bit (the host splits larger tensors into launches of < 2^32 groups). The next
+// group's loads are issued before the current group is quantized (bf16), so a thread's
+// quantization overlaps its next DRAM (or L2) round trip (the profile of 2026-12-02-h200-c: 43%
+// of the kernel's stalls waited on those loads). kV1: the previous kernel (the load after the
+// quantization; group_sr_v1), for the benchmark's old-versus-new measurement.
+template <typename T, bool kRht, bool kSr, bool kV1>
 __global__ void __launch_bounds__(kThreads, (kMinBlocks<T, false, kRht, kSr>)) nvfp4_1x16_kernel(const Nvfp4Args a) {
   __shared__ q::FastScale table[128];
   const uint32_t groups = a.groups;
-  const uint32_t stride = gridDim.x * blockDim.x;
+  const uint32_t stride = gridDim.x * blockDim.x;  // groups + stride < 2^32: groups < 2^31 per launch
   uint32_t t = blockIdx.x * blockDim.x + threadIdx.x;
   Group<T> in;
   if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));  // in flight while the amax completes
   pdl_wait();
   uint64_t key;
   const float sg = start_quantize<T, kRht, kSr>(a, table, key);
-  while (t < groups) {
-    const uint32_t g = groups - 1 - t;
-    qdq_1x16_group<T, kRht, kSr>(in, g, group_offset(a.layout, g), table, sg, key, a);
-    t += stride;
-    if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));
+  if constexpr (kV1 || sizeof(T) != 2) {  // float32: one group (16 registers) at a time
+    while (t < groups) {
+      const uint32_t g = groups - 1 - t;
+      qdq_1x16_group<T, kRht, kSr, kV1>(in, g, group_offset(a.layout, g), table, sg, key, a);
+      t += stride;
+      if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));
+    }
+  } else {
+    // two buffers, the loop unrolled twice so that neither is copied into the other
+    Group<T> other;
+    while (t < groups) {
+      uint32_t g = groups - 1 - t;
+      t += stride;
+      if (t < groups) other.load(a.x, group_offset(a.layout, groups - 1 - t));
+      qdq_1x16_group<T, kRht, kSr>(in, g, group_offset(a.layout, g), table, sg, key, a);
+      if (t >= groups) break;
+      g = groups - 1 - t;
+      t += stride;
+      if (t < groups) in.load(a.x, group_offset(a.layout, groups - 1 - t));
+      qdq_1x16_group<T, kRht, kSr>(other, g, group_offset(a.layout, g), table, sg, key, a);
+    }
   }
 }
 
@@ -696,8 +728,10 @@ __global__ void __launch_bounds__(kThreads) amax_16x1_kernel(const void* __restr
   block_max_into(__reduce_max_sync(kFull, q::amax_of_key(key)), ws);
 }
 
-template <typename T, bool kRht, bool kSr>
-__global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a, const UnitGrid grid) {
+// bf16: at most 64 registers (4 blocks of 256 per SM; the transform's variants take 70 uncapped).
+template <typename T, bool kRht, bool kSr, bool kV1>
+__global__ void __launch_bounds__(kThreads, (sizeof(T) == 2 ? 4 : 0)) nvfp4_16x1_kernel(const Nvfp4Args a,
+                                                                                     const UnitGrid grid) {
   __shared__ q::FastScale table[128];
   pdl_wait();
   const float sg = q::global_scale(__ldcg(a.ws));
@@ -709,7 +743,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_16x1_kernel(const Nvfp4Args a,
   for (size_t u = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < grid.units; u += stride) {
     size_t row0, col;
     grid.at(u, row0, col);
-    q::unit_qdq<sizeof(T) == 2, kRht, kSr>(a.x, a.y, a.rows, a.layout.ld, row0, col, a.sgn.s, table, sg, key);
+    q::unit_qdq<sizeof(T) == 2, kRht, kSr, kV1>(a.x, a.y, a.rows, a.layout.ld, row0, col, a.sgn.s, table, sg, key);
   }
 }
 
@@ -815,13 +849,6 @@ int persistent_grid(size_t threads) {
   const size_t want = (threads + kThreads - 1) / kThreads;
   const size_t cap = static_cast<size_t>(sm_count()) * static_cast<size_t>(per_sm);
   return static_cast<int>(want < cap ? (want == 0 ? 1 : want) : cap);
-}
-
-template <typename T, bool kRht>
-void launch_amax(const void* x, size_t groups, const q::GroupLayout& layout, const Signs& s, float* ws,
-                 cudaStream_t st) {
-  constexpr auto k = amax_kernel<T, kRht>;
-  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
 }
 
 // Whether the quantize kernel is launched as a programmatic dependent of the amax kernel (its
@@ -960,6 +987,59 @@ bool launch_fused_1x16(const Nvfp4Args& a, cudaStream_t st) {
   return false;
 }
 
+// The previous kernels for bf16 inputs (px_quant_cuda_set_legacy): the benchmark's old side.
+// -1 until the first call: then the environment's (PARALLAX_QUANT_LEGACY=1: on), so that a whole
+// training run (both frameworks call these entry points) can be timed with the old kernels.
+std::atomic<int> g_legacy{-1};
+
+template <typename T>
+bool use_legacy() {
+  if (sizeof(T) != 2) return false;
+  int v = g_legacy.load(std::memory_order_relaxed);
+  if (v < 0) {
+    const char* e = std::getenv("PARALLAX_QUANT_LEGACY");
+    int expected = -1;
+    g_legacy.compare_exchange_strong(expected, (e && e[0] == '1') ? 1 : 0);
+    v = g_legacy.load(std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
+template <typename T, bool kRht>
+void launch_amax(const void* x, size_t groups, const q::GroupLayout& layout, const Signs& s, float* ws,
+                 cudaStream_t st) {
+  if constexpr (sizeof(T) == 2 && !kRht) {
+    if (use_legacy<T>()) {
+      constexpr auto k = amax_kernel<T, kRht, true>;
+      return k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
+    }
+  }
+  constexpr auto k = amax_kernel<T, kRht>;
+  k<<<persistent_grid<k>(groups), kThreads, 0, st>>>(x, groups, layout, s, ws);
+}
+
+// The 1x16 quantize kernel K in chunks of < 2^31 groups (one, but for tensors of more than 2^35
+// elements; dense).
+template <typename T, auto K>
+void launch_1x16_chunks(const Nvfp4Args& a, cudaStream_t st) {
+  constexpr size_t kChunk = size_t{1} << 31;
+  const size_t groups = a.rows * (a.cols / 16), esize = sizeof(T);
+  size_t g0 = 0;
+  do {  // an empty tensor too: its launch writes ws[1]
+    Nvfp4Args c = a;
+    const size_t n = groups - g0 < kChunk ? groups - g0 : kChunk;
+    c.groups = static_cast<uint32_t>(n);
+    c.index_base = g0 * 16;
+    c.x = static_cast<const char*>(a.x) + g0 * 16 * esize;
+    if (a.y) c.y = static_cast<char*>(a.y) + g0 * 16 * esize;
+    if (a.codes) c.codes = a.codes + g0 * 8;
+    if (a.scales) c.scales = a.scales + g0;
+    if (g0 == 0) launch_dependent(K, persistent_grid<K>(n), st, c);
+    else K<<<persistent_grid<K>(n), kThreads, 0, st>>>(c);
+    g0 += n;
+  } while (g0 < groups);
+}
+
 template <typename T, bool kTile, bool kRht, bool kSr>
 void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
   if constexpr (kTile) {
@@ -968,24 +1048,11 @@ void launch_nvfp4_as(const Nvfp4Args& a, cudaStream_t st) {
     Nvfp4Args c = a;
     c.groups = static_cast<uint32_t>(units);
     launch_dependent(k, persistent_grid<k>(units * 32), st, c);
-  } else {  // chunks of < 2^32 groups (one, but for tensors of more than 2^36 elements; dense)
-    constexpr auto k = nvfp4_1x16_kernel<T, kRht, kSr>;
-    constexpr size_t kChunk = size_t{1} << 31;
-    const size_t groups = a.rows * (a.cols / 16), esize = sizeof(T);
-    size_t g0 = 0;
-    do {  // an empty tensor too: its launch writes ws[1]
-      Nvfp4Args c = a;
-      const size_t n = groups - g0 < kChunk ? groups - g0 : kChunk;
-      c.groups = static_cast<uint32_t>(n);
-      c.index_base = g0 * 16;
-      c.x = static_cast<const char*>(a.x) + g0 * 16 * esize;
-      if (a.y) c.y = static_cast<char*>(a.y) + g0 * 16 * esize;
-      if (a.codes) c.codes = a.codes + g0 * 8;
-      if (a.scales) c.scales = a.scales + g0;
-      if (g0 == 0) launch_dependent(k, persistent_grid<k>(n), st, c);
-      else k<<<persistent_grid<k>(n), kThreads, 0, st>>>(c);
-      g0 += n;
-    } while (g0 < groups);
+  } else {
+    if constexpr (sizeof(T) == 2) {
+      if (use_legacy<T>()) return launch_1x16_chunks<T, nvfp4_1x16_kernel<T, kRht, kSr, true>>(a, st);
+    }
+    launch_1x16_chunks<T, nvfp4_1x16_kernel<T, kRht, kSr, false>>(a, st);
   }
 }
 
@@ -1037,7 +1104,13 @@ void launch_rows(const Nvfp4Args& a, bool tile, bool rht, bool sr, cudaStream_t 
 
 template <typename T, bool kRht, bool kSr>
 void launch_16x1_as(const Nvfp4Args& a, const UnitGrid& g, cudaStream_t st) {
-  constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr>;
+  if constexpr (sizeof(T) == 2) {
+    if (use_legacy<T>()) {
+      constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr, true>;
+      return launch_dependent(k, persistent_grid<k>(g.units), st, a, g);
+    }
+  }
+  constexpr auto k = nvfp4_16x1_kernel<T, kRht, kSr, false>;
   launch_dependent(k, persistent_grid<k>(g.units), st, a, g);
 }
 
@@ -1148,6 +1221,11 @@ int px_quant_cuda_set_schedule(int fused, int hold) {
 }
 
 int px_quant_cuda_last_schedule(void) { return g_last_schedule; }
+
+int px_quant_cuda_set_legacy(int on) {
+  g_legacy.store(on ? 1 : 0, std::memory_order_relaxed);
+  return kPxQuantOk;
+}
 
 int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,
                        CUstream_st* stream) {

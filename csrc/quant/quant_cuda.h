@@ -80,6 +80,15 @@ int px_quant_cuda_set_schedule(int fused, int hold);
 // 0 the two kernels, -1 none yet (tests check that the schedule asked for is the one that ran).
 int px_quant_cuda_last_schedule(void);
 
+// The previous NVFP4 kernels (on = 1) or the current ones (0), process-wide, for bf16 inputs: the
+// amax kernel with one group a thread in flight, the 1x16 quantize kernel without its next-group
+// prefetch, and stochastic rounding by the previous per-element path (qdq_math.h group_sr_v1), in
+// the 1x16 two-kernel schedule and 16x1. Until set, the environment decides
+// (PARALLAX_QUANT_LEGACY=1: the previous ones; else the current). The same bits either way; for
+// measuring old against new on one machine (scripts/device/quant_bench.py, a training run), to
+// be removed once that has run. Returns kPxQuantOk.
+int px_quant_cuda_set_legacy(int on);
+
 // The 16x16 random Hadamard transform alone (nvfp4.h hadamard16): y = H(s ⊙ x) per group of
 // 16 along each row, or the inverse. cols % 16 == 0.
 int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t cols, uint64_t seed, int inverse,

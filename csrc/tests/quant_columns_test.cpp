@@ -5,6 +5,8 @@
 // edge matrices laid out so that the planted special blocks run down the columns.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <vector>
 
@@ -15,24 +17,14 @@
 #include "quant_test_inputs.h"
 
 using namespace parallax::quant;
+using parallax::quant::testing::column_edge_matrix;
 using parallax::quant::testing::edge_matrix;
+using parallax::quant::testing::transpose;
 using parallax::quant::testing::float_bits;
 
 namespace {
 
 constexpr uint64_t kSeed = 1234, kRhtSeed = 99;
-
-std::vector<float> transpose(const std::vector<float>& f, size_t rows, size_t cols) {
-  std::vector<float> t(f.size());
-  for (size_t r = 0; r < rows; ++r)
-    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = f[r * cols + c];
-  return t;
-}
-
-// x [rows, cols] whose column blocks hold the planted cases: the transpose of an edge matrix.
-std::vector<float> column_edge_matrix(size_t rows, size_t cols, unsigned seed) {
-  return transpose(edge_matrix(cols, rows, seed), cols, rows);
-}
 
 std::vector<uint16_t> to_bf16(const std::vector<float>& f) {
   std::vector<uint16_t> h(f.size());
@@ -57,8 +49,9 @@ std::vector<uint32_t> cpu_bits(const std::vector<float>& x, QdqDtype dt, size_t 
   return out;
 }
 
-// The kernels' path on the host: the amax pass over every unit, the scale table, then every unit.
-template <bool kBf16, bool kRht, bool kSr>
+// The kernels' path on the host: the amax pass over every unit, the scale table, then every unit
+// (kV1: the previous stochastic rounding path, px_quant_cuda_set_legacy's).
+template <bool kBf16, bool kRht, bool kSr, bool kV1 = false>
 std::vector<uint32_t> emulated_bits(const std::vector<float>& x, size_t rows, size_t cols, float ws[2]) {
   std::vector<uint16_t> xb;
   const void* in = x.data();
@@ -83,13 +76,13 @@ std::vector<uint32_t> emulated_bits(const std::vector<float>& x, size_t rows, si
     std::vector<uint16_t> y(x.size());
     for (size_t row0 = 0; row0 < rows; row0 += 16)
       for (size_t col = 0; col < cols; col += 2)
-        qdq::unit_qdq<true, kRht, kSr>(in, y.data(), rows, cols, row0, col, s, table.data(), sg, sr_key);
+        qdq::unit_qdq<true, kRht, kSr, kV1>(in, y.data(), rows, cols, row0, col, s, table.data(), sg, sr_key);
     for (size_t i = 0; i < y.size(); ++i) out[i] = y[i];
   } else {
     std::vector<float> y(x.size());
     for (size_t row0 = 0; row0 < rows; row0 += 16)
       for (size_t col = 0; col < cols; col += 2)
-        qdq::unit_qdq<false, kRht, kSr>(in, y.data(), rows, cols, row0, col, s, table.data(), sg, sr_key);
+        qdq::unit_qdq<false, kRht, kSr, kV1>(in, y.data(), rows, cols, row0, col, s, table.data(), sg, sr_key);
     for (size_t i = 0; i < y.size(); ++i) out[i] = float_bits(y[i]);
   }
   return out;
@@ -122,14 +115,15 @@ TEST(QuantColumns, CpuIsTheReferenceOfTheTransposeTransposedBack) {
       }
 }
 
-template <bool kBf16, bool kRht, bool kSr>
-void expect_kernel_path_equals_cpu(size_t rows, size_t cols, unsigned seed) {
-  const std::vector<float> x = column_edge_matrix(rows, cols, seed);
+template <bool kBf16, bool kRht, bool kSr, bool kV1 = false>
+void expect_kernel_path_equals_cpu(size_t rows, size_t cols, unsigned seed, int exponent = 0) {
+  std::vector<float> x = column_edge_matrix(rows, cols, seed);
+  for (float& v : x) v = std::ldexp(v, exponent);  // small tensors: blocks on the generic path
   float ws_cpu[2], ws_kernel[2];
   const std::vector<uint32_t> want =
       cpu_bits(x, kBf16 ? QdqDtype::kBF16 : QdqDtype::kF32, rows, cols, 2, kSr, kRht, ws_cpu);
-  const std::vector<uint32_t> got = emulated_bits<kBf16, kRht, kSr>(x, rows, cols, ws_kernel);
-  EXPECT_EQ(mismatches(got, want), 0u) << "bf16=" << kBf16 << " rht=" << kRht << " sr=" << kSr;
+  const std::vector<uint32_t> got = emulated_bits<kBf16, kRht, kSr, kV1>(x, rows, cols, ws_kernel);
+  EXPECT_EQ(mismatches(got, want), 0u) << "bf16=" << kBf16 << " rht=" << kRht << " sr=" << kSr << " v1=" << kV1;
   EXPECT_EQ(float_bits(ws_kernel[0]), float_bits(ws_cpu[0]));
   EXPECT_EQ(float_bits(ws_kernel[1]), float_bits(ws_cpu[1]));
 }
@@ -139,6 +133,20 @@ TEST(QuantColumns, KernelUnitsEqualTheCpuBf16) {
   expect_kernel_path_equals_cpu<true, true, false>(64, 48, 2);
   expect_kernel_path_equals_cpu<true, false, true>(64, 48, 3);
   expect_kernel_path_equals_cpu<true, true, true>(96, 34, 4);
+  expect_kernel_path_equals_cpu<true, false, true, true>(64, 48, 3);
+  expect_kernel_path_equals_cpu<true, true, true, true>(96, 34, 4);
+}
+
+// The edge matrix scaled by 2^-135 and 2^-140 (tensor amax ~2^-104, ~2^-109): 10-36 of the 192
+// blocks have d * s_global below the fast path's 2^-120 and take the generic path (out of line
+// on the device) beside fast ones.
+TEST(QuantColumns, KernelUnitsEqualTheCpuOnSmallTensors) {
+  for (int e : {-135, -140}) {
+    expect_kernel_path_equals_cpu<true, false, false>(64, 48, 9, e);
+    expect_kernel_path_equals_cpu<true, true, true>(64, 48, 10, e);
+    expect_kernel_path_equals_cpu<false, false, true>(64, 48, 11, e);
+    expect_kernel_path_equals_cpu<false, true, false>(64, 48, 12, e);
+  }
 }
 
 TEST(QuantColumns, KernelUnitsEqualTheCpuFloat32) {

@@ -272,6 +272,59 @@ TEST_F(QuantCuda, Nvfp4EverySchedule) {
   ASSERT_EQ(px_quant_cuda_set_schedule(-1, -1), kPxQuantOk);
 }
 
+// 16x1 (mode 2: values and {amax, s_global}) against the CPU.
+void check_16x1(const std::vector<float>& x, size_t rows, size_t cols, QdqDtype dt, bool sr, bool rht,
+                cudaStream_t stream) {
+  SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + (dt == QdqDtype::kBF16 ? " bf16" : " f32") +
+               " 16x1" + (sr ? " SR" : " RNE") + (rht ? " RHT" : ""));
+  const size_t n = rows * cols, w = dt == QdqDtype::kF32 ? 4 : 2;
+  const std::vector<uint8_t> in = as_dtype(x, dt);
+  std::vector<uint8_t> y_ref(n * w);
+  float ws_ref[2];
+  nvfp4_qdq_cpu(in.data(), dt, y_ref.data(), nullptr, nullptr, ws_ref, rows, cols, 2, sr, 20251130, rht, 77);
+  Dev dx(n * w), dy(n * w), dws(8);
+  ASSERT_EQ(cudaMemcpy(dx.p, in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(px_nvfp4_qdq_cuda(dx.p, static_cast<int>(dt), dy.p, nullptr, nullptr, dws.as<float>(), rows, cols, 2, sr,
+                              20251130, rht, 77, reinterpret_cast<CUstream_st*>(stream)),
+            kPxQuantOk)
+      << px_quant_cuda_error_message();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  const std::vector<float> ws = fetch<float>(dws, 2);
+  EXPECT_EQ(t::float_bits(ws[0]), t::float_bits(ws_ref[0])) << "amax";
+  EXPECT_EQ(t::float_bits(ws[1]), t::float_bits(ws_ref[1])) << "s_global";
+  EXPECT_EQ(count_diff_values(fetch<uint8_t>(dy, n * w), y_ref, dt, false), 0u) << "dequantized values";
+}
+
+// The bf16 1x16 quantize kernel holds two groups (the next one loading while one is
+// quantized, its loop unrolled twice): group counts that leave threads 0, 1, 2 and more groups,
+// odd and even, and a last group whose prefetch is skipped; then the same with the previous
+// kernels (px_quant_cuda_set_legacy), 1x16 and 16x1, which must give the same bits.
+TEST_F(QuantCuda, Nvfp4PrefetchTailsAndTheLegacyKernels) {
+  for (int legacy = 0; legacy < 2; ++legacy) {
+    SCOPED_TRACE("legacy=" + std::to_string(legacy));
+    ASSERT_EQ(px_quant_cuda_set_legacy(legacy), kPxQuantOk);
+    for (int v = 0; v < 4; ++v) {
+      const bool sr = v & 1, rht = v & 2;
+      check_nvfp4(t::edge_matrix(1, 16, 31), 1, 16, QdqDtype::kBF16, false, sr, rht, stream_);
+      check_nvfp4(t::edge_matrix(37, 48, 32), 37, 48, QdqDtype::kBF16, false, sr, rht, stream_);
+      check_nvfp4(t::edge_matrix(3001, 784, 33), 3001, 784, QdqDtype::kBF16, false, sr, rht, stream_);
+      check_16x1(t::column_edge_matrix(48, 34, 34), 48, 34, QdqDtype::kBF16, sr, rht, stream_);
+      check_16x1(t::column_edge_matrix(1024, 770, 35), 1024, 770, QdqDtype::kBF16, sr, rht, stream_);
+    }
+    // 16x1 on small tensors: 19 and 32 of 204 blocks on the generic path (out of line) beside fast ones
+    for (int e : {-135, -140}) {
+      std::vector<float> x = t::column_edge_matrix(96, 34, 38);
+      for (float& f : x) f = std::ldexp(f, e);
+      check_16x1(x, 96, 34, QdqDtype::kBF16, true, true, stream_);
+      check_16x1(x, 96, 34, QdqDtype::kF32, false, false, stream_);
+    }
+    // more groups than the grid has threads several times over (odd counts per thread too)
+    check_nvfp4(t::edge_matrix(12289, 784, 36), 12289, 784, QdqDtype::kBF16, false, true, false, stream_);
+    check_nvfp4(t::edge_matrix(8192, 2048, 37), 8192, 2048, QdqDtype::kBF16, false, false, false, stream_);
+  }
+  ASSERT_EQ(px_quant_cuda_set_legacy(0), kPxQuantOk);
+}
+
 // The column parts of a wider tensor, each against the CPU on a dense copy of it with its own
 // seed: values and {amax, s_global} per part, in every mode; the columns outside are untouched.
 TEST_F(QuantCuda, Nvfp4PartsAreTheDenseParts) {

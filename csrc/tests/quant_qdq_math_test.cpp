@@ -343,6 +343,93 @@ TEST(QuantQdqFast, StochasticFastIsTheStochasticRounding) {
   EXPECT_EQ(bad, 0u);
 }
 
+namespace {
+
+// nvfp4.cpp's e2m1_stochastic with the draw given: u = k * 2^-24 instead of uniform01(seed, i).
+uint32_t stochastic_with_draw(float v, uint32_t k) {
+  static const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const uint32_t sign = std::signbit(v) ? 8u : 0u;
+  const float m = std::fabs(v);
+  if (m >= 6.0f) return sign | 7u;
+  uint32_t lo = 0;
+  while (lo < 7 && grid[lo + 1] <= m) ++lo;
+  if (grid[lo] == m) return sign | lo;
+  const float p = (m - grid[lo]) / (grid[lo + 1] - grid[lo]);
+  const float u = static_cast<float>(k) * (1.0f / 16777216.0f);
+  return sign | (u < p ? lo + 1 : lo);
+}
+
+// The draws that decide v: 0, 1, the last, and both sides of ceil(p * 2^24) (p in double).
+std::vector<uint32_t> deciding_draws(float v) {
+  std::vector<uint32_t> ks = {0u, 1u, 0xFFFFFEu, 0xFFFFFFu};
+  static const double grid[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+  const double m = std::fabs(static_cast<double>(v));
+  if (m < 6.0) {
+    int lo = 0;
+    while (lo < 7 && grid[lo + 1] <= m) ++lo;
+    const double cut = std::ceil((m - grid[lo]) / (grid[lo + 1] - grid[lo]) * 16777216.0);
+    for (double d : {-2.0, -1.0, 0.0, 1.0})
+      if (cut + d >= 0.0 && cut + d < 16777216.0) ks.push_back(static_cast<uint32_t>(cut + d));
+  }
+  return ks;
+}
+
+}  // namespace
+
+// sr_draw is hash_keyed(key, index0 + j) >> 8 (so uniform_keyed is draw * 2^-24), wrapping too.
+TEST(QuantQdqFast, SrDrawIsTheHash) {
+  std::mt19937_64 g(21);
+  for (int t = 0; t < 200000; ++t) {
+    const uint64_t key = g(), index0 = t % 3 == 0 ? ~uint64_t{0} - (g() % 40) : g() >> (t % 64);
+    const uint64_t base = qdq::sr_base(key, index0);
+    for (uint32_t j : {0u, 1u, 7u, 15u, static_cast<uint32_t>(g() % 1000)}) {
+      ASSERT_EQ(qdq::sr_draw(base, j), qdq::hash_keyed(key, index0 + j) >> 8) << t;
+      ASSERT_TRUE(same_bits(static_cast<float>(qdq::sr_draw(base, j)) * (1.0f / 16777216.0f),
+                            qdq::uniform_keyed(key, index0 + j)));
+    }
+  }
+}
+
+// e2m1_sr_code against the reference's rounding: with the hash (nvfp4.h's e2m1_stochastic, every
+// non-NaN bf16 pattern, random values in [0, 6.25], the probe floats) and with the draws on both
+// sides of each value's decision (stochastic_with_draw, which the first part ties to the hash).
+TEST(QuantQdqFast, SrCodeIsTheStochasticRounding) {
+  size_t bad = 0, tried = 0;
+  auto check = [&](float v, uint32_t k) {
+    ++tried;
+    const uint32_t got = qdq::e2m1_sr_code(v, k), want = stochastic_with_draw(v, k);
+    if (got != want && ++bad < 5)
+      ADD_FAILURE() << "v bits 0x" << std::hex << float_bits(v) << " k 0x" << k << ": " << got << " want " << want;
+  };
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float v = qdq::bf16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(v)) continue;
+    for (uint64_t s : {0ULL, 77ULL, 0xFFFFFFFFFFFFFFFFULL}) {
+      const uint64_t i = h * 977ULL + s;
+      const uint32_t k = qdq::hash_keyed(qdq::hash_key(s), i) >> 8;
+      bad += qdq::e2m1_sr_code(v, k) != e2m1_stochastic(v, s, i);
+      bad += stochastic_with_draw(v, k) != e2m1_stochastic(v, s, i);
+    }
+    for (uint32_t k : deciding_draws(v)) check(v, k);
+  }
+  std::mt19937_64 g(22);
+  std::uniform_int_distribution<uint32_t> grid(0, 0x40C80000u);  // [0, 6.25]
+  for (int r = 0; r < 4000000; ++r) {
+    const float v = bits_float(grid(g) | (r & 1 ? 0x80000000u : 0u));
+    const uint64_t seed = g(), i = g();
+    bad += qdq::e2m1_sr_code(v, qdq::hash_keyed(qdq::hash_key(seed), i) >> 8) != e2m1_stochastic(v, seed, i);
+    for (uint32_t k : deciding_draws(v)) check(v, k);
+  }
+  const std::vector<float> xs = probe_floats();
+  for (size_t k = 0; k < xs.size(); k += 5) {
+    if (std::isnan(xs[k])) continue;
+    bad += qdq::e2m1_sr_code(xs[k], qdq::hash_keyed(qdq::hash_key(k), k) >> 8) != e2m1_stochastic(xs[k], k, k);
+    for (uint32_t d : deciding_draws(xs[k])) check(xs[k], d);
+  }
+  EXPECT_EQ(bad, 0u) << "of " << tried << " draws";
+  EXPECT_GT(tried, 20000000u);
+}
+
 TEST(QuantQdqFast, BitHelpersAreTheInstructions) {
   // prmt: byte n of the result is byte sel[4n+2:4n] of {b, a}
   EXPECT_EQ(qdq::prmt(0x33221100u, 0x77665544u, 0x5410u), 0x55441100u);
@@ -424,8 +511,8 @@ TEST(QuantQdqFast, GroupPathsMatchTheElementFunctions) {
       qdq::split_bf16x8(w + 4, a + 4, signs[1]);
       ASSERT_EQ(qdq::amax_bits_pairs(a), qdq::amax_bits_f32(ub));
       const uint64_t key = qdq::hash_key(static_cast<uint64_t>(t) * 31 + r), index0 = static_cast<uint64_t>(r) * 16;
-      for (int path = 0; path < 5; ++path) {
-        const bool bf16_in = path == 0 || path == 2 || path == 4;
+      for (int path = 0; path < 7; ++path) {  // 5, 6: the previous SR path (group_sr_v1)
+        const bool bf16_in = path == 0 || path == 2 || path == 4 || path == 6;
         const std::vector<float>& x = bf16_in ? vb : v;
         const uint32_t* xu = bf16_in ? ub : u;
         const uint32_t amax = qdq::amax_bits_f32(xu);
@@ -434,7 +521,7 @@ TEST(QuantQdqFast, GroupPathsMatchTheElementFunctions) {
         const qdq::BlockScale b = qdq::block_scale(amax_b, sg);
         ASSERT_EQ(sc, b.code) << "amax bits 0x" << std::hex << amax;
         const bool sr = path >= 3, bf16_out = bf16_in;
-        const auto& tab = path == 0 ? tp : path == 1 ? tf : path == 2 ? tb : path == 3 ? ts : tsb;
+        const auto& tab = path == 0 ? tp : path == 1 ? tf : path == 2 ? tb : path == 3 || path == 5 ? ts : tsb;
         if (sc > 0x7F || tab[sc].flags == qdq::kFlagGeneric) {
           ++generic;
           continue;
@@ -445,7 +532,9 @@ TEST(QuantQdqFast, GroupPathsMatchTheElementFunctions) {
         else if (path == 1) qdq::group_rne_f32<false>(xu, tab[sc], codes, y);
         else if (path == 2) qdq::group_rne_f32<true>(xu, tab[sc], codes, y);
         else if (path == 3) qdq::group_sr<false>(xu, tab[sc], key, index0, codes, y);
-        else qdq::group_sr<true>(xu, tab[sc], key, index0, codes, y);
+        else if (path == 4) qdq::group_sr<true>(xu, tab[sc], key, index0, codes, y);
+        else if (path == 5) qdq::group_sr_v1<false>(xu, tab[sc], key, index0, codes, y);
+        else qdq::group_sr_v1<true>(xu, tab[sc], key, index0, codes, y);
         for (int k = 0; k < 16; ++k) {
           const uint8_t c = qdq::element_code(x[k], b, sr, key, index0 + k);
           const float val = qdq::element_value(c, b, sg);

@@ -84,4 +84,17 @@ inline std::vector<float> tiny_matrix(size_t rows, size_t cols, unsigned seed) {
   return x;
 }
 
+inline std::vector<float> transpose(const std::vector<float>& f, size_t rows, size_t cols) {
+  std::vector<float> t(f.size());
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c) t[c * rows + r] = f[r * cols + c];
+  return t;
+}
+
+// x [rows, cols] whose column blocks hold the planted cases (16x1): the transpose of an edge
+// matrix (rows % 16 == 0).
+inline std::vector<float> column_edge_matrix(size_t rows, size_t cols, unsigned seed) {
+  return transpose(edge_matrix(cols, rows, seed), cols, rows);
+}
+
 }  // namespace parallax::quant::testing

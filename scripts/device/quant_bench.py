@@ -1,22 +1,36 @@
 #!/usr/bin/env python3
 """On a GPU machine: the speed of Parallax's CUDA NVFP4 quantize-dequantize (issue 11's kernel
-target) against the same math written in PyTorch (parallax.quant.torch_reference), eager and
-torch.compile'd, measured side by side in one run.
+target, issue 30 item 4) against the same math written in PyTorch (parallax.quant.torch_reference),
+eager and torch.compile'd, and against the previous kernels, measured side by side in one run.
 
 Variants: 1x16 (the target: >= 60% of the H200's 4.8 TB/s, >= 3x the compiled PyTorch), 16x16
 2D blocks, 1x16 after the 16x16 RHT, and 16x1 after the RHT (the weight-gradient operands:
 blocks down the columns, written in place of a transpose; PyTorch's side transposes), each RNE
-on a bf16 tensor (default 32768 x 768) with bf16 output, native against PyTorch eager and
-compiled. The 1x16 variants also time the native op's other schedules (csrc/quant/quant_cuda.h
-px_quant_cuda_set_schedule): ``native`` is the default, the amax kernel and the quantize kernel
-(x read twice); ``native_1r`` one read of x (the single-read kernel, keeping what shared memory
-holds between its passes); ``native_1r_l2`` the same relying on L2 alone. Native only: the
-stochastically rounded variants the emulated recipe uses for gradients (``sr``), and
-``parts-sr``: dY of a fused linear, three column parts quantized alone, by nvfp4_qdq_parts in
-place (``native``) and by the copies the recipe made before it (``split_cat``: each part
-copied out, quantized, the results concatenated). ``copy`` is torch's own clone of the tensor:
-the bandwidth a read-and-write kernel reaches on this GPU. Bytes counted: the input read once
-and the output written once (2 + 2 bytes per element), the least any implementation must move.
+on a bf16 tensor with bf16 output, native against PyTorch eager and compiled. The 1x16 variant
+also times the native op's other schedules (csrc/quant/quant_cuda.h px_quant_cuda_set_schedule):
+``native`` is the default, the amax kernel and the quantize kernel (x read twice); ``native_1r``
+one read of x (the single-read kernel, keeping what shared memory holds between its passes);
+``native_1r_l2`` the same relying on L2 alone. Native only: the stochastically rounded variants
+the emulated recipe uses for gradients (``1x16-sr``: dgrad's dY, ``16x1+rht-sr``: wgrad's dY),
+and ``parts-sr``: dY of a fused linear, three column parts quantized alone, by nvfp4_qdq_parts in
+place (``native``) and by the copies the recipe made before it (``split_cat``: each part copied
+out, quantized, the results concatenated). ``native_v1`` is the previous kernels
+(px_quant_cuda_set_legacy: the amax kernel with one group a thread in flight, the 1x16 quantize
+kernel without its next-group prefetch, stochastic rounding by the previous per-element path),
+the old side of old-versus-new (``x old``: its time
+over ``native``'s); 16x1's register cap and out-of-line generic path are in both sides, and 16x16
+did not change, so its ``x old`` is the noise between two identical kernels. Its rows disappear
+once that switch is removed. ``copy`` is torch's own clone
+of the tensor: the bandwidth a read-and-write kernel reaches on this GPU. Bytes counted: the
+input read once and the output written once (2 + 2 bytes per element), the least any
+implementation must move.
+
+Shapes: ``--rows``/``--cols`` (default 32768 x 768) runs every variant at that one shape;
+``--recipe`` runs each variant at the shapes the emulated recipe gives it on llama-100m at
+32 x 1024 tokens (RECIPE: activations and gradients [32768, 768 or 2048], weights 16x16 [768,
+768], [2048, 768], [768, 2048], [10000, 768]). torch.compile compiles once per shape (10-30 s
+each); ``--quick`` compiles only at each variant's first shape and leaves out PyTorch eager
+(its calls cannot be captured in a CUDA graph, so it has no device time anyway).
 
 Two times per implementation, both over inputs that rotate among ``--buffers`` (4) copies, so that
 a call never finds its input in the 50 MB L2 from the call before:
@@ -28,12 +42,15 @@ a call never finds its input in the 50 MB L2 from the call before:
   the work (the RHT variant no slower than the plain op) is a host-bound loop (torch.library
   custom-op dispatch and the Python around the launch), not the kernels
   (docs/results/2026-12-01-h200-d/).
-The fraction of bit-identical outputs (NaN = NaN) between native and PyTorch is reported too.
+The fraction of bit-identical outputs (NaN = NaN) between native and every other implementation
+is reported too (native_v1 and split_cat must be 100%).
 
 Prints a table; writes $OUT/quant_bench.json when OUT is set. ``--profile-only``: each native
 implementation called 3 times on one input, nothing timed, for a profiler (``ncu -k
 regex:'nvfp4|amax'``) to read the kernels' counters.
 Usage: python3 -m pip install -q --no-build-isolation --no-deps -e . && python3 scripts/device/quant_bench.py
+(the recipe's shapes in ~2-3 minutes on an H200, four torch.compile compiles included:
+``OUT=DIR python3 scripts/device/quant_bench.py --recipe --quick``)
 """
 
 from __future__ import annotations
@@ -42,6 +59,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 
 H200_BANDWIDTH = 4.8e12  # bytes/s, NVIDIA H200 datasheet (REFERENCE.md §2)
 
@@ -59,6 +77,24 @@ NATIVE_ONLY = {
     "copy": {},
 }
 SCHEDULES = {"native": (-1, -1), "native_1r": (1, 1), "native_1r_l2": (1, 0)}  # (fused, hold); -1: the default
+LEGACY = "native_v1"  # the previous kernels (px_quant_cuda_set_legacy), where the module still has them
+
+# The emulated recipe's shapes, llama-100m at 32 x 1024 tokens (parallax/quant/torch_nvfp4_linear.py):
+# X (1x16 forward, 16x1+RHT wgrad) and dY (1x16 SR dgrad, 16x1+RHT SR wgrad) are [tokens, 768 or
+# 2048]; W is 16x16 per canonical part ([768, 768] wq/wk/wv/wo, [2048, 768] w_gate/w_up, [768, 2048]
+# w_down; [10000, 768] the vocabulary's size); wqkv's dY is three parts of 768 (parts-sr). 16x16
+# at [32768, 768] is the shape of the earlier results, kept so that the figures compare.
+TOKENS = 32768
+RECIPE = {
+    "1x16": [(TOKENS, 768), (TOKENS, 2048)],
+    "1x16-sr": [(TOKENS, 768), (TOKENS, 2048)],
+    "16x1+rht-sr": [(TOKENS, 768), (TOKENS, 2048)],
+    "16x1+rht": [(TOKENS, 768), (TOKENS, 2048)],
+    "16x16": [(TOKENS, 768), (768, 768), (2048, 768), (768, 2048), (10000, 768)],
+    "1x16+rht": [(TOKENS, 768)],
+    "parts-sr": [(TOKENS, 768)],
+    "copy": [(TOKENS, 768), (TOKENS, 2048)],
+}
 
 
 def bytes_moved(x) -> int:
@@ -128,19 +164,36 @@ def identical_fraction(torch, a, b) -> float:
     return same.float().mean().item()
 
 
-def scheduled(n, op, schedule: tuple[int, int]):
-    """op run under one 1x16 schedule (set before each call, so a CUDA-graph capture records it;
-    CPU tensors have no schedule)."""
+def has_legacy(n) -> bool:
+    """Whether the native module still has the previous kernels (px_quant_cuda_set_legacy)."""
+    return hasattr(n, "quant_cuda_set_legacy")
+
+
+def scheduled(n, op, schedule: tuple[int, int], legacy: bool = False):
+    """op run under one 1x16 schedule and kernel generation (set before each call, so a
+    CUDA-graph capture records them; CPU tensors have neither)."""
     def fn(x):
         if x.is_cuda:
             n.quant_cuda_set_schedule(*schedule)
+            if has_legacy(n):
+                n.quant_cuda_set_legacy(legacy)
         return op(x)
     return fn
 
 
-def implementations(torch, mode: str, rht: bool, rht_seed: int = 1, device: str = "cuda"):
-    """name -> callable x -> y: the native op (each schedule, for 1x16), the PyTorch math eager
-    and compiled."""
+def native_impls(n, op, mode: str) -> dict:
+    """name -> op under each schedule (1x16) or the default, and the previous kernels."""
+    schedules = SCHEDULES if mode == "1x16" else {"native": SCHEDULES["native"]}
+    impls = {name: scheduled(n, op, sched) for name, sched in schedules.items()}
+    if has_legacy(n):
+        impls[LEGACY] = scheduled(n, op, SCHEDULES["native"], legacy=True)
+    return impls
+
+
+def implementations(torch, mode: str, rht: bool, rht_seed: int = 1, device: str = "cuda", eager: bool = True,
+                    compiled: bool = True):
+    """name -> callable x -> y: the native op (each schedule, for 1x16; the previous kernels),
+    the PyTorch math eager and compiled (where asked for)."""
     from parallax import quant
     from parallax.quant import torch_ops  # noqa: F401  (registers torch.ops.parallax)
     from parallax.quant.torch_reference import hadamard_signs, nvfp4_qdq_reference
@@ -150,13 +203,15 @@ def implementations(torch, mode: str, rht: bool, rht_seed: int = 1, device: str 
     def native(x):
         return torch.ops.parallax.nvfp4_qdq(x, mode, False, 0, rht, rht_seed)
 
-    def eager(x):
+    def reference(x):
         return nvfp4_qdq_reference(x, mode, signs)
 
-    impls = {"native": native}
-    if mode == "1x16":
-        impls = {name: scheduled(quant.native(), native, sched) for name, sched in SCHEDULES.items()}
-    return {**impls, "torch_eager": eager, "torch_compile": torch.compile(eager, fullgraph=True)}
+    impls = native_impls(quant.native(), native, mode)
+    if eager:
+        impls["torch_eager"] = reference
+    if compiled:
+        impls["torch_compile"] = torch.compile(reference, fullgraph=True)
+    return impls
 
 
 def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
@@ -169,10 +224,10 @@ def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
         return {"torch_copy": torch.clone}
     counter = torch.zeros(1, dtype=torch.int32, device=device)
     mode, rht = kw["mode"], kw["rht"]
-    default = SCHEDULES["native"]  # what training runs (the 1x16 schedule is process-wide)
+    n = quant.native()
     if "parts" not in kw:
-        return {"native": scheduled(quant.native(), lambda x: torch.ops.parallax.nvfp4_qdq_counter(
-            x, counter, mode, True, 7, rht, rht_seed), default)}
+        return native_impls(n, lambda x: torch.ops.parallax.nvfp4_qdq_counter(x, counter, mode, True, 7, rht, rht_seed),
+                            "sr")
     seeds = [7 + i for i in range(kw["parts"])]
 
     def split_cat(x):
@@ -182,15 +237,26 @@ def native_only(torch, kw: dict, rht_seed: int = 1, device: str = "cuda"):
     def parts(x):
         return torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, True, rht, rht_seed)
 
-    return {"native": scheduled(quant.native(), parts, default),
-            "split_cat": scheduled(quant.native(), split_cat, default)}
+    return {**native_impls(n, parts, "parts"), "split_cat": scheduled(n, split_cat, SCHEDULES["native"])}
 
 
-def every_variant(torch):
-    """(variant, its settings, name -> callable) of VARIANTS then NATIVE_ONLY."""
-    for variant, kw in {**VARIANTS, **NATIVE_ONLY}.items():
-        impls = implementations(torch, kw["mode"], kw["rht"]) if variant in VARIANTS else native_only(torch, kw)
-        yield variant, kw, impls
+def plan(shape: tuple[int, int] | None, quick: bool = False) -> list[tuple[str, tuple[int, int], bool, bool]]:
+    """(variant, shape, with torch eager, with torch.compile) in the order run: every variant at
+    ``shape``, or (None) at the recipe's shapes; quick: no eager, compile at the first shape only."""
+    shapes = {v: [shape] for v in (*VARIANTS, *NATIVE_ONLY)} if shape else RECIPE
+    out = []
+    for variant, variant_shapes in shapes.items():
+        for i, s in enumerate(variant_shapes):
+            twin = variant in VARIANTS
+            out.append((variant, tuple(s), twin and not quick, twin and (i == 0 or not quick)))
+    return out
+
+
+def impls_of(torch, variant: str, eager: bool, compiled: bool) -> dict:
+    if variant in VARIANTS:
+        kw = VARIANTS[variant]
+        return implementations(torch, kw["mode"], kw["rht"], eager=eager, compiled=compiled)
+    return native_only(torch, NATIVE_ONLY[variant])
 
 
 def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:
@@ -207,7 +273,31 @@ def measure(torch, fn, xs: list, warmup: int, iters: int, nbytes: int) -> dict:
     return row
 
 
-def run(rows: int, cols: int, warmup: int, iters: int, buffers: int = 4) -> list[dict]:
+def ratio(base: dict | None, r: dict) -> tuple[float | None, str | None]:
+    """base's time over r's: device times where both have one, else per-call times."""
+    if not base:
+        return None, None
+    key = "ms" if r["ms"] and base["ms"] else "call_ms"
+    return base[key] / r[key], ("device" if key == "ms" else "per call")
+
+
+def annotate(rows: list[dict]) -> list[dict]:
+    """Each row's speedup over torch.compile and, for the current native rows, over the previous
+    kernels (native_v1) of its variant and shape, where those rows exist."""
+    def find(r, impl):
+        return next((b for b in rows if b["variant"] == r["variant"] and b["shape"] == r["shape"]
+                     and b["impl"] == impl), None)
+
+    for r in rows:
+        r["speedup_vs_compile"], r["speedup_basis"] = ratio(find(r, "torch_compile"), r)
+        old = find(r, LEGACY) if r["impl"].startswith("native") and r["impl"] != LEGACY else None
+        r["speedup_vs_old"] = ratio(old, r)[0]
+    return rows
+
+
+def run(rows: int | None, cols: int | None, warmup: int, iters: int, buffers: int = 4, quick: bool = False) -> list[dict]:
+    """Every implementation of every (variant, shape) of plan(): rows x cols, or the recipe's
+    shapes when rows is None."""
     import torch
 
     from parallax import quant
@@ -215,28 +305,30 @@ def run(rows: int, cols: int, warmup: int, iters: int, buffers: int = 4) -> list
     if not torch.cuda.is_available():
         raise SystemExit("quant_bench: needs a CUDA GPU")
     gen = torch.Generator(device="cuda").manual_seed(0)
-    xs = [torch.randn(rows, cols, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(buffers)]
     rows_out = []
     try:
-        for variant, kw, impls in every_variant(torch):
-            ins = xs
-            if kw.get("parts"):
-                ins = [torch.randn(rows, kw["parts"] * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
-                       for _ in range(buffers)]
-            first = next(iter(impls))
-            ref = impls[first](ins[0])
+        for variant, shape, eager, compiled in plan((rows, cols) if rows else None, quick):
+            kw = {**VARIANTS, **NATIVE_ONLY}[variant]
+            width = kw.get("parts", 1) * shape[1]
+            ins = [torch.randn(shape[0], width, device="cuda", dtype=torch.bfloat16, generator=gen)
+                   for _ in range(buffers)]
+            impls = impls_of(torch, variant, eager, compiled)
+            ref = impls[next(iter(impls))](ins[0])
             for name, fn in impls.items():
-                rows_out.append({"variant": variant, "impl": name,
+                rows_out.append({"variant": variant, "shape": [shape[0], width], "impl": name,
                                  **measure(torch, fn, ins, warmup, iters, bytes_moved(ins[0])),
                                  "identical_to_native": identical_fraction(torch, fn(ins[0]), ref)})
+                r = rows_out[-1]  # as it comes, on stderr: a run cut short still shows what it measured
+                print(f"{variant} {shape[0]}x{width} {name}: {r['ms'] or r['call_ms']:.4f} ms, "
+                      f"{r['pct_h200']:.1f}% of 4.8 TB/s, identical {100 * r['identical_to_native']:.4f}%",
+                      file=sys.stderr, flush=True)
+            del ins
     finally:
-        quant.native().quant_cuda_set_schedule(-1, -1)
-    for r in rows_out:
-        base = next((b for b in rows_out if b["variant"] == r["variant"] and b["impl"] == "torch_compile"), None)
-        key = "ms" if base and r["ms"] and base["ms"] else "call_ms"
-        r["speedup_vs_compile"] = base[key] / r[key] if base else None
-        r["speedup_basis"] = ("device" if key == "ms" else "per call") if base else None
-    return rows_out
+        n = quant.native()
+        n.quant_cuda_set_schedule(-1, -1)
+        if has_legacy(n):
+            n.quant_cuda_set_legacy(False)
+    return annotate(rows_out)
 
 
 def profile_only(rows: int, cols: int, calls: int = 3) -> list[str]:
@@ -250,33 +342,39 @@ def profile_only(rows: int, cols: int, calls: int = 3) -> list[str]:
     wide = torch.randn(rows, 3 * cols, device="cuda", dtype=torch.bfloat16, generator=gen)
     names = []
     try:
-        for variant, kw, impls in every_variant(torch):
-            for name, fn in impls.items():
+        for variant, _, _, _ in plan((rows, cols)):
+            for name, fn in impls_of(torch, variant, eager=False, compiled=False).items():
                 if name.startswith("torch_"):
                     continue
                 torch.cuda.nvtx.range_push(f"{variant}/{name}")
                 for _ in range(calls):
-                    fn(wide if kw.get("parts") else x)
+                    fn(wide if NATIVE_ONLY.get(variant, {}).get("parts") else x)
                 torch.cuda.synchronize()
                 torch.cuda.nvtx.range_pop()
                 names.append(f"{variant}/{name}")
     finally:
-        quant.native().quant_cuda_set_schedule(-1, -1)
+        n = quant.native()
+        n.quant_cuda_set_schedule(-1, -1)
+        if has_legacy(n):
+            n.quant_cuda_set_legacy(False)
     return names
 
 
-def render(rows: list[dict], shape: tuple[int, int]) -> str:
-    lines = [f"NVFP4 quantize-dequantize, bf16 {shape[0]}x{shape[1]} (bytes: input read + output written once)",
-             "ms: device time per call (calls replayed from one CUDA graph); call ms: per call from Python",
-             f"{'variant':<12} {'impl':<14} {'ms':>8} {'GB/s':>8} {'% 4.8TB/s':>10} {'x compile':>10} "
-             f"{'call ms':>8} {'identical':>10}"]
+def render(rows: list[dict]) -> str:
+    lines = ["NVFP4 quantize-dequantize, bf16 in and out (bytes: input read + output written once)",
+             "ms: device time per call (calls replayed from one CUDA graph); call ms: per call from Python; "
+             "x old: native_v1's time over this one's",
+             f"{'variant':<12} {'shape':<11} {'impl':<14} {'ms':>8} {'GB/s':>8} {'% 4.8TB/s':>10} {'x compile':>10} "
+             f"{'x old':>7} {'call ms':>8} {'identical':>10}"]
     for r in rows:
         ms = f"{r['ms']:8.4f}" if r["ms"] else f"{'n/a':>8}"
-        vs = f"{r['speedup_vs_compile']:9.2f}x" if r["speedup_vs_compile"] else f"{'-':>10}"
-        lines.append(f"{r['variant']:<12} {r['impl']:<14} {ms} {r['gb_s']:8.1f} {r['pct_h200']:9.1f}% "
-                     f"{vs} {r['call_ms']:8.4f} {100 * r['identical_to_native']:9.4f}%")
+        vs = f"{r['speedup_vs_compile']:9.2f}x" if r.get("speedup_vs_compile") else f"{'-':>10}"
+        old = f"{r['speedup_vs_old']:6.2f}x" if r.get("speedup_vs_old") else f"{'-':>7}"
+        shape = "x".join(str(d) for d in r["shape"])
+        lines.append(f"{r['variant']:<12} {shape:<11} {r['impl']:<14} {ms} {r['gb_s']:8.1f} {r['pct_h200']:9.1f}% "
+                     f"{vs} {old} {r['call_ms']:8.4f} {100 * r['identical_to_native']:9.4f}%")
         if r.get("graph_error"):
-            lines.append(f"{'':<27} no graph ({r['graph_error']}): GB/s and x compile are per call")
+            lines.append(f"{'':<39} no graph ({r['graph_error']}): GB/s and x compile are per call")
     return "\n".join(lines)
 
 
@@ -290,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=32768)
     p.add_argument("--cols", type=int, default=768)
+    p.add_argument("--recipe", action="store_true", help="each variant at the emulated recipe's shapes (RECIPE)")
+    p.add_argument("--quick", action="store_true", help="no PyTorch eager; torch.compile at each variant's first shape")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--buffers", type=int, default=4, help="input copies the calls rotate among (L2 defeat)")
@@ -298,12 +398,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.profile_only:
         print("called, in order:", ", ".join(profile_only(a.rows, a.cols)))
         return 0
-    rows = run(a.rows, a.cols, a.warmup, a.iters, a.buffers)
-    print(render(rows, (a.rows, a.cols)))
+    shape = None if a.recipe else (a.rows, a.cols)
+    rows = run(*(shape or (None, None)), a.warmup, a.iters, a.buffers, a.quick)
+    print(render(rows))
     if os.environ.get("OUT"):
         with open(os.path.join(os.environ["OUT"], "quant_bench.json"), "w") as f:
-            json.dump({"shape": [a.rows, a.cols], "dtype": "bfloat16", "bandwidth_ref_bytes_s": H200_BANDWIDTH,
-                       "buffers": a.buffers, "timing": "ms: CUDA-graph replay per call; call_ms: Python-driven per call",
+            json.dump({"shapes": "recipe" if a.recipe else [a.rows, a.cols], "dtype": "bfloat16",
+                       "bandwidth_ref_bytes_s": H200_BANDWIDTH, "buffers": a.buffers, "quick": a.quick,
+                       "timing": "ms: CUDA-graph replay per call; call_ms: Python-driven per call",
                        "device": device_name(), "results": rows}, f, indent=2)
     return 0
 

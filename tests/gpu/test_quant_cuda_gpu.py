@@ -161,19 +161,71 @@ def test_jax_ffi_on_the_gpu_is_the_torch_op(qb):
             assert qb.same(qb.from_jax(got), torch.ops.parallax.nvfp4_qdq(xd, "16x1", sr, 1234, rht, 99)), (dtype, sr, rht)
 
 
+@pytest.mark.parametrize("legacy", [False, True], ids=["current", "previous"])
+def test_prefetch_tails_and_the_previous_kernels_are_the_cpu_op(qb, legacy):
+    """The bf16 1x16 quantize kernel holds two groups (the next loading while one is quantized,
+    its loop unrolled twice) and 16x1 caps its registers: one group, fewer groups than a block
+    has threads, and 401,408 groups (2 or 3 a thread on an H200's persistent grid: both exits of
+    the unrolled loop), in every SR/RHT variant, against the CPU; the same with the previous
+    kernels (quant_cuda_set_legacy), which must give the same bits. (The CPU reference takes
+    ~8 s per 32768 x 2048 tensor: the recipe's widths are covered by the 32768 x 768 tests.)"""
+    n = quant.native()
+    if not hasattr(n, "quant_cuda_set_legacy"):
+        pytest.skip("this build has no previous kernels to compare")
+    try:
+        n.quant_cuda_set_legacy(legacy)
+        for sr, rht in ((False, False), (True, False), (False, True), (True, True)):
+            for shape in ((1, 16), (37, 80), (8192, 784)):  # edge_tensor: >= 8 x 80
+                x = (qb.edge_tensor(*shape) if shape[0] > 1 else torch.randn(*shape)).to(torch.bfloat16)
+                cpu = torch.ops.parallax.nvfp4_quantize(x, "1x16", sr, 1234, rht, 99)
+                gpu = torch.ops.parallax.nvfp4_quantize(x.cuda(), "1x16", sr, 1234, rht, 99)
+                torch.cuda.synchronize()
+                for a, b in zip(cpu, gpu):
+                    assert qb.same(a, b.cpu()), (shape, sr, rht)
+            for x in (qb.column_edge_tensor(96, 34), qb.column_edge_tensor(1024, 770)):
+                xd = x.to(torch.bfloat16)
+                counter = torch.tensor([3], dtype=torch.int32)
+                cpu = torch.ops.parallax.nvfp4_qdq_counter(xd, counter, "16x1", sr, 1234, rht, 99)
+                gpu = torch.ops.parallax.nvfp4_qdq_counter(xd.cuda(), counter.cuda(), "16x1", sr, 1234, rht, 99)
+                torch.cuda.synchronize()
+                assert qb.same(cpu, gpu.cpu()), (tuple(x.shape), sr, rht)
+    finally:
+        n.quant_cuda_set_legacy(False)
+
+
+def test_cuda_parts_of_the_recipes_other_fused_linear(qb):
+    """w_gate_up's dY: two parts of 2048 (on 4096 tokens: the CPU reference is slow), 1x16 SR
+    (dgrad) and 16x1+RHT SR (wgrad), in place, each part as the CPU quantizes it alone."""
+    x = torch.randn(4096, 2 * 2048).to(torch.bfloat16)
+    counter, seeds = torch.tensor([4], dtype=torch.int32), [5, 2**33 + 1]
+    for mode, rht in (("1x16", False), ("16x1", True)):
+        cpu = torch.ops.parallax.nvfp4_qdq_parts(x, counter, seeds, mode, True, rht, 99)
+        gpu = torch.ops.parallax.nvfp4_qdq_parts(x.cuda(), counter.cuda(), seeds, mode, True, rht, 99)
+        torch.cuda.synchronize()
+        assert qb.same(cpu, gpu.cpu()), mode
+
+
 def test_benchmark_script_runs_small():
     spec = importlib.util.spec_from_file_location("quant_bench", ROOT / "scripts/device/quant_bench.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     rows = bench.run(1024, 768, warmup=2, iters=5)
+    old = (bench.LEGACY,) if bench.has_legacy(quant.native()) else ()
     schedules = {v: (tuple(bench.SCHEDULES) if k["mode"] == "1x16" else ("native",)) for v, k in bench.VARIANTS.items()}
     assert {(r["variant"], r["impl"]) for r in rows} == (
-        {(v, i) for v in bench.VARIANTS for i in (*schedules[v], "torch_eager", "torch_compile")}
-        | {("1x16-sr", "native"), ("16x1+rht-sr", "native"), ("parts-sr", "native"), ("parts-sr", "split_cat"),
-           ("copy", "torch_copy")})
+        {(v, i) for v in bench.VARIANTS for i in (*schedules[v], *old, "torch_eager", "torch_compile")}
+        | {(v, i) for v in ("1x16-sr", "16x1+rht-sr", "parts-sr") for i in ("native", *old)}
+        | {("parts-sr", "split_cat"), ("copy", "torch_copy")})
+    assert all(r["shape"] == ([1024, 3 * 768] if r["variant"] == "parts-sr" else [1024, 768]) for r in rows)
     # every implementation but PyTorch eager replays from a CUDA graph (ms: device time per call);
     # the eager math copies a host tensor to the GPU, which capture refuses, and says so
     assert [r.get("graph_error") for r in rows if r["impl"] != "torch_eager"] == [None] * (len(rows) - 4)
     assert all("CUDA graph capture" in r["graph_error"] for r in rows if r["impl"] == "torch_eager")
     assert all(r["ms"] > 0 for r in rows if r["impl"] != "torch_eager") and all(r["call_ms"] > 0 for r in rows)
     assert all(r["identical_to_native"] == 1.0 for r in rows if r["impl"].startswith("native") or r["impl"] == "split_cat")
+    assert all(r["speedup_vs_old"] > 0 for r in rows if old and r["impl"] == "native")
+    quick = bench.run(None, None, warmup=1, iters=5, buffers=1, quick=True)
+    assert {(r["variant"], tuple(r["shape"])) for r in quick} == {
+        (v, (s[0], s[1] * bench.NATIVE_ONLY.get(v, {}).get("parts", 1))) for v, shapes in bench.RECIPE.items()
+        for s in shapes}
+    assert all(r["identical_to_native"] == 1.0 for r in quick if r["impl"].startswith("native"))

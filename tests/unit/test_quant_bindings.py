@@ -255,27 +255,49 @@ def test_the_benchmark_script_imports_and_renders():
     spec.loader.exec_module(bench)
     assert set(bench.VARIANTS) == {"1x16", "16x16", "1x16+rht", "16x1+rht"}
     assert bench.bytes_moved(torch.zeros(32768, 768, dtype=torch.bfloat16)) == 2 * 2 * 32768 * 768
+    old = {bench.LEGACY} if bench.has_legacy(quant.native()) else set()
     impls = bench.implementations(torch, "1x16", True, device="cpu")
-    assert set(impls) == {"native", "native_1r", "native_1r_l2", "torch_eager", "torch_compile"}
+    assert set(impls) == {"native", "native_1r", "native_1r_l2", "torch_eager", "torch_compile"} | old
     x = edge_tensor().to(torch.bfloat16)
-    assert all(same(impls["torch_eager"](x), impls[k](x)) for k in ("native", "native_1r", "native_1r_l2"))
-    columns = bench.implementations(torch, "16x1", True, device="cpu")
-    assert set(columns) == {"native", "torch_eager", "torch_compile"}
+    assert all(same(impls["torch_eager"](x), impls[k](x)) for k in ("native", "native_1r", "native_1r_l2", *old))
+    columns = bench.implementations(torch, "16x1", True, device="cpu", eager=True, compiled=False)
+    assert set(columns) == {"native", "torch_eager"} | old
     assert same(columns["torch_eager"](x), columns["native"](x))
     parts = bench.native_only(torch, bench.NATIVE_ONLY["parts-sr"], device="cpu")
     wide = torch.cat([x, 2 * x, x / 3], dim=1)
-    assert set(parts) == {"native", "split_cat"} and same(parts["native"](wide), parts["split_cat"](wide))
-    rows = [{"variant": "1x16", "impl": "native", "ms": 0.05, "call_ms": 0.134, "gb_s": 2013.3, "pct_h200": 41.9,
-             "identical_to_native": 1.0, "speedup_vs_compile": 3.1},
-            {"variant": "1x16", "impl": "torch_compile", "ms": None, "call_ms": 0.122, "gb_s": 825.8,
-             "pct_h200": 17.2, "identical_to_native": 1.0, "speedup_vs_compile": 1.0,
-             "graph_error": "RuntimeError: capture failed"},
-            {"variant": "parts-sr", "impl": "split_cat", "ms": 0.5, "call_ms": 0.6, "gb_s": 600.0, "pct_h200": 12.5,
-             "identical_to_native": 1.0, "speedup_vs_compile": None}]
-    table = bench.render(rows, (32768, 768)).splitlines()
-    assert table[6].split() == ["parts-sr", "split_cat", "0.5000", "600.0", "12.5%", "-", "0.6000", "100.0000%"]
-    assert table[3].split() == ["1x16", "native", "0.0500", "2013.3", "41.9%", "3.10x", "0.1340", "100.0000%"]
-    assert table[4].split()[2] == "n/a" and "no graph (RuntimeError: capture failed)" in table[5]
+    assert set(parts) == {"native", "split_cat"} | old and same(parts["native"](wide), parts["split_cat"](wide))
+    # the plans: one shape, every variant with both PyTorch twins; the recipe's shapes, quick:
+    # no eager, torch.compile at each variant's first shape only
+    one = bench.plan((1024, 768))
+    assert [v for v, *_ in one] == [*bench.VARIANTS, *bench.NATIVE_ONLY]
+    assert all(s == (1024, 768) and e == c == (v in bench.VARIANTS) for v, s, e, c in one)
+    quick = bench.plan(None, quick=True)
+    assert [(v, s) for v, s, *_ in quick] == [(v, s) for v, shapes in bench.RECIPE.items() for s in shapes]
+    assert not any(e for _, _, e, _ in quick)
+    assert [(v, s) for v, s, _, c in quick if c] == [(v, shapes[0]) for v, shapes in bench.RECIPE.items()
+                                                      if v in bench.VARIANTS]
+    assert {(32768, 768), (32768, 2048)} <= set(bench.RECIPE["1x16-sr"]) and (768, 2048) in bench.RECIPE["16x16"]
+    rows = bench.annotate([
+        {"variant": "1x16", "shape": [32768, 768], "impl": "native", "ms": 0.05, "call_ms": 0.134, "gb_s": 2013.3,
+         "pct_h200": 41.9, "identical_to_native": 1.0},
+        {"variant": "1x16", "shape": [32768, 768], "impl": "native_v1", "ms": 0.06, "call_ms": 0.14, "gb_s": 1677.7,
+         "pct_h200": 35.0, "identical_to_native": 1.0},
+        {"variant": "1x16", "shape": [32768, 768], "impl": "torch_compile", "ms": None, "call_ms": 0.155,
+         "gb_s": 825.8, "pct_h200": 17.2, "identical_to_native": 1.0, "graph_error": "RuntimeError: capture failed"},
+        {"variant": "1x16", "shape": [32768, 2048], "impl": "native", "ms": 0.1, "call_ms": 0.2, "gb_s": 2684.4,
+         "pct_h200": 55.9, "identical_to_native": 1.0},
+        {"variant": "parts-sr", "shape": [32768, 2304], "impl": "split_cat", "ms": 0.5, "call_ms": 0.6, "gb_s": 600.0,
+         "pct_h200": 12.5, "identical_to_native": 1.0}])
+    assert rows[0]["speedup_vs_compile"] == pytest.approx(0.155 / 0.134) and rows[0]["speedup_basis"] == "per call"
+    assert rows[0]["speedup_vs_old"] == pytest.approx(1.2) and rows[1]["speedup_vs_old"] is None
+    assert rows[3]["speedup_vs_compile"] is None and rows[3]["speedup_vs_old"] is None  # none at that shape
+    assert rows[2]["speedup_vs_old"] is None  # PyTorch's rows have no old side
+    table = bench.render(rows).splitlines()
+    assert table[3].split() == ["1x16", "32768x768", "native", "0.0500", "2013.3", "41.9%", "1.16x", "1.20x",
+                                "0.1340", "100.0000%"]
+    assert table[5].split()[3] == "n/a" and "no graph (RuntimeError: capture failed)" in table[6]
+    assert table[8].split() == ["parts-sr", "32768x2304", "split_cat", "0.5000", "600.0", "12.5%", "-", "-",
+                                "0.6000", "100.0000%"]
     assert [x for _, x in zip(range(5), bench.rotating([1, 2]))] == [1, 2, 1, 2, 1]
 
 
