@@ -38,8 +38,8 @@ def of(exc: KeyboardInterrupt) -> Interrupted:
 
 
 def exit_code(name: str) -> int:
-    """128 + the number of the signal named ``name`` ('SIGTERM' -> 143)."""
-    return 128 + int(signal.Signals[name])
+    """The exit code of a run stopped by the signal named ``name`` ('SIGTERM' -> 143)."""
+    return Interrupted(signal.Signals[name]).exit_code
 
 
 @contextlib.contextmanager

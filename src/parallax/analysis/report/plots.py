@@ -66,11 +66,17 @@ def _mfu_cells(record: dict) -> list[dict]:
 
 
 def _save(draw, record: dict, path: Path) -> Path:
+    return save_figure(lambda ax: draw(record, ax), path)
+
+
+def save_figure(draw, path: Path, size: tuple[float, float] = (8, 4.5)) -> Path:
+    """One axes of ``size`` inches drawn by ``draw(ax)`` into the file ``path`` (matplotlib's Agg
+    backend chosen by the caller), its figure closed even when drawing fails."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    fig, ax = plt.subplots(figsize=size, dpi=120)
     try:
-        draw(record, ax)
+        draw(ax)
         fig.tight_layout()
         fig.savefig(path)
     finally:

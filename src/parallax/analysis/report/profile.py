@@ -9,6 +9,7 @@ from pathlib import Path
 from parallax.analysis import comparability
 from parallax.analysis.profile import HOST_GAPS, OVERLAP
 from parallax.analysis.report.format import NA, num, pct
+from parallax.analysis.report.plots import save_figure
 from parallax.errors import require_module
 
 TOP = 15  # kernels listed under the table
@@ -177,16 +178,7 @@ def _save(draw, path: Path, bars: int) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never open a window
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 1.5 + 0.4 * max(bars, 1)), dpi=120)
-    try:
-        draw(ax)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
-    return path
+    return save_figure(draw, path, (8, 1.5 + 0.4 * max(bars, 1)))
 
 
 # ----------------------------------------------------------------------------- comparing
