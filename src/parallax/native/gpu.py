@@ -43,6 +43,14 @@ def _native():
     return _native
 
 
+def gpu_uuid(value) -> str | None:
+    """A GPU's UUID in NVML's form, 'GPU-<hex groups>', whoever wrote it: torch writes the bare
+    hex, NVML and the probe 'GPU-...'; None for none. Two spellings of one GPU compare equal."""
+    text = str(value or "").strip()
+    bare = text[4:] if text[:4].lower() == "gpu-" else text
+    return f"GPU-{bare.lower()}" if bare else None
+
+
 # ---- where the GPU libraries are ------------------------------------------------------------
 
 
