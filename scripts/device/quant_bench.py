@@ -415,8 +415,8 @@ def render(rows: list[dict]) -> str:
     lines = ["NVFP4 quantize-dequantize, bf16 in and out (GB/s: input read + output written once)",
              "ms: device time per call (calls replayed from one CUDA graph); call ms: per call from Python; "
              "x old: native_v1's time over this one's",
-             "B/el: the bytes an element its own passes move; % bound: of the time the copy (torch's clone, "
-             "same shape) takes to move them",
+             "B/el: the bytes an element its own passes move; % bound: of the time torch's clone (at the same "
+             "shape, else the fastest clone measured) takes to move them",
              f"{'variant':<12} {'shape':<11} {'impl':<14} {'ms':>8} {'GB/s':>8} {'% 4.8TB/s':>10} {'B/el':>5} "
              f"{'% bound':>8} {'x compile':>10} {'x old':>7} {'call ms':>8} {'identical':>10}"]
     for r in rows:
