@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "common/dynlib.h"
+#include "probe/copy_bandwidth.h"
 #include "probe/gemm.h"
 #include "probe/gemm_shapes.h"
 #include "probe/probe.h"
@@ -220,4 +221,28 @@ void bind_probe(nb::module_& m) {
       "gemms"_a, "TFLOP/s over (flops, count, ms) triples: sum(flops*count) / sum(ms*count).");
 
   m.def("gemm_precisions", &parallax::gemm_precisions, "Precisions measure_gemm knows.");
+
+  m.def(
+      "measure_copy",
+      [](int device, int64_t bytes, int warmup, int iters) {
+        parallax::CopyResult r;
+        {
+          nb::gil_scoped_release release;
+          r = parallax::measure_copy({device, bytes, warmup, iters});
+        }
+        nb::dict out;
+        out["bytes"] = r.bytes;
+        out["warmup"] = r.warmup;
+        out["iters"] = r.iters;
+        out["median_ms"] = optional(r.median_ms);
+        out["min_ms"] = optional(r.min_ms);
+        out["max_ms"] = optional(r.max_ms);
+        out["bytes_per_s"] = optional(r.bytes_per_s);
+        out["bytes_per_s_best"] = optional(r.bytes_per_s_best);
+        out["error"] = text_or_none(r.error);
+        return out;
+      },
+      "device"_a, "bytes"_a = int64_t{2} << 30, "warmup"_a = 3, "iters"_a = 10,
+      "Time device-to-device copies of `bytes` between CUDA events: the HBM bandwidth a copy reaches "
+      "(2*bytes / median time); errors are reported in the result's 'error'.");
 }

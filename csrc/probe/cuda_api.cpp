@@ -22,6 +22,7 @@ void bind_api(SymbolBinder& b, Api& a) {
   b.bind(a.cuMemAlloc, {"cuMemAlloc_v2"});
   b.bind(a.cuMemFree, {"cuMemFree_v2"});
   b.bind(a.cuMemcpyHtoD, {"cuMemcpyHtoD_v2"});
+  b.bind(a.cuMemcpyDtoDAsync, {"cuMemcpyDtoDAsync_v2"});
   b.bind(a.cuStreamCreate, {"cuStreamCreate"});
   b.bind(a.cuStreamDestroy, {"cuStreamDestroy_v2"});
   b.bind(a.cuStreamSynchronize, {"cuStreamSynchronize"});

@@ -320,6 +320,9 @@ def fake_gpu_module(monkeypatch):
     calls = []
     module = types.ModuleType("parallax.native.gpu")
     module.measure_ceilings = fake_ceilings(calls)
+    # a 2 GiB copy in 1.1 ms: 3.904 TB/s read + written
+    module.measure_bandwidth = lambda device: calls.append(("copy", device["index"])) or {
+        "copy": {"bytes": 2 << 30, "iters": 10, "median_ms": 1.1, "bytes_per_s": 2 * (2 << 30) / 1.1e-3, "error": None}}
     monkeypatch.setitem(sys.modules, "parallax.native.gpu", module)
     monkeypatch.setattr(parallax.native, "gpu", module, raising=False)
     return calls
@@ -329,7 +332,9 @@ def test_measure_reports_percent_of_dense_peak(fake_probe, fake_gpu_module, caps
     fake_probe(gpu_probe())
     code, out, _ = run(capsys, "--measure", "--json", "--model", "tiny", "--batch-size", "4", "--seq-len", "128")
     assert code == 0
-    assert fake_gpu_module == [(0, "tiny", 4, 128, "Progress")]  # a rich progress bar, on stderr
+    assert fake_gpu_module == [(0, "tiny", 4, 128, "Progress"), ("copy", 0)]  # a rich progress bar, on stderr
+    hbm = json.loads(out)["ceilings"]["hbm"]
+    assert hbm["copy"]["bytes_per_s"] == pytest.approx(3.904515723e12) and hbm["datasheet"] == "4.8 TB/s"
     percent = json.loads(out)["ceilings"]["percent_of_dense_peak"]
     assert percent["bf16"]["square"] == pytest.approx(100 * 791.2 / 989)
     assert percent["bf16"]["model_shapes"] == pytest.approx(100 * 600 / 989)
@@ -342,7 +347,9 @@ def test_measure_text_table(fake_probe, fake_gpu_module, capsys):
     fake_probe(gpu_probe())
     code, out, _ = run(capsys, "--measure", "--verbose")
     assert code == 0
-    assert fake_gpu_module == [(0, "llama-100m", 32, 1024, "Progress")]  # the defaults of config.RunConfig
+    assert fake_gpu_module == [(0, "llama-100m", 32, 1024, "Progress"), ("copy", 0)]  # config.RunConfig's defaults
+    assert ("HBM bandwidth (a device-to-device copy of 2.0 GiB, read + written, median of 10): 3.905 TB/s "
+            "(datasheet: 4.8 TB/s)") in out
     bf16 = next(line for line in out.splitlines() if "8192×8192×8192" in line and "bf16" in line)
     assert "1.390" in bf16 and "791.2" in bf16 and "80.0 %" in bf16
     qkv = next(line for line in out.splitlines() if "qkv.forward 4096×2304×768" in line)

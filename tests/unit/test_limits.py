@@ -1,5 +1,6 @@
 """parallax.plan.limits on the CPU: the GEMM ceiling at the step's shapes from check-env's cache,
-from a measurement (cuBLASLt faked), or from the datasheet, and the HBM bandwidth, each labelled."""
+from a measurement (cuBLASLt faked), or from the datasheet, and the HBM bandwidth (a copy, cached
+or measured now with the native copy faked, else the datasheet), each labelled."""
 
 from __future__ import annotations
 
@@ -90,9 +91,43 @@ def test_without_a_measurement_the_datasheet_peak_is_labelled(monkeypatch):
         "datasheet: dense bf16 peak, NVIDIA H200 datasheet (no cached measurement of these shapes)")
 
 
-def test_hbm_bandwidth_is_the_datasheets():
-    assert limits.hbm_limit(H200) == limits.Limit(4.8e12, "datasheet: 4.8 TB/s, NVIDIA H200 datasheet (not measured)")
-    assert limits.hbm_limit({"name": "NVIDIA H100 PCIe", "compute_capability": "9.0"}).value is None
+def copy_of(ms: float, error: str | None = None) -> dict:
+    """gpu.measure_copy's result: 2 GiB copied in ``ms`` (median of 10)."""
+    rate = None if error else 2 * (2 << 30) / (ms * 1e-3)
+    return {"bytes": 2 << 30, "warmup": 3, "iters": 10, "median_ms": None if error else ms, "bytes_per_s": rate,
+            "error": error}
+
+
+def test_hbm_bandwidth_is_a_copy_measured_now_and_cached(monkeypatch):
+    calls = []
+    monkeypatch.setattr(gpu, "measure_copy", lambda index, *a: calls.append(index) or copy_of(1.0))
+    found = limits.hbm_limit(H200)  # 4 GiB moved in 1 ms: 4.295 TB/s
+    assert found == limits.Limit(pytest.approx(4.294967296e12), "measured now: a device-to-device copy of 2.0 GiB, "
+                                 "bytes read + written over the median of 10 copies")
+    assert calls == [0] and gpu.load_cached_bandwidth(H200["uuid"])["copy"]["median_ms"] == 1.0
+    monkeypatch.setattr(gpu, "measure_copy", no_measurement)  # the next profile reads the cache
+    again = limits.hbm_limit(H200)
+    assert again.value == pytest.approx(4.294967296e12) and again.source.startswith("measured: a device-to-device copy")
+
+
+def test_without_a_copy_the_datasheet_bandwidth_is_labelled(monkeypatch):
+    monkeypatch.setattr(gpu, "measure_copy", lambda *a: copy_of(0.0, "cuInit failed: CUDA_ERROR_NO_DEVICE"))
+    H200 = {"index": 0, "name": "NVIDIA H200", "compute_capability": "9.0", "uuid": "GPU-no-copy-test"}
+    assert limits.hbm_limit(H200) == limits.Limit(4.8e12, "datasheet: 4.8 TB/s, NVIDIA H200 datasheet (not measured: "
+                                                          "the copy did not run: cuInit failed: CUDA_ERROR_NO_DEVICE)")
+    assert gpu.load_cached_bandwidth(H200["uuid"]) is None  # a failed copy is not cached
+    assert limits.hbm_limit(H200, measure=False).source.endswith("(not measured: no cached copy measurement)")
+    assert limits.hbm_limit({"index": 0, "name": "NVIDIA H100 PCIe", "compute_capability": "9.0"}).value is None
     assert limits.bytes_per_second("1792 GB/s") == pytest.approx(1.792e12)
     with pytest.raises(ValueError, match="not a bandwidth"):
         limits.bytes_per_second("fast")
+
+
+def test_check_env_shows_the_copy_bandwidth_in_one_line():
+    from parallax.cli.check_env import hbm_line
+
+    record = {"copy": copy_of(1.0), "datasheet": "4.8 TB/s"}
+    assert hbm_line(record) == ("HBM bandwidth (a device-to-device copy of 2.0 GiB, read + written, median of 10): "
+                                "4.295 TB/s (datasheet: 4.8 TB/s)")
+    failed = {"copy": copy_of(0.0, "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory)")}
+    assert hbm_line(failed) == "HBM bandwidth: not measured (cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (out of memory))"

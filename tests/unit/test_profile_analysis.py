@@ -165,3 +165,35 @@ def test_compare_puts_classes_side_by_side_and_refuses_two_machines(tmp_path):
         "refusing to compare profiles of two machines: a/profile.json ran on NVIDIA H200 aaaa1111, c/profile.json on "
         "NVIDIA H200 bbbb2222; profile both on one machine, or pass --cross-machine")
     table.check_one_machine([a, other], ["a", "c"], cross_machine=True)
+
+
+def two_steps(faster: dict[str, float]) -> list[Kernel]:
+    """Two profiled steps: the first as ``STEP``, the second with the kernels of ``faster``
+    (name fragment -> µs) at those times, all back to back."""
+    out, t = [], 0.0
+    for second in (False, True):
+        for name, us in STEP:
+            us = next((v for part, v in faster.items() if second and part in name), us)
+            out.append(Kernel(name, us, None, t, t + us))
+            t += us
+    return out
+
+
+def test_a_faster_kernel_of_the_step_becomes_the_limit():
+    # the second step's fp8 GEMM runs 14 ms (1,192.8 TFLOP/s, above cuBLASLt's 1,100) and its
+    # attention backward 6 ms (412.3 TFLOP/s, above the backends' 350): the step's mean beats both
+    summary = summarize(two_steps({"qqtst": 14_000.0, "flash_bprop": 6_000.0}), steps=2)
+    r = rows(record(summary=summary))
+    fp8, bwd = r["gemm-fp8"], r["attention-bwd"]
+    assert fp8["achieved"] == pytest.approx(16_698.832846848 / 17.0)  # above 1,100: the old limit did not hold
+    assert fp8["limit"] == pytest.approx(16_698.832846848 / 14.0)
+    assert fp8["fraction"] == pytest.approx(14.0 / 17.0) and fp8["ms_left"] == pytest.approx(3.0)
+    assert fp8["limit_source"].startswith("the step's own: its gemm-fp8 kernels, each op at its fastest profiled call "
+                                          "(1,192.8 TFLOP/s), faster than the reference (measured now: cuBLASLt")
+    assert bwd["achieved"] == pytest.approx(2_473.901162496 / 7.5) and bwd["fraction"] == pytest.approx(6.0 / 7.5)
+    assert r["gemm-bf16"]["limit_source"] == GEMM["bf16"]["source"]  # cuBLASLt still the faster
+    assert r["attention-fwd"]["limit_source"] == ATTENTION["forward"]["source"]
+    assert all(row["fraction"] <= 1.0 for row in r.values() if row["fraction"] is not None)
+    md = report.markdown(record(summary=summary))
+    assert "- gemm-fp8 limit: the step's own: its gemm-fp8 kernels" in md
+    assert "| 1,193 TFLOP/s (the step's own) | 82.4% |" in md

@@ -402,3 +402,17 @@ def test_find_hlo_text_takes_the_largest_dump_of_the_module(tmp_path):
     (tmp_path / "module_0002.jit_train_step.before_optimizations.txt").write_text("before, and the largest of all")
     assert profiling.find_hlo_text(tmp_path) == "the larger one"
     assert profiling.find_hlo_text(tmp_path, "jit_other") == "another module, larger"
+
+
+def test_best_class_time_takes_each_op_at_its_fastest_call():
+    K = profiling.Kernel
+    # one GEMM kernel name for two ops a step (a small and a large shape), over two steps; its
+    # fastest calls are op 1 of step 1 and op 2 of step 2: 10 + 90 µs, not 2 × 10 µs
+    gemm = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_TNT"
+    events = [K(gemm, 10.0, None, 0.0, 10.0), K(gemm, 100.0, None, 10.0, 110.0),
+              K(gemm, 12.0, None, 200.0, 212.0), K(gemm, 90.0, None, 212.0, 302.0),
+              K("triton_poi_fused_mul_silu_0", 30.0, None, 400.0, 430.0)]  # 1 call in 2 steps: its mean
+    best = profiling.best_class_time(events, steps=2)
+    assert best["gemm-bf16"] == pytest.approx(0.1) and best["elementwise"] == pytest.approx(0.015)
+    assert best["attention-fwd"] == 0.0
+    assert summarize(events, steps=2)["best_ms_per_step"] == best

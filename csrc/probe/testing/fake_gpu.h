@@ -75,6 +75,10 @@ struct FakeGpu {
   cublaslt::cublasStatus_t matmul_result = cublaslt::CUBLAS_STATUS_SUCCESS;    // every call
   std::map<int, cublaslt::cublasStatus_t> algo_matmul_results;                 // calls of algorithm i
   std::vector<std::vector<float>> algo_times_ms;
+  // Device-to-device copies: each takes copy_times_ms[i] ms, that list cycled over the calls
+  // (warm-up calls included); 1 ms when it is empty.
+  std::vector<float> copy_times_ms;
+  std::vector<size_t> copy_sizes;  // bytes of each copy, in order
   // Recorded
   std::map<cuda::CUdeviceptr, size_t> live_allocations;
   std::vector<size_t> allocation_sizes;
@@ -204,6 +208,18 @@ inline cuda::Api fake_cuda_api() {
       const auto* p = static_cast<const unsigned char*>(src);
       f.uploads[dst].assign(p, p + std::min<size_t>(bytes, 4096));
     }
+    return cuda::CUDA_SUCCESS;
+  };
+  // Both ends must be live allocations of at least `bytes`; the stream's clock advances.
+  a.cuMemcpyDtoDAsync = +[](cuda::CUdeviceptr dst, cuda::CUdeviceptr src, size_t bytes, cuda::CUstream) {
+    auto& f = fake();
+    for (cuda::CUdeviceptr end : {dst, src}) {
+      auto it = f.live_allocations.find(end);
+      if (it == f.live_allocations.end() || it->second < bytes) return ++f.bad_copies, cuda::CUDA_ERROR_INVALID_VALUE;
+    }
+    const size_t n = f.copy_sizes.size();
+    f.clock_ms += f.copy_times_ms.empty() ? 1.0 : f.copy_times_ms[n % f.copy_times_ms.size()];
+    f.copy_sizes.push_back(bytes);
     return cuda::CUDA_SUCCESS;
   };
   a.cuStreamCreate = +[](cuda::CUstream* s, unsigned) {

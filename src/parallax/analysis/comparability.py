@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parallax.errors import ParallaxError
+from parallax.native.gpu import gpu_uuid
 
 MACHINE, SOFTWARE, DATA, FRAMEWORK, RECIPE = "machine", "software", "data", "framework", "recipe"
 # The scopes a comparison of each kind may differ in (besides the cells' names).
@@ -94,7 +95,7 @@ def machine(run: dict) -> dict:
     env = run.get("environment") if isinstance(run.get("environment"), dict) else {}
     nvml = env.get("nvml") or {}
     driver = env.get("cuda_driver") or {}
-    gpus = tuple((g.get("name"), g.get("uuid"), g.get("power_limit_w"), g.get("clock_sm_max_mhz"),
+    gpus = tuple((g.get("name"), gpu_uuid(g.get("uuid")), g.get("power_limit_w"), g.get("clock_sm_max_mhz"),
                   g.get("clock_mem_max_mhz")) for g in used_gpus(run))
     return {"host": env.get("hostname"), "driver": nvml.get("driver_version") or driver.get("version_str"),
             "gpus": gpus or (("cpu", env.get("platform")),)}
@@ -121,7 +122,7 @@ def machine_label(run: dict) -> str:
     if not gpus:
         return f"cpu {env.get('hostname') or '?'}" if env else "unknown"
     names = sorted({str(g.get("name")) for g in gpus})
-    ids = "+".join(str(g.get("uuid") or "?").removeprefix("GPU-")[:8] for g in gpus)
+    ids = "+".join((gpu_uuid(g.get("uuid")) or "GPU-?")[4:12] for g in gpus)
     count = f"{len(gpus)}× " if len(gpus) > 1 else ""
     return f"{count}{'/'.join(names)} {ids}"
 

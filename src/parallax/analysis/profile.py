@@ -10,7 +10,11 @@ at the limit (work / limit) and the ms left on the table (time − time at the l
   those GEMM shapes (or the datasheet peak, labelled).
 - attention forward and backward: attention's FLOPs, against the fastest backend measured at
   the run's B×S×H×D (``attention_limits``).
-- quantize, elementwise, optimizer: the byte model's bytes, against the HBM bandwidth.
+- quantize, elementwise, optimizer: the byte model's bytes, against the HBM bandwidth (measured
+  by a copy kernel: ``plan.limits.hbm_limit``).
+Each limit is the fastest measured for its class on this GPU, the step's own kernels included
+(``held_limits``): where the step's ops, each at its fastest profiled call, beat the reference,
+their rate is the limit, and the row's ``limit_source`` says so; no class runs above 100%.
 - communication, memcpy, other: time only.
 Then the time no kernel covers: ``host gaps`` = the step without the profiler − the device's
 busy time a step (the union of the kernel intervals), and, where kernels overlapped,
@@ -51,6 +55,27 @@ def class_limits(gemm: dict[str, dict], attention: dict[str, dict], hbm: dict) -
     out = {GEMM_CLASS[fmt]: limit for fmt, limit in gemm.items()}
     out.update({"attention-fwd": attention["forward"], "attention-bwd": attention["backward"],
                 "quantize": hbm, "elementwise": hbm, "optimizer": hbm})
+    return out
+
+
+OWN = "the step's own"
+
+
+def held_limits(limits: dict[str, dict], best_ms: dict[str, float], work: dict[str, tuple[float, str]]) -> dict:
+    """``limits`` where the step's own kernels beat them: a class's limit is the faster of its
+    reference (cuBLASLt, the attention backends, the HBM bandwidth) and the class's work over its
+    best time a step (``best_ms``: each op at its fastest profiled call, ``profiling.best_class_time``),
+    so that no class runs faster than its limit. A class whose reference is unknown keeps it."""
+    out = dict(limits)
+    for name, (amount, unit) in work.items():
+        ref, ms = limits.get(name) or {}, best_ms.get(name) or 0.0
+        if ref.get("value") is None or ms <= 0 or amount <= 0:
+            continue
+        own = amount / (ms * 1e-3) / (1e12 if unit == FLOPS else 1.0)  # TFLOP/s, or B/s
+        if own > ref["value"]:
+            shown = f"{own:,.1f} TFLOP/s" if unit == FLOPS else f"{own / 1e12:.3f} TB/s"
+            out[name] = {"value": own, "source": f"{OWN}: its {name} kernels, each op at its fastest profiled call "
+                                                 f"({shown}), faster than the reference ({ref['source']})"}
     return out
 
 
@@ -163,7 +188,8 @@ def build_record(*, title: str, config: dict, recipe: dict, framework: dict, env
     class rows and the top kernels."""
     step_ms = timing["step_ms"]
     attention = limits["attention"]
-    table = class_limits(limits["gemm"], attention, limits["hbm"])
+    table = held_limits(class_limits(limits["gemm"], attention, limits["hbm"]), summary.get("best_ms_per_step") or {},
+                        class_work(work))
     return {"schema": SCHEMA, "title": title, "config": config, "recipe": recipe, "framework": framework,
             "environment": environment, "timing": timing, "on_gpu": on_gpu,
             "busy": {"ms_per_step": summary["busy_ms_per_step"], "method": summary["busy_method"],

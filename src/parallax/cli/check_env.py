@@ -106,6 +106,8 @@ def measure_ceilings(probe: dict, device: int, run: RunConfig) -> dict:
     }
     for row in result.get("model_shapes", []):
         row["percent_of_dense_peak"] = _percent(row.get("tflops"), peak(row.get("precision")))
+    result["hbm"] = gpu.measure_bandwidth(_device(probe, device))  # profile's memory-bound limit
+    result["hbm"]["datasheet"] = spec.bandwidth if spec else None
     return result
 
 
@@ -335,6 +337,17 @@ def _render_ceilings(report: dict, console: Console) -> None:
         table.add_row(prec, "all model GEMMs (count-weighted)", "", _num(summary.get("model_shapes_tflops"), "{:.1f}"),
                       _num(percent.get(prec, {}).get("model_shapes"), "{:.1f} %"), "")
     console.print(table)
+    if ceilings.get("hbm"):
+        console.print(escape(hbm_line(ceilings["hbm"])))
+
+
+def hbm_line(hbm: dict) -> str:
+    """The measured copy bandwidth in one line (``gpu.measure_bandwidth``'s record)."""
+    copy = hbm["copy"]
+    if copy.get("error"):
+        return f"HBM bandwidth: not measured ({copy['error']})"
+    return (f"HBM bandwidth (a device-to-device copy of {copy['bytes'] / 2**30:.1f} GiB, read + written, median of "
+            f"{copy['iters']}): {copy['bytes_per_s'] / 1e12:.3f} TB/s (datasheet: {hbm.get('datasheet') or '–'})")
 
 
 def _timings(row: dict) -> tuple[str, str]:

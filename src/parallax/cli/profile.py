@@ -50,6 +50,8 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
     from pathlib import Path
 
     from parallax.run import profile as driver
+    from parallax.plan import machine
+    from parallax.run import profile_child
 
     if compare or profiles:
         return _compare(compare, profiles, cross_machine, output_dir, options, config_file, from_run)
@@ -59,6 +61,10 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
         raise ParallaxError(f"--warmup and --steps must be at least 1, got {warmup} and {steps}")
     plan, note = _plan(options, config_file, from_run, warmup, steps)
     defaults.say(note)
+    if profile_child.wanted(plan.run.framework, machine.gpu_of(plan.run.device) is not None):
+        code, record = profile_child.profile(plan.run.to_dict(), warmup, steps, Path(output_dir), keep_trace,
+                                             say=lambda line: click.echo(line, err=True))
+        return code  # the child printed its summary line, or its error
     record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace)
     click.echo(summary_line(record, Path(output_dir)))
     return 0

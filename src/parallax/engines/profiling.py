@@ -146,8 +146,32 @@ def summarize(events, steps: int, top: int = 25) -> dict:
         "busy_ms_per_step": busy_us / 1e3 / steps,
         "busy_method": method,
         "classes": _classes(per_kernel, steps),
+        "best_ms_per_step": best_class_time(kernels, steps),
         "top_kernels": [_kernel_row(name, k, steps) for name, k in ranked[:top]],
     }
+
+
+def best_class_time(kernels: list[Kernel], steps: int) -> dict[str, float]:
+    """{class: ms a step if each of its ops ran every step at its fastest profiled call}: a kernel
+    (name and context) called n times a step, in order, is n ops, the i-th call of each step the
+    same op (the same shapes); each op's fastest of the ``steps`` calls, summed. A kernel whose
+    calls do not split evenly into the steps counts its mean time a step. The step's own best:
+    ``analysis/profile.py`` makes it a floor of each class's limit."""
+    calls: dict[tuple, list[Kernel]] = defaultdict(list)
+    kind: dict[str, str] = {}  # a name's class is that of its first event, as in the per-class sums
+    for k in kernels:
+        calls[(k.name, k.context)].append(k)
+        kind.setdefault(k.name, classify(k.name, k.context))
+    best: dict[str, float] = defaultdict(float)
+    for (name, context), found in calls.items():
+        durations = [float(k.us) for k in sorted(found, key=lambda k: k.start_us or 0.0)]
+        per_step = len(durations) // steps
+        if per_step * steps != len(durations):
+            fastest = sum(durations) / steps
+        else:
+            fastest = sum(min(durations[s * per_step + i] for s in range(steps)) for i in range(per_step))
+        best[kind[name]] += fastest / 1e3
+    return {c: best.get(c, 0.0) for c in CLASSES}
 
 
 BUSY_UNION = "union of the kernel intervals"

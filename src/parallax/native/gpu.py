@@ -43,6 +43,14 @@ def _native():
     return _native
 
 
+def gpu_uuid(value) -> str | None:
+    """A GPU's UUID in NVML's form, 'GPU-<hex groups>', whoever wrote it: torch writes the bare
+    hex, NVML and the probe 'GPU-...'; None for none. Two spellings of one GPU compare equal."""
+    text = str(value or "").strip()
+    bare = text[4:] if text[:4].lower() == "gpu-" else text
+    return f"GPU-{bare.lower()}" if bare else None
+
+
 # ---- where the GPU libraries are ------------------------------------------------------------
 
 
@@ -187,6 +195,41 @@ def measure_gemm(device_index: int, precision: str, m: int, n: int, k: int, warm
                                             tune_iters, rest_ms)
 
 
+# ---- HBM bandwidth --------------------------------------------------------------------------
+
+COPY_BYTES = 2 << 30  # one copy: 2 GiB read and 2 GiB written, far beyond any L2
+BANDWIDTH_SCHEMA = "parallax.bandwidth/1"
+
+
+def measure_copy(device_index: int, nbytes: int = COPY_BYTES, warmup: int = 3, iters: int = 10) -> dict:
+    """Device-to-device copies of ``nbytes`` on GPU ``device_index`` timed between CUDA events
+    (csrc/probe/copy_bandwidth.h): {bytes, warmup, iters, median_ms, min_ms, max_ms,
+    bytes_per_s (2·bytes over the median copy), bytes_per_s_best, error}."""
+    return _set_library_dirs().measure_copy(device_index, nbytes, warmup, iters)
+
+
+def measure_bandwidth(device: dict, nbytes: int = COPY_BYTES, warmup: int = 3, iters: int = 10) -> dict:
+    """The copy bandwidth of ``device`` (a probe entry), measured now and cached under its UUID
+    (as the GEMM ceilings are) where it ran; the record: the copy's result, the device and when."""
+    result = {"schema": BANDWIDTH_SCHEMA, "device": {k: device.get(k) for k in ("index", "name", "uuid")},
+              "copy": measure_copy(device["index"], nbytes, warmup, iters), "measured_at": utc_now()}
+    if device.get("uuid") and result["copy"].get("error") is None:
+        atomic_write_json(_cache_file("bandwidth", device["uuid"]), result)
+    return result
+
+
+def load_cached_bandwidth(uuid: str | None) -> dict | None:
+    """The copy bandwidth last measured on GPU ``uuid`` (``measure_bandwidth``), or None."""
+    path = _cache_file("bandwidth", uuid) if uuid else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ParallaxError(f"cached HBM bandwidth {path} is unreadable ({exc}); delete the file and run "
+                            "'parallax check-env --measure' again") from exc
+
+
 # ---- ceilings -------------------------------------------------------------------------------
 
 
@@ -290,9 +333,13 @@ def cache_dir() -> Path:
 
 
 def ceilings_path(uuid: str) -> Path:
+    return _cache_file("ceilings", uuid)
+
+
+def _cache_file(kind: str, uuid: str) -> Path:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", uuid or ""):
         raise ParallaxError(f"'{uuid}' is not a GPU UUID")
-    return cache_dir() / "ceilings" / f"{uuid}.json"
+    return cache_dir() / kind / f"{uuid}.json"
 
 
 def save_ceilings(uuid: str, result: dict) -> Path:

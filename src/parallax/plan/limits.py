@@ -16,7 +16,12 @@ ceiling). In order of preference:
 The shapes are the fused ones (q, k, v as one GEMM, gate and up as one): an engine that runs
 them apart (the JAX models) runs smaller GEMMs than the ceiling's.
 
-HBM: the datasheet bandwidth (the native probe measures none), labelled so.
+HBM: the bandwidth a device-to-device copy reaches on this GPU (bytes read + written over the
+median copy, ``gpu.measure_bandwidth``: csrc/probe/copy_bandwidth.h), in order of preference:
+1. the copy that ``parallax check-env --measure`` (or an earlier profile) cached for this GPU;
+2. measured now (2 GiB copied 13 times, well under a second), before the engine takes the GPU;
+3. the datasheet bandwidth, labelled as not measured.
+``analysis/profile.py`` then raises any limit that the step's own kernels beat.
 Every limit says where it came from (``Limit.source``); on the CPU there are none.
 """
 
@@ -106,14 +111,42 @@ def _datasheet(device: dict, fmt: str, why: str) -> Limit:
     return Limit(peak, f"datasheet: dense {fmt} peak, {spec.source} ({why})")
 
 
-def hbm_limit(device: dict | None) -> Limit:
-    """The HBM bandwidth in bytes/s: the datasheet's, the native probe measuring none."""
+def hbm_limit(device: dict | None, measure: bool = True) -> Limit:
+    """The HBM bandwidth in bytes/s, as the module docstring says: a copy's, cached or measured
+    now, else the datasheet's."""
     if device is None:
         return Limit(None, ON_THE_CPU)
+    try:
+        from parallax.native import gpu
+    except ImportError as exc:  # a build without the native core
+        return _datasheet_bandwidth(device, f"no native core ({exc})")
+    try:
+        cached = gpu.load_cached_bandwidth(device.get("uuid"))
+    except ParallaxError:
+        cached = None
+    if cached and (cached.get("copy") or {}).get("bytes_per_s"):
+        return _copy_limit(cached, f"parallax check-env --measure or an earlier profile, {cached.get('measured_at')}")
+    if not measure:
+        return _datasheet_bandwidth(device, "no cached copy measurement")
+    found = gpu.measure_bandwidth(device)
+    if found["copy"].get("error") is None:
+        return _copy_limit(found, "now")
+    return _datasheet_bandwidth(device, f"the copy did not run: {found['copy']['error']}")
+
+
+def _copy_limit(record: dict, when: str) -> Limit:
+    copy = record["copy"]
+    kind = "measured now" if when == "now" else "measured"
+    return Limit(copy["bytes_per_s"], f"{kind}: a device-to-device copy of {copy['bytes'] / 2**30:.1f} GiB, bytes "
+                                      f"read + written over the median of {copy['iters']} copies"
+                                      + ("" if when == "now" else f" ({when})"))
+
+
+def _datasheet_bandwidth(device: dict, why: str) -> Limit:
     spec = hardware.resolve_device(device).spec
     if spec is None or not spec.bandwidth:
-        return Limit(None, f"unknown: no datasheet bandwidth for {device.get('name')}")
-    return Limit(bytes_per_second(spec.bandwidth), f"datasheet: {spec.bandwidth}, {spec.source} (not measured)")
+        return Limit(None, f"unknown: {why}, and no datasheet bandwidth for {device.get('name')}")
+    return Limit(bytes_per_second(spec.bandwidth), f"datasheet: {spec.bandwidth}, {spec.source} (not measured: {why})")
 
 
 _UNITS = {"TB/s": 1e12, "GB/s": 1e9}

@@ -2,8 +2,9 @@
 this machine, and its files written into the output folder: profile.md, profile.json,
 profile.png, and with ``keep_trace`` the trace.
 
-In order: the engine's checks (a bad run ends there, nothing measured), the GEMM limits
-(check-env's cached ceilings, else a short cuBLASLt measurement: ``plan.limits``), the engine's
+In order: the engine's checks (a bad run ends there, nothing measured), the GEMM and HBM limits
+(check-env's cached ceilings and copy bandwidth, else a short cuBLASLt measurement and a copy:
+``plan.limits``), the engine's
 step timed and profiled (``engines.profiler``; MaxText in its own process:
 ``engines/maxtext/profile.py``) and attention's backends measured at the run's shape, then the
 table (``analysis/profile.py``).
@@ -37,10 +38,12 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
     run, model = plan.run, plan.run.model_config
     gpu = machine.gpu_of(run.device)
     formats = step_work.linear_formats(model, plan.recipe)
-    gemm = {}
+    gemm, hbm = {}, {}
 
     def measure_gemms():  # once the engine has accepted the run, before its steps
         gemm.update(limits.gemm_limits(gpu, model, run.batch_size, run.seq_len, formats))
+        if gpu is not None:
+            hbm["limit"] = limits.hbm_limit(gpu)
 
     profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms)
     summary = profiling.summarize(profiled.events, steps)
@@ -50,19 +53,20 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
         environment=machine.environment(), timing=_timing(profiled, warmup, steps, run.tokens_per_step),
         on_gpu=profiled.on_gpu, summary=summary,
         work=step_work.step_work(model, run.batch_size, run.seq_len, plan.recipe),
-        limits=_limits(plan, profiled, gpu, gemm, set(formats.values())), notes=_notes(plan, profiled, summary))
+        limits=_limits(plan, profiled, gpu, gemm, hbm.get("limit"), set(formats.values())),
+        notes=_notes(plan, profiled, summary))
     write(record, out)
     return record
 
 
-def _limits(plan: RunPlan, profiled, gpu: dict | None, gemm: dict, formats: set[str]) -> dict:
+def _limits(plan: RunPlan, profiled, gpu: dict | None, gemm: dict, hbm, formats: set[str]) -> dict:
     """The record's limits: GEMMs by format, HBM, attention; none on the CPU, unknown on a GPU
     that the native probe does not see."""
     if not profiled.on_gpu or gpu is None:
         missing = limits.Limit(None, limits.ON_THE_CPU if not profiled.on_gpu else NO_PROBE)
         gemm, hbm = {fmt: missing for fmt in formats}, missing
-    else:
-        hbm = limits.hbm_limit(gpu)
+    elif hbm is None:
+        hbm = limits.hbm_limit(gpu, measure=False)
     return {"gemm": {fmt: lim.to_dict() for fmt, lim in sorted(gemm.items())}, "hbm": hbm.to_dict(),
             "attention": _attention(plan, profiled)}
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parallax.analysis import comparability
-from parallax.analysis.profile import HOST_GAPS, OVERLAP
+from parallax.analysis.profile import HOST_GAPS, OVERLAP, OWN
 from parallax.analysis.report.format import NA, num, pct
 from parallax.analysis.report.plots import save_figure
 from parallax.errors import require_module
@@ -64,7 +64,9 @@ def _limit_lines(record: dict) -> list[str]:
             *(f"- attention {d} limit: {_value(attention[d]['value'], ' TFLOP/s')} ({attention[d]['source']})"
               for d in ("forward", "backward")),
             f"- memory-bound limit: HBM {_value(_tb(limits['hbm']['value']), ' TB/s')} ({limits['hbm']['source']}); "
-            "bytes from the byte model of parallax.spec.step_work"]
+            "bytes from the byte model of parallax.spec.step_work",
+            *(f"- {row['class']} limit: {row['limit_source']}" for row in record["classes"]
+              if str(row.get("limit_source") or "").startswith(OWN))]
 
 
 def _tb(value):

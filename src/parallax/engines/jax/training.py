@@ -24,6 +24,7 @@ from parallax.engines.jax.runtime import (
 )
 from parallax.engines.schedule import lr_at
 from parallax.engines.weights import init_weights
+from parallax.plan import machine
 
 TIMING_METHOD = (
     "host clock when step k's metrics are ready minus the same for step k-1, "
@@ -236,6 +237,7 @@ def framework_info(device, attention: str, attention_reason: str) -> dict:
         "optax": optax.__version__,
         "device": f"{device.platform}:{device.id}",
         "device_name": device.device_kind,
+        "device_uuid": device_uuid(device),
         "compute_capability": getattr(device, "compute_capability", None),
         "platform": device.platform,
         "attention_backend": attention,
@@ -246,3 +248,14 @@ def framework_info(device, attention: str, attention_reason: str) -> dict:
         "allocator": os.environ.get("XLA_PYTHON_CLIENT_ALLOCATOR", "bfc (default)"),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
     }
+
+
+def device_uuid(device) -> str | None:
+    """The UUID ('GPU-...', NVML's) of a JAX GPU device: the probe's GPU at its CUDA ordinal
+    (``local_hardware_id``: JAX and the probe count the visible GPUs alike); None on the CPU or
+    where the probe does not see it."""
+    if device.platform != "gpu":
+        return None
+    index = getattr(device, "local_hardware_id", None)
+    found = machine.gpu_of(f"cuda:{device.id if index is None else index}")
+    return (found or {}).get("uuid")

@@ -45,6 +45,7 @@ from parallax.engines.base import (
     bad_gradients,
     eval_due,
 )
+from parallax.native.gpu import gpu_uuid
 from parallax.plan.resolve import RunPlan
 from parallax.spec.recipe import Recipe
 from parallax.errors import ParallaxError, missing_dependency
@@ -600,7 +601,7 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "cudnn": cudnn_version(torch) if cuda else None,
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
-        "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if cuda else None,
+        "device_uuid": gpu_uuid(torch.cuda.get_device_properties(device).uuid) if cuda else None,
         "compute_capability": "{}.{}".format(*torch.cuda.get_device_capability(device)) if cuda else None,
         "attention_backend": ATTENTION_NAMES[trainer.attention],
         "attention_selection": "first of " + ", ".join(ATTENTION_NAMES[n] for n in ATTENTION_ORDER)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
+from parallax.native.gpu import gpu_uuid
 from parallax.plan.world import RankInfo, kept_env
 from parallax.errors import ParallaxError
 
@@ -194,7 +195,7 @@ def record(group: Group, device, step_ms: list[float], losses: list[float], peak
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return {"rank": group.rank.rank, "local_rank": group.rank.local_rank, "host": group.rank.host,
             "device": f"{device} ({name})" if device.type == "cuda" else str(device),
-            "device_uuid": str(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else None,
+            "device_uuid": gpu_uuid(torch.cuda.get_device_properties(device).uuid) if device.type == "cuda" else None,
             "step_ms": step_ms, "loss": losses,
             "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
             "communication": communication, "env": kept_env()}
