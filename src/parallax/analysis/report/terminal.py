@@ -150,6 +150,6 @@ def _notes(record: dict) -> list[str]:
                              f"{f.gpus_text(c.get('gpus'))} seed {run['seed']}"
                              f" — {escape(run['error'] or 'no reason recorded')}")
     shared = sorted({n for c in record["cells"] for n in c.get("notes") or [] if n.startswith("throughput not")})
-    lines += [f"note: {escape(e['cell'])} is kept out of every speedup: attention fell back "
-              f"({escape(e['reason'])})" for e in record.get("excluded") or []]
+    lines += [f"note: {escape(e['cell'])} is kept out of every speedup: {escape(e['reason'])}"
+              for e in record.get("excluded") or []]
     return lines + [f"note: {escape(n)}" for n in shared]
