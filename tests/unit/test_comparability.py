@@ -335,7 +335,11 @@ def test_an_input_bound_cell_is_kept_out_of_every_speedup_with_its_reason(tmp_pa
     assert next(c for c in record["cells"] if c["recipe"] == "bf16")["input_bound"] is None
     assert next(c for c in record["cells"] if c["recipe"] == "te-bf16")["data_wait"] is None  # recorded none
     assert [e["precision"] for e in record["conclusions"]["fastest"]] == ["bf16"]  # not ranked at fp8
-    assert f"torch te-fp8-delayed: {reason}; its speed measures the data feeding" in markdown.render(record)
+    text = markdown.render(record)
+    assert f"torch te-fp8-delayed: {reason}; its speed measures the data feeding" in text
+    assert "| 1,600 (1,600–1,600) (input-bound) |" in text
     console = Console(record=True, width=400)
     terminal.render(record, console)
-    assert f"note: torch te-fp8-delayed is kept out of every speedup: {reason}" in console.export_text()
+    shown = console.export_text()
+    assert f"note: torch te-fp8-delayed is kept out of every speedup: {reason}" in shown
+    assert "(input-bound)" in next(line for line in shown.splitlines() if "te-fp8-delayed" in line)
