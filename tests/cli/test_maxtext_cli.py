@@ -321,13 +321,40 @@ def test_a_parameter_count_that_fails_is_null_with_the_reason(tmp_path, capsys, 
     assert (mt["parameters_logged_billion"], mt["parameters_agree"]) == (0.001, True)
 
 
+def test_each_step_s_wait_in_maxtext_s_data_loader_is_recorded(trained_once):
+    """The child wraps MaxText's DataLoader.load_next_batch: one wait a step, in steps.jsonl and
+    summarised in run.json as the other engines' waits are."""
+    run_dir = trained_once() / "run"
+    result = json.loads((run_dir / "run.json").read_text())
+    steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    waits = [s["data_wait_ms"] for s in steps]
+    assert len(waits) == 6 and all(w >= 0.0 for w in waits)
+    assert result["timing"]["data_wait"]["total_ms"] == pytest.approx(sum(waits[2:]), rel=1e-12)
+    assert result["framework"]["settings"]["grain_worker_count"] == 8
+    assert result["framework"]["settings"]["grain_per_worker_buffer_size"] == 16
+
+
+def test_a_slow_maxtext_feed_makes_the_run_input_bound(tmp_path, capsys, maxtext_here, monkeypatch):
+    """A data loader planted to take 20 ms a batch, against the fake's 50-52 ms steps."""
+    from parallax.analysis import comparability
+
+    monkeypatch.setenv("FAKE_MAXTEXT_DATA_WAIT_S", "0.02")
+    assert train(tmp_path) == 0
+    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    assert all(s["data_wait_ms"] >= 20.0 for s in steps)
+    reason = comparability.input_bound(result)
+    assert reason.startswith("input-bound: waited ") and "grain_worker_count" in reason
+
+
 def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(trained_once):
     run_dir = trained_once("--recipe", "bf16-defaults") / "run"
     result = json.loads((run_dir / "run.json").read_text())
     assert result["status"] == "ok" and result["precision"]["recipe"] == "bf16-defaults"
     assert result["precision"]["details"]["params"]["tuning"] == "defaults"
     assert (result["framework"]["tuning"], result["framework"]["settings"], result["framework"]["attention"]) == (
-        "defaults", {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1},
+        "defaults", {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1,
+                     "grain_per_worker_buffer_size": 1, "grain_num_threads": 16, "grain_prefetch_buffer_size": 500},
         "autoselected")
     config = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16-defaults.yml").read_text())
     assert (config["scan_layers"], config["remat_policy"], config["attention"], config["quantization"]) == (
@@ -373,9 +400,9 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
     # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings
     bf16, defaults = (yaml.safe_load((out / f"maxtext-llama-100m-{r}.yml").read_text())
                       for r in ("bf16", "bf16-defaults"))
-    settings = ("scan_layers", "remat_policy", "attention", "grain_worker_count")
-    assert [bf16[k] for k in settings] == [False, "minimal", "cudnn_flash_jax", 4]
-    assert [defaults[k] for k in settings] == [True, "full", "autoselected", 1]
+    settings = ("scan_layers", "remat_policy", "attention", "grain_worker_count", "grain_per_worker_buffer_size")
+    assert [bf16[k] for k in settings] == [False, "minimal", "cudnn_flash_jax", 8, 16]
+    assert [defaults[k] for k in settings] == [True, "full", "autoselected", 1, 1]
     assert {k: v for k, v in defaults.items() if k not in settings} == {
         k: v for k, v in bf16.items() if k not in settings}
     assert "tuning 'defaults'" in (out / "maxtext-llama-100m-bf16-defaults.yml").read_text()

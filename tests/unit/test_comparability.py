@@ -173,7 +173,7 @@ def test_a_cell_whose_attention_fell_back_is_kept_out_of_every_speedup(tmp_path)
     record = build_comparison(tmp_path, n_boot=200)
     assert [s["label"] for s in record["speedups"]] == ["torch: te-bf16 over bf16"]
     assert record["excluded"] == [{"cell": "torch te-fp8-delayed",
-                                   "reason": "cudnn refused (CUDNN_STATUS_MISMATCH) → flash"}]
+                                   "reason": "attention fell back (cudnn refused (CUDNN_STATUS_MISMATCH) → flash)"}]
     fell_back = next(c for c in record["cells"] if c["recipe"] == "te-fp8-delayed")
     assert fell_back["attention_fallback"] == "cudnn refused (CUDNN_STATUS_MISMATCH) → flash"
     assert fell_back["tokens_per_s"]["value"] == pytest.approx(4 * 32 * 1000 / 80)  # its own speed stays shown
@@ -284,3 +284,62 @@ def test_a_run_whose_guard_verdict_was_regraded_is_named_in_its_cell(tmp_path):
     (cell,) = build_comparison(tmp_path, n_boot=200)["cells"]
     assert cell["notes"][1:] == ["runs/torch-bf16-seed0-rep0: its guard verdict was regraded from 'failed' by "
                              "scripts/regrade_guards.py on 2026-12-01 (was: numerics guard: zero at step 1)"]
+
+
+# ----------------------------------------------------------------------------- input-bound
+
+FEED = "prepared tokens (parallax data prepare) through the native loader, on a host with CPU cores to spare"
+
+
+def waited(root, fw: str, recipe: str, fraction: float, step_ms: float = 100.0) -> None:
+    """Give the run of ``recipe`` (``put``) a data wait of ``fraction`` of its step time."""
+    path = root / "runs" / f"{fw}-{recipe}-seed0-rep0" / "run.json"
+    record = json.loads(path.read_text())
+    mean = fraction * step_ms
+    record["timing"]["data_wait"] = {"median_ms": mean, "mean_ms": mean, "total_ms": 10 * mean, "fraction": fraction}
+    path.write_text(json.dumps(record))
+
+
+def test_input_bound_is_a_wait_above_two_percent_of_the_step_and_unknown_without_a_record():
+    run = {"framework": framework(), "timing": {"step_ms": {"mean": 52.0}}}
+    at = {**run, "timing": {**run["timing"], "data_wait": {"mean_ms": 1.04, "fraction": 0.02}}}
+    above = {**run, "timing": {**run["timing"], "data_wait": {"mean_ms": 3.12, "fraction": 0.06}}}
+    assert comparability.INPUT_BOUND_FRACTION == 0.02
+    assert comparability.input_bound(at) is None  # exactly 2% is not above it
+    assert comparability.input_bound(run) is None  # a run.json from before the data wait: unknown
+    assert comparability.input_bound({**run, "timing": {**run["timing"], "data_wait": None}}) is None
+    assert comparability.input_bound(above) == (
+        f"input-bound: waited 3.1 ms of 52.0 ms a step for its batch (6.0%); feed it faster: {FEED}")
+    maxtext = {**above, "framework": framework("maxtext")}
+    assert "grain_worker_count" in comparability.input_bound(maxtext)
+    assert comparability.kept_out(above) == comparability.input_bound(above)
+
+
+def test_an_input_bound_cell_is_kept_out_of_every_speedup_with_its_reason(tmp_path):
+    from rich.console import Console
+
+    from parallax.analysis.report import terminal
+
+    put(tmp_path, "torch", "bf16", "bf16", 100.0)
+    put(tmp_path, "torch", "te-bf16", "bf16", 105.0)
+    put(tmp_path, "torch", "te-fp8-delayed", "fp8", 80.0)
+    waited(tmp_path, "torch", "bf16", 0.02, 100.0)  # at the line: compared
+    waited(tmp_path, "torch", "te-fp8-delayed", 0.05, 80.0)
+    record = build_comparison(tmp_path, n_boot=200)
+    reason = f"input-bound: waited 4.0 ms of 80.0 ms a step for its batch (5.0%); feed it faster: {FEED}"
+    assert [s["label"] for s in record["speedups"]] == ["torch: te-bf16 over bf16"]
+    assert record["excluded"] == [{"cell": "torch te-fp8-delayed", "reason": reason}]
+    bound = next(c for c in record["cells"] if c["recipe"] == "te-fp8-delayed")
+    assert bound["input_bound"] == reason and bound["data_wait"] == {"fraction": 0.05, "mean_ms": 4.0, "runs": 1}
+    assert bound["tokens_per_s"]["value"] == pytest.approx(4 * 32 * 1000 / 80)  # its own speed stays shown
+    assert next(c for c in record["cells"] if c["recipe"] == "bf16")["input_bound"] is None
+    assert next(c for c in record["cells"] if c["recipe"] == "te-bf16")["data_wait"] is None  # recorded none
+    assert [e["precision"] for e in record["conclusions"]["fastest"]] == ["bf16"]  # not ranked at fp8
+    text = markdown.render(record)
+    assert f"torch te-fp8-delayed: {reason}; its speed measures the data feeding" in text
+    assert "| 1,600 (1,600–1,600) (input-bound) |" in text
+    console = Console(record=True, width=400)
+    terminal.render(record, console)
+    shown = console.export_text()
+    assert f"note: torch te-fp8-delayed is kept out of every speedup: {reason}" in shown
+    assert "(input-bound)" in next(line for line in shown.splitlines() if "te-fp8-delayed" in line)

@@ -216,12 +216,12 @@ def test_timed_steps_keeps_one_step_in_flight_and_drains_for_pauses():
         return params + 1, opt_state, _Metrics(batch, log)
 
     state = timing.timed_steps(step_fn, (0, None), iter(range(5)), range(5),
-                               lambda k, metrics, ms: done.append((k, metrics.tolist(), ms)),
+                               lambda k, metrics, ms, wait: done.append((k, metrics.tolist(), ms, wait)),
                                pause_after=lambda k: k == 2, on_pause=lambda s: paused.append(s[0]))
     assert log == [("dispatch", 0), ("dispatch", 1), ("block", 0), ("dispatch", 2), ("block", 1),
                    ("block", 2), ("dispatch", 3), ("dispatch", 4), ("block", 3), ("block", 4)]
     assert [d[:2] for d in done] == [(k, [k, 10.0 * k]) for k in range(5)]
-    assert all(d[2] >= 0 for d in done)
+    assert all(d[2] >= 0 and d[3] >= 0 for d in done)  # step time and data wait
     assert paused == [3] and state == (5, None)
 
 

@@ -64,3 +64,27 @@ def test_a_trainer_that_never_imported_jax_starts_no_backend(monkeypatch):
     monkeypatch.delitem(sys.modules, "jax", raising=False)
     assert child.peak_memory() == {"peak_bytes_in_use": None, "peak_pool_bytes": None, "bytes_limit": None}
     assert "jax" not in sys.modules
+
+
+def test_maxtext_s_data_loader_is_timed_once_a_step_and_read_back(trainer, tmp_path, capsys):
+    """The import hook wraps DataLoader.load_next_batch when MaxText imports it; its lines are
+    LogFacts' data waits, one a step; a count that is not one a step gives no waits."""
+    from parallax.engines.maxtext import launch
+
+    common = tmp_path / "maxtext" / "common"
+    common.mkdir()
+    (common / "__init__.py").write_text("")
+    (common / "data_loader.py").write_text(
+        "class DataLoader:\n    def load_next_batch(self, *args, **kwargs):\n        return 'batch'\n")
+    (tmp_path / "maxtext" / "trainers" / "pre_train" / "train.py").write_text(
+        "from maxtext.common.data_loader import DataLoader\n"
+        "loader = DataLoader()\nprint([loader.load_next_batch(rampup_manager=None) for _ in range(3)])\n")
+    child.main(["/runs/x/maxtext.yml"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[3] == "['batch', 'batch', 'batch']"
+    facts = metrics.LogFacts()
+    for line in out:
+        facts.read(line + "\n")
+    assert len(facts.data_waits) == 3 and all(w >= 0.0 for w in facts.data_waits)
+    assert launch.step_waits(facts, 3) == facts.data_waits
+    assert launch.step_waits(facts, 4) == [None] * 4

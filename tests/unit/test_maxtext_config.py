@@ -21,9 +21,12 @@ MODES = {"bf16": ("", False), "bf16-defaults": ("", False), "fp8": ("fp8", False
          "te_fp8_currentscaling": ("te_fp8_currentscaling", False),
          "te_nvfp4": ("te_nvfp4", False), "te_nvfp4_no_rht": ("te_nvfp4_no_rht", False)}
 # The performance settings each recipe runs with: base.yml's own for bf16-defaults.
-TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax", "grain_worker_count": 4}
+# Grain's feeding of real tokens: eight workers, 16 samples ahead each; base.yml's 1 and 1.
+TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax", "grain_worker_count": 8,
+         "grain_per_worker_buffer_size": 16, "grain_num_threads": 16, "grain_prefetch_buffer_size": 500}
 SETTINGS = {name: TUNED for name in MODES} | {
-    "bf16-defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1}}
+    "bf16-defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1,
+                      "grain_per_worker_buffer_size": 1, "grain_num_threads": 16, "grain_prefetch_buffer_size": 500}}
 
 
 def run_of(recipe: str, model: str = "llama-100m", **given) -> RunConfig:
@@ -142,7 +145,7 @@ def test_every_key_written_is_a_key_of_maxtext_0_2_5_base_yml(tmp_path):
     keys = mt.flat(mt.sections(run_of("fp8_gpu"), registry.get("maxtext", "fp8_gpu"), data=data.keys_for("n", "p", 0),
                                output={"run_name": "r", "base_output_directory": "o", "metrics_file": "m"},
                                weights=mt.weights_keys(Path("/w"))))
-    assert len(keys) == 16 + 7 + 5 + 8 + 2 + 3 + 8 + 1 + 3
+    assert len(keys) == 16 + 7 + 5 + 8 + 2 + 6 + 8 + 1 + 3
     mt.check_keys(keys, base_yml_without(tmp_path))
 
 
@@ -195,3 +198,14 @@ def test_the_header_says_what_it_needs_and_how_to_run_it():
 def test_yaml_values_read_back_as_themselves(value, text):
     assert mt.yaml_value(value) == text
     assert yaml.safe_load(f"k: {text}")["k"] == value
+
+
+def test_grain_feeding_is_written_as_maxtext_keys_that_base_yml_has(tmp_path):
+    """How Grain feeds real tokens: the worker count and each worker's buffer (samples: 0.2.5's
+    mmap_npy pipeline prefetches before batching), written in every tuned file and recorded in
+    run.json's framework.settings; base.yml's own values in the defaults tuning."""
+    tuned, defaults = parsed(run_of("bf16")), parsed(run_of("bf16-defaults"))
+    grain = ("grain_worker_count", "grain_per_worker_buffer_size", "grain_num_threads", "grain_prefetch_buffer_size")
+    assert [tuned[k] for k in grain] == [8, 16, 16, 500]
+    assert [defaults[k] for k in grain] == [1, 1, 16, 500]
+    mt.check_keys({k: tuned[k] for k in grain}, base_yml_without(tmp_path))  # keys MaxText 0.2.5 reads

@@ -20,7 +20,11 @@ scope, which says in which comparisons it may differ:
              Between recipes, as part of what is compared.
 
 A cell whose attention fell back (the engine's first choice refused at this shape, e.g. cuDNN
-→ flash) is marked; its speed is kept out of every ratio, since it measures the fallback.
+→ flash) is marked; its speed is kept out of every ratio, since it measures the fallback. So is
+an input-bound cell: one whose steps waited for their batches more than INPUT_BOUND_FRACTION of
+their step time (``timing.data_wait``, docs/timing.md): its speed measures the data feeding, not
+the stack. A run recorded before the data wait was (no ``timing.data_wait``) is not marked:
+unknown, not input-bound.
 """
 
 from __future__ import annotations
@@ -36,6 +40,16 @@ MAY_DIFFER = {"repeat": (), "recipe": (RECIPE,), "framework": (FRAMEWORK, RECIPE
 # Each engine's attention on a GPU when nothing refuses (torch probes cuDNN first, JAX asks for
 # cuDNN's fused attention); MaxText's is its config key, set by the recipe, so never a fallback.
 FIRST_CHOICE_ATTENTION = {"torch": "cudnn", "jax": "cudnn"}
+# Rule: a run whose timed steps waited for their batches more than this fraction of their step
+# time (total wait / total step time) is input-bound; exactly this fraction is not.
+INPUT_BOUND_FRACTION = 0.02
+# How to feed each engine faster, for the input-bound reason.
+FEED_FASTER = {
+    "maxtext": "more Grain workers or a deeper per-worker buffer (MaxText's grain_worker_count, "
+               "grain_per_worker_buffer_size: engines/maxtext/config.py)",
+}
+FEED_FASTER_DEFAULT = ("prepared tokens (parallax data prepare) through the native loader, on a host with "
+                       "CPU cores to spare")
 
 
 @dataclass(frozen=True)
@@ -204,6 +218,28 @@ def attention_fallback(run: dict) -> str | None:
         return None
     reason = (fw.get("attention_refused") or {}).get(first) or fw.get("attention_reason") or "reason not recorded"
     return f"{first} refused ({_short(reason)}) → {backend}"
+
+
+def input_bound(run: dict) -> str | None:
+    """Why a run's speed measures its data feeding ('input-bound: waited 3.1 ms of 52.0 ms a step
+    for its batch (6.0%); feed it faster: ...'), or None: its wait is at most INPUT_BOUND_FRACTION
+    of its step time, or it recorded no wait (a run.json from before ``timing.data_wait``)."""
+    timing = run.get("timing") if isinstance(run.get("timing"), dict) else {}
+    wait = timing.get("data_wait") if isinstance(timing.get("data_wait"), dict) else None
+    if wait is None or wait.get("fraction") is None or wait["fraction"] <= INPUT_BOUND_FRACTION:
+        return None
+    fw = run.get("framework") if isinstance(run.get("framework"), dict) else {}
+    step = (timing.get("step_ms") or {}).get("mean")
+    of_step = f" of {step:.1f} ms" if step is not None else ""
+    return (f"input-bound: waited {wait['mean_ms']:.1f} ms{of_step} a step for its batch "
+            f"({wait['fraction']:.1%}); feed it faster: {FEED_FASTER.get(fw.get('name'), FEED_FASTER_DEFAULT)}")
+
+
+def kept_out(run: dict) -> str | None:
+    """Why a run's speed is kept out of every ratio (its attention fell back, or it is
+    input-bound), as one line; None where it may be compared."""
+    fallback = attention_fallback(run)
+    return f"attention fell back ({fallback})" if fallback else input_bound(run)
 
 
 def refusal(subject: str, found: list[Difference], cross_machine: bool = False) -> ParallaxError:

@@ -152,6 +152,12 @@ class CellData:
     facts: dict | None = None  # comparability.facts of its first ok run (its runs agree on them)
     machines: dict[str, list[LoadedRun]] = field(default_factory=dict)  # machine label -> ok runs
     fallback: str | None = None  # why its attention is not the engine's first choice
+    input_bound: str | None = None  # comparability.input_bound of its first input-bound run
+
+    @property
+    def kept_out(self) -> str | None:
+        """Why its speed is kept out of every ratio (attention fallback, input-bound), or None."""
+        return f"attention fell back ({self.fallback})" if self.fallback else self.input_bound
 
     @property
     def machine(self) -> str | None:
@@ -353,6 +359,7 @@ def _check_runs(cell: CellData, ok: list[LoadedRun], cross_machine: bool) -> Non
                 f"to pool the runs of {cell.name} ({_relative(ok[0].run_dir, cell.root)} and "
                 f"{_relative(r.run_dir, cell.root)})", found, cross_machine)
     cell.fallback = next((why for why in map(comparability.attention_fallback, (r.run for r in ok)) if why), None)
+    cell.input_bound = next((why for why in map(comparability.input_bound, (r.run for r in ok)) if why), None)
 
 
 def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool = False) -> None:
@@ -378,11 +385,16 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
         "machines": {label: len(runs) for label, runs in cell.machines.items()},
         "epochs": _median_or_none([epochs_seen(r) for r in ok]),
         "attention_fallback": cell.fallback,
+        "input_bound": cell.input_bound,
+        "data_wait": _cell_data_wait(ok),
     })
     cell.record["notes"] += _regraded_notes(cell, ok)
     if cell.fallback:
         cell.record["notes"].append(f"{cell.name}: attention fell back ({cell.fallback}); its speed measures the "
                                     "fallback and is kept out of every speedup")
+    if cell.input_bound:
+        cell.record["notes"].append(f"{cell.name}: {cell.input_bound}; its speed measures the data feeding and is "
+                                    "kept out of every speedup")
     if shared > 1:
         cell.record["notes"].append(f"throughput not measured: up to {shared} runs shared the device "
                                     f"(benchmark --concurrent {shared}); its loss is unaffected")
@@ -392,6 +404,17 @@ def analyse_cell(cell: CellData, n_boot: int, level: float, cross_machine: bool 
     cell.record.update(_cell_eval(ok))
     if cell.framework == "maxtext":
         cell.record["maxtext_own"] = _maxtext_own(ok)
+
+
+def _cell_data_wait(ok: list[LoadedRun]) -> dict | None:
+    """The median over its runs of each run's data-wait fraction and mean wait (``timing.data_wait``);
+    None where no run recorded one."""
+    waits = [(r.run.get("timing") or {}).get("data_wait") for r in ok]
+    waits = [w for w in waits if isinstance(w, dict) and w.get("fraction") is not None]
+    if not waits:
+        return None
+    return {"fraction": _median_or_none([w["fraction"] for w in waits]),
+            "mean_ms": _median_or_none([w["mean_ms"] for w in waits]), "runs": len(waits)}
 
 
 def _run_speed(run: LoadedRun) -> float:
@@ -485,7 +508,7 @@ def _cell_header(cell: CellData) -> dict:
                  for r in cell.runs],
         "n_ok": counts.get("ok", 0), "n_runs": len(cell.runs) + pending,
         "tokens_per_s": None, "tokens_per_s_per_gpu": None, "step_ms": None, "flops": None, "memory": None,
-        "parallel": None,
+        "parallel": None, "input_bound": None, "data_wait": None,
         "compile_s": None, "final_loss": None, "eval_loss": None, "perplexity": None,
         "precision_info": None, "framework_info": None, "timing_method": None,
         "loss_curve": None, "eval_curve": None, "machine": None, "machines": {}, "attention_fallback": None,
@@ -672,7 +695,8 @@ class Judge:
     """Decides, for every ratio of two cells, whether it may be computed (``comparability``):
     'same' (alike in every fact but the one compared), 'cross' (alike but for the machine, with
     --cross-machine: a separate section whose intervals include the machines' spread), or None
-    (a cell's attention fell back: kept out, and named in ``excluded``); anything else is
+    (a cell's attention fell back or it is input-bound: kept out, and named in ``excluded``
+    with the reason); anything else is
     refused with a one-line ParallaxError naming the fact and the two cells."""
 
     cross_machine: bool = False
@@ -682,8 +706,8 @@ class Judge:
 
     def __call__(self, kind: str, a: CellData, b: CellData) -> str | None:
         for cell in (a, b):
-            if cell.fallback:
-                self.excluded[cell.name] = cell.fallback
+            if cell.kept_out:
+                self.excluded[cell.name] = cell.kept_out
                 return None
         found = comparability.differences(a.facts, b.facts, kind)
         machine = [d for d in found if d.scope == comparability.MACHINE]
@@ -958,7 +982,7 @@ def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | No
     for p in precisions:
         for g in counts:
             ranked = sorted((c for c in cells.values()
-                             if c.precision == p and c.gpus == g and _has_speed(c) and not c.fallback),
+                             if c.precision == p and c.gpus == g and _has_speed(c) and not c.kept_out),
                             key=lambda c: -c.record["tokens_per_s"]["value"])
             if not ranked:
                 continue

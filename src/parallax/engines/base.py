@@ -88,6 +88,10 @@ class StepRecord:
     bad_layers: list[str] | None = None
     # Several ranks: each rank's own time of this step (``step_ms`` is then the slowest's).
     rank_step_ms: list[float] | None = None
+    # Host wall time this step spent getting its batch ready for the device (drawing it from
+    # the source and handing it to the device), ms; None where the engine cannot see it
+    # (docs/timing.md, "Data wait").
+    data_wait_ms: float | None = None
 
 
 @dataclass

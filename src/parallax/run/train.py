@@ -302,6 +302,7 @@ def summarize(plan: RunPlan, out: EngineOutput, environment: dict, data: dict, s
             "compile_s": out.compile_s,
             "warmup_ms_total": sum(s.step_ms for s in out.steps if s.step < run.warmup),
             "step_ms": step_ms,
+            "data_wait": data_wait_record(measured),
         },
         "throughput": throughput,
         # MFU per GPU: one GPU's share of the tokens against one GPU's peak.
@@ -326,6 +327,23 @@ def summarize(plan: RunPlan, out: EngineOutput, environment: dict, data: dict, s
         "started_at": started,
         "finished_at": utc_now(),
     }
+
+
+DATA_WAIT_METHOD = ("host wall time of each step getting its batch ready for the device (drawing it "
+                    "from the source, handing it to the device), over the timed steps; fraction = "
+                    "total wait / total step time")
+
+
+def data_wait_record(measured: list[StepRecord]) -> dict | None:
+    """``timing.data_wait``: how long the timed steps waited for their batches (median, mean and
+    total ms, and the total's fraction of their total step time); None where the engine did not
+    record a step's wait. ``analysis.comparability.input_bound`` reads it."""
+    waits = [s.data_wait_ms for s in measured]
+    if not waits or any(w is None for w in waits):
+        return None
+    total, step_total = sum(waits), sum(s.step_ms for s in measured)
+    return {"median_ms": statistics.median(waits), "mean_ms": total / len(waits), "total_ms": total,
+            "fraction": total / step_total if step_total > 0 else None, "method": DATA_WAIT_METHOD}
 
 
 def parallel_record(run: RunConfig, out: EngineOutput) -> dict:
@@ -442,7 +460,8 @@ def step_rows(run: RunConfig, steps: list[StepRecord]) -> list[dict]:
         {"step": s.step, "loss": s.loss, "step_ms": s.step_ms, "lr": s.lr,
          "grad_norm": s.grad_norm, "measured": s.step >= run.warmup,
          **({"bad_layers": s.bad_layers} if s.bad_layers else {}),
-         **({"rank_step_ms": s.rank_step_ms} if s.rank_step_ms else {})}
+         **({"rank_step_ms": s.rank_step_ms} if s.rank_step_ms else {}),
+         **({"data_wait_ms": s.data_wait_ms} if s.data_wait_ms is not None else {})}
         for s in steps
     ]
 

@@ -13,7 +13,8 @@
   precision     PrecisionInfo: precision, backend, recipe, native (False = emulated), details
   framework     engine name, versions, device, attention backend, compiled
   environment   the native GPU probe and library versions (``parallax.plan.envinfo``)
-  timing        method, warmup, compile_s, step_ms summary over measured steps; concurrent_runs
+  timing        method, warmup, compile_s, step_ms summary over measured steps; data_wait (median,
+                mean, total ms and fraction of step time; None: not recorded); concurrent_runs
                 (set by the runner, above 1) when the run shared its GPU with other runs: its
                 step times are then not a throughput measurement; setup_s: seconds before the
                 first step by phase (imports, check, data, environment)
@@ -37,7 +38,9 @@
   started_at, finished_at (ISO 8601, UTC)
 
 ``steps.jsonl`` holds one object per step: step, loss, step_ms, lr, measured (False during
-warmup); several ranks add rank_step_ms (each rank's time of the step; step_ms is the largest).
+warmup); several ranks add rank_step_ms (each rank's time of the step; step_ms is the largest);
+data_wait_ms: the host time the step spent getting its batch ready (docs/timing.md; absent
+where the engine does not record it).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def markdown(record: dict, plot_name: str | None = None) -> str:
     text += ["", "Benchmarks, as named on the command line:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
     excluded = record.get("excluded") or []
     if excluded:
-        text += ["", "Kept out (attention fell back, so the cell's speed measures the fallback):", ""]
+        text += ["", "Kept out (attention fell back or input-bound, so the cell's speed measures that):", ""]
         text += [f"- {e['cell']} in `{e['results_dir']}`: {e['reason']}" for e in excluded]
     if plot_name:
         text += ["", f"![Speedup against model size]({plot_name})"]

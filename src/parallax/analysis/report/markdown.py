@@ -201,7 +201,8 @@ def _throughput(record: dict) -> str:
         rows.append([
             c["framework"], f.precision_label(c), *_gpus_column(record, c), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
-            f.value_ci((c["tokens_per_s"] or {}).get("value"), (c["tokens_per_s"] or {}).get("ci")),
+            f.value_ci((c["tokens_per_s"] or {}).get("value"), (c["tokens_per_s"] or {}).get("ci"))
+            + (" (input-bound)" if c.get("input_bound") else ""),
             f.num(fl.get("tflops")), f.pct(fl.get("mfu_precision_peak")),
             f"{f.gib(mem.get('peak_allocated_bytes'))} / {f.gib(mem.get('peak_reserved_bytes'))}" if mem else f.NA,
             f.seconds(c["compile_s"]),

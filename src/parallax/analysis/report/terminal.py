@@ -60,7 +60,7 @@ def _cells(record: dict) -> Table:
             c["framework"], f.precision_label(c), *((str(c.get("gpus") or 1),) if several else ()),
             *((c.get("machine") or "–",) if several_machines else ()), c["status"],
             f"{f.num(step['median'])} ({f.num(step['p10'])}–{f.num(step['p90'])})" if step else f.NA,
-            f.value_ci(tps.get("value"), tps.get("ci")),
+            f.value_ci(tps.get("value"), tps.get("ci")) + (" (input-bound)" if c.get("input_bound") else ""),
             f.pct(((c["flops"] or {}).get(PRIMARY) or {}).get("mfu_precision_peak")),
             f.loss((c["final_loss"] or {}).get("value")),
             f.value_ci(d["delta"], d["ci"], f.delta) if d else "–",
@@ -150,6 +150,6 @@ def _notes(record: dict) -> list[str]:
                              f"{f.gpus_text(c.get('gpus'))} seed {run['seed']}"
                              f" — {escape(run['error'] or 'no reason recorded')}")
     shared = sorted({n for c in record["cells"] for n in c.get("notes") or [] if n.startswith("throughput not")})
-    lines += [f"note: {escape(e['cell'])} is kept out of every speedup: attention fell back "
-              f"({escape(e['reason'])})" for e in record.get("excluded") or []]
+    lines += [f"note: {escape(e['cell'])} is kept out of every speedup: {escape(e['reason'])}"
+              for e in record.get("excluded") or []]
     return lines + [f"note: {escape(n)}" for n in shared]

@@ -47,11 +47,13 @@ def device_batches(host_batches, put) -> Iterator:
 
 
 def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
-                on_done: Callable[[int, np.ndarray, float], None],
+                on_done: Callable[[int, np.ndarray, float, float], None],
                 pause_after: Callable[[int], bool] = lambda k: False,
                 on_pause: Callable[[tuple], None] = lambda state: None) -> tuple:
-    """Run ``steps`` with one step in flight; call on_done(k, metrics, step_ms) as each
-    completes, metrics being step k's metrics array copied to the host.
+    """Run ``steps`` with one step in flight; call on_done(k, metrics, step_ms, wait_ms) as
+    each completes, metrics being step k's metrics array copied to the host and wait_ms the
+    host time ``next(batches)`` took before step k's dispatch (its data wait: drawing the
+    batch, and with ``device_batches`` starting the next one's transfer).
 
     ``state`` is the training state, e.g. (params, extra, opt_state); ``step_fn(*state, batch)``
     returns (*state, metrics). When pause_after(k), the pipeline drains, on_pause(state)
@@ -60,11 +62,14 @@ def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
     pending = None
     t_prev = time.perf_counter()
     for k in steps:
-        *state, metrics = step_fn(*state, next(batches))
+        t_ask = time.perf_counter()
+        batch = next(batches)
+        wait_ms = (time.perf_counter() - t_ask) * 1e3
+        *state, metrics = step_fn(*state, batch)
         state = tuple(state)
         if pending is not None:
             t_prev = _complete(pending, t_prev, on_done)
-        pending = (k, metrics)
+        pending = (k, metrics, wait_ms)
         if pause_after(k):
             _complete(pending, t_prev, on_done)
             pending = None
@@ -76,10 +81,10 @@ def timed_steps(step_fn, state: tuple, batches: Iterator, steps: range,
 
 
 def _complete(pending, t_prev: float, on_done) -> float:
-    k, metrics = pending
+    k, metrics, wait_ms = pending
     metrics.block_until_ready()  # every local device's copy: the slowest local device decides
     t_ready = time.perf_counter()
-    on_done(k, host_value(metrics), (t_ready - t_prev) * 1e3)
+    on_done(k, host_value(metrics), (t_ready - t_prev) * 1e3, wait_ms)
     return t_ready
 
 
@@ -101,7 +106,7 @@ def overhead(step_fn, state: tuple, batches: Iterator, n: int, rounds: int = 2) 
     per_step, single = [], []
     for _ in range(rounds):
         times: list[float] = []
-        state = timed_steps(step_fn, state, batches, range(n), lambda k, metrics, ms: times.append(ms))
+        state = timed_steps(step_fn, state, batches, range(n), lambda k, metrics, ms, wait: times.append(ms))
         per_step.append(sum(times) / n)
         state, total_s = untimed_steps(step_fn, state, batches, n)
         single.append(total_s * 1e3 / n)

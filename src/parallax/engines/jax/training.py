@@ -101,10 +101,10 @@ def _train(run: RunConfig, plan, batches, progress: Progress) -> EngineOutput:
     records: list[StepRecord] = []
     evals: list[EvalRecord] = []
 
-    def on_done(k: int, metrics: np.ndarray, step_ms: float) -> None:
+    def on_done(k: int, metrics: np.ndarray, step_ms: float, wait_ms: float) -> None:
         loss, grad_norm, *norms = (float(m) for m in metrics)
         records.append(StepRecord(k, loss, step_ms, float(lr_at(k, run.optim, run.steps)), grad_norm,
-                                  bad_gradients(names, norms)))
+                                  bad_gradients(names, norms), data_wait_ms=wait_ms))
         progress.step(k, loss, step_ms)
 
     def on_pause(state) -> None:

@@ -9,17 +9,64 @@ module through this one: the same module, the same arguments, in the same proces
 line would set it), and once it has exited with status 0 (absl's ``app.run`` ends in
 ``sys.exit``), the device's stats are read while JAX is still up and printed as ``MEMORY_TAG``
 + JSON, which ``metrics.LogFacts`` reads. A run that fails prints nothing more.
+
+Each step's data wait: MaxText's train loop takes every step's batch from
+``DataLoader.load_next_batch`` (``maxtext.common.data_loader``: ``next()`` on its Grain or
+synthetic iterator, then ``jax.device_put``), and neither its metrics file nor its log says
+how long that took. When MaxText imports that module, this one wraps the method (an import
+hook: nothing is imported early) so that every call prints ``DATA_WAIT_TAG`` + the call's host
+milliseconds, one line per training step in step order, which ``metrics.LogFacts`` reads.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import json
 import runpy
 import sys
+import time
 
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"  # also config.TRAIN_MODULE; this module imports nothing of ours
 MEMORY_TAG = "[parallax] device memory after training: "
+DATA_WAIT_TAG = "[parallax] data wait ms: "
+LOADER_MODULE = "maxtext.common.data_loader"  # MaxText 0.2.5's DataLoader.load_next_batch
 STATS = ("peak_bytes_in_use", "peak_pool_bytes", "bytes_limit")
+
+
+def timed_loader(loader_class) -> None:
+    """Wrap ``loader_class.load_next_batch`` to print each call's host milliseconds."""
+    inner = loader_class.load_next_batch
+
+    def load_next_batch(self, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return inner(self, *args, **kwargs)
+        finally:
+            print(f"{DATA_WAIT_TAG}{(time.perf_counter() - started) * 1e3:.4f}", flush=True)
+
+    loader_class.load_next_batch = load_next_batch
+
+
+class LoaderTimer(importlib.abc.MetaPathFinder):
+    """Finds ``LOADER_MODULE`` as the other finders would and wraps its ``DataLoader`` once the
+    module has run; a MaxText without that class is left as it is (no data wait recorded)."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != LOADER_MODULE:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            if hasattr(getattr(module, "DataLoader", None), "load_next_batch"):
+                timed_loader(module.DataLoader)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def peak_memory() -> dict:
@@ -35,11 +82,15 @@ def peak_memory() -> dict:
 
 def main(argv: list[str]) -> None:
     sys.argv = [TRAIN_MODULE, *argv]  # argv[0] becomes the module's file, as with python -m
+    timer = LoaderTimer()
+    sys.meta_path.insert(0, timer)
     try:
         runpy.run_module(TRAIN_MODULE, run_name="__main__", alter_sys=True)
     except SystemExit as done:
         if done.code not in (None, 0):
             raise
+    finally:
+        sys.meta_path.remove(timer)
     print(MEMORY_TAG + json.dumps(peak_memory()), flush=True)
 
 

@@ -37,15 +37,33 @@ PINNED_VERSION = "0.2.5"
 
 # How MaxText is set up for one GPU: its documentation's advice for small models on GPUs
 # (no layer scan, the cheaper remat policy, cuDNN flash attention through JAX, which needs no
-# TE; measured: docs/maxtext.md#tuning-a-fair-maxtext). Grain workers (real tokens only): with
-# base.yml's one, MaxText's mmap_npy pipeline is slower than its step on the GPU hosts
-# (docs/results/2026-12-01-h200-e/); four keep the batches in order (checked against our loader
-# on the CPU, docs/results/2026-12-01-cpu-maxtext/grain/).
+# TE; measured: docs/maxtext.md#tuning-a-fair-maxtext), and how Grain feeds real tokens
+# (GRAIN_FEED; synthetic data reads none of them).
+#
+# Grain (real tokens only; docs/maxtext.md#feeding-maxtext): MaxText 0.2.5's mmap_npy pipeline
+# runs ``mp_prefetch`` BEFORE ``batch`` (to keep the sample order), so each worker process hands
+# over single samples and ``grain_per_worker_buffer_size`` counts samples, not batches. base.yml's
+# buffer of 1 lets each worker run one sample ahead of the training loop, which then waits on
+# the workers for every one of a batch's 32 samples: input-bound at 493k tokens/s against 627k
+# synthetic on the H200 with four workers (docs/results/2026-12-01-h200-e/, -f/, the 2026-12-04
+# evidence). Tuned: eight worker processes (the H200 host has 16 cores; one sample costs one core
+# 2.5-5 ms, docs/results/2026-12-01-cpu-maxtext/grain/, so eight make a 32-row batch in ~10-20 ms
+# against a ~52 ms step), each up to GRAIN_BUFFER_SAMPLES samples (two batches over the
+# workers, twice over) ahead. The read threads and read-ahead of each worker (``grain.ReadOptions``)
+# stay at base.yml's values, written out. mp_prefetch interleaves its workers round-robin, which
+# keeps the batches in our order (80 of 80 batches equal to our loader's with 1, 2 and 4
+# workers, on the CPU; eight not yet checked there).
+GRAIN_WORKERS = 8
+GRAIN_BUFFER_SAMPLES = 16
+GRAIN_FEED = {"grain_worker_count": GRAIN_WORKERS, "grain_per_worker_buffer_size": GRAIN_BUFFER_SAMPLES,
+              "grain_num_threads": 16, "grain_prefetch_buffer_size": 500}
+# base.yml's own Grain values
+GRAIN_BASE = {"grain_worker_count": 1, "grain_per_worker_buffer_size": 1, "grain_num_threads": 16,
+              "grain_prefetch_buffer_size": 500}
 TUNINGS = {
-    "tuned": {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax",
-              "grain_worker_count": 4},
+    "tuned": {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax", **GRAIN_FEED},
     # base.yml's own values, written out so that the file says what runs.
-    "defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", "grain_worker_count": 1},
+    "defaults": {"scan_layers": True, "remat_policy": "full", "attention": "autoselected", **GRAIN_BASE},
 }
 DEFAULT_TUNING = "tuned"
 

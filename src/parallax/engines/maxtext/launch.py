@@ -421,7 +421,8 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
     device = plan.handles["device"]
     return EngineOutput(
         steps=[StepRecord(step=s.step, loss=s.loss, step_ms=s.step_s * 1e3, lr=s.lr if s.lr is not None else float("nan"),
-                          grad_norm=s.raw_grad_norm) for s in steps],
+                          grad_norm=s.raw_grad_norm, data_wait_ms=wait)
+               for s, wait in zip(steps, step_waits(facts, len(steps)))],
         precision=plan.precision,
         framework={
             "name": "maxtext", "version": plan.handles["version"], "device": plan.device, "platform": "gpu",
@@ -460,6 +461,14 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             },
         },
     )
+
+
+def step_waits(facts: metrics.LogFacts, steps: int) -> list[float | None]:
+    """Each step's data wait as the child printed it (``child.DATA_WAIT_TAG``); None for every
+    step where the count is not one a step (a MaxText whose DataLoader the child did not find)."""
+    if len(facts.data_waits) != steps:
+        return [None] * steps
+    return list(facts.data_waits)
 
 
 def time_to_first_step(facts: metrics.LogFacts, first: metrics.MaxTextStep) -> float | None:

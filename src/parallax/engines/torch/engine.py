@@ -12,7 +12,8 @@ step k's mark. The host enqueues step k, then waits for step k-1's mark only, so
 always queued on the device while the host reads step k-1's loss (copied to pinned memory
 inside the stream) and feeds the progress bar. The first step, which compiles, is waited for
 and timed on the host as ``compile_s``; evaluation is followed by a fresh mark, so it is never
-part of a step time.
+part of a step time. Each step's data wait (``StepRecord.data_wait_ms``) is the host time of
+drawing its batch and starting the batch's copy to the device, read on the host clock.
 
 Several GPUs (``RunConfig.gpus`` > 1, one process per GPU: ``engines/torch/parallel.py``): the
 model runs under DDP or FSDP2, each rank times its own steps, and at the end every rank's step
@@ -315,6 +316,7 @@ class _Pending:
     start: object
     end: object
     lr: float
+    data_wait_ms: float  # host time drawing the batch and starting its copy to the device
 
 
 class TrainLoop:
@@ -371,7 +373,10 @@ class TrainLoop:
                 if pending is not None:
                     clock.wait(pending.end)
                 profiler = self._profiler()
-            metrics = trainer.train_step(trainer.upload(next(batches), self.pinned), lr)
+            asked = time.perf_counter()
+            batch = trainer.upload(next(batches), self.pinned)
+            wait_ms = (time.perf_counter() - asked) * 1e3
+            metrics = trainer.train_step(batch, lr)
             self.host[step].copy_(metrics, non_blocking=True)
             end = clock.mark()
             if profiler is not None:
@@ -381,7 +386,7 @@ class TrainLoop:
                 self.compile_s = time.perf_counter() - started
                 self.progress.phase("training")
             self._finish(pending)
-            pending, previous = _Pending(step, previous, end, lr), end
+            pending, previous = _Pending(step, previous, end, lr, wait_ms), end
             if eval_set and eval_due(run, step):
                 self._finish(pending)
                 pending = None
@@ -417,7 +422,7 @@ class TrainLoop:
         loss, grad_norm, *watched = self.host[pending.step].tolist()
         names = [name for _, name in self.trainer.quantized]
         self.records.append(StepRecord(pending.step, loss, step_ms, pending.lr, grad_norm,
-                                       bad_gradients(names, watched)))
+                                       bad_gradients(names, watched), data_wait_ms=pending.data_wait_ms))
         self.progress.step(pending.step, loss, step_ms)
 
 
