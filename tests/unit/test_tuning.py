@@ -84,6 +84,10 @@ def test_the_tuning_plan_makes_one_cell_per_knob_set_its_recipe_takes():
 def test_a_tunings_entry_of_a_framework_not_in_the_matrix_is_refused():
     with pytest.raises(ParallaxError, match=r"^--tunings jax:lhs: jax is not among --frameworks \(torch\)"):
         Matrix(("torch",), ("bf16",), tunings=("jax:lhs",), base=RunConfig.for_preset("tiny")).validate()
+    with pytest.raises(ParallaxError, match=r"^--tuning reduce-overhead replays the compiled step as CUDA graphs, "
+                                            r"but recipe torch:te-fp8-delayed"):
+        Matrix(("torch",), ("te-fp8-delayed",), tunings=("torch:reduce-overhead",),
+               base=RunConfig.for_preset("tiny")).validate()
 
 
 # --- the engines apply the knobs and run.json records them
@@ -91,7 +95,7 @@ def test_a_tunings_entry_of_a_framework_not_in_the_matrix_is_refused():
 def _tiny(tmp_path, **changes) -> RunConfig:
     folder = str(tmp_path / changes.pop("name", "run"))
     return RunConfig.for_preset("tiny", **{"steps": 3, "warmup": 1, "device": "cpu", "compile": False,
-                                           "output_dir": folder, **changes})
+                                           "batch_size": 2, "seq_len": 16, "output_dir": folder, **changes})
 
 
 def test_tuned_without_an_entry_trains_exactly_as_default_and_says_so(tmp_path):
@@ -196,8 +200,8 @@ def test_the_tuning_section_ratios_compile_times_loss_and_the_winner(tmp_path):
     assert section["tuned_table"] == ('TUNED: dict[tuple[str, str], str] = {\n'
                                       '    ("torch", "bf16"): "reduce-overhead",  # 1.250x [1.250, 1.250]\n}')
     text = markdown.render(record)
-    assert "| torch | bf16 | coordinate-descent | 2,560 (2,560–2,560) | 2.000× (2.000×–2.000×) faster | 2.5 s | " \
-           "0.500 **moves the loss** |" in text
+    assert ("| torch | bf16 | coordinate-descent | 2,560 (2,560–2,560) | 2.000× (2.000×–2.000×) faster | 2.5 s | "
+            "0.500 **moves the loss** |") in text
     assert "| torch | bf16 | reduce-overhead | 1.250× (1.250×–1.250×) | yes | coordinate-descent |" in text
     # the main tables keep the default row beside the tuned ones
     names = [c["recipe"] for c in record["cells"]]

@@ -193,6 +193,10 @@ class Matrix:
             for fw in [framework] if framework else self.frameworks:
                 if name != tuning_spec.TUNED_NAME:
                     tuning_spec.get(fw, name)
+        for recipe in self.recipe_list():
+            names = tuning_spec.of_framework(self.tunings, recipe.framework)
+            if not any(tuning_spec.takes(recipe, n) for n in names):
+                tuning_spec.resolve(recipe.framework, recipe, names[0])  # its one-line reason
 
 
     def _check_mode(self) -> None:

@@ -115,9 +115,10 @@ def resolve(framework: str, recipe, name: str) -> KnobSet:
         name = TUNED.get((framework, recipe.name), DEFAULT)
     knob_set = get(framework, name)
     if knob_set.graphs and recipe.cuda_graphs:
+        others = ", ".join(n for n in names(framework) if not get(framework, n).graphs)
         raise ParallaxError(f"--tuning {knob_set.name} replays the compiled step as CUDA graphs, but recipe "
                             f"{recipe.key} compiles only its glue and captures its blocks itself (--cuda-graphs); "
-                            f"choose another knob set: {', '.join(n for n in names(framework) if not get(framework, n).graphs)}")
+                            f"choose another knob set: {others}")
     clash = {f.split("=", 1)[0] for f in recipe.params.get("xla_flags", ())} & \
         {f.split("=", 1)[0] for f in knob_set.xla_flags}
     if clash:

@@ -269,8 +269,9 @@ def _tuning(record: dict) -> str:
              "1 (the default)" if r["knob_set"] == "default" else
              (f.value_ci(r["ratio"], r["ci"], f.ratio) + f" {f.verdict(r)}" if r["ratio"] else f.NA),
              f.seconds(r["compile_s"]), _loss_agreement(r, section["loss_band"])] for r in section["rows"]]
-    won = [[w["framework"] + f.gpus_text(w.get("gpus")), w["recipe"], w["knob_set"], f.value_ci(w["ratio"], w["ci"], f.ratio),
-            "yes" if w["beats_default"] else "no", ", ".join(w["moved_loss"]) or "none"] for w in section["winners"]]
+    won = [[w["framework"] + f.gpus_text(w.get("gpus")), w["recipe"], w["knob_set"],
+            f.value_ci(w["ratio"], w["ci"], f.ratio), "yes" if w["beats_default"] else "no",
+            ", ".join(w["moved_loss"]) or "none"] for w in section["winners"]]
     return ("## Tuning\n\nEach knob set (`--tuning`, docs/tuning.md) against its recipe's default cell: tokens/s, "
             "its ratio over the default, the compile time it costs, and the largest |loss difference| at any step "
             f"against the default cell's run of the same seed; above {section['loss_band']:g} nats (bf16's "

@@ -434,7 +434,9 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             "attention_backend": plan.attention, "attention": plan.attention,
             "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
-            "knob_keys": dict(plan.handles["knobs"].maxtext_keys), "xla_flags": " ".join(plan.handles["knobs"].xla_flags),
+            # the knob set's (--tuning): config keys over the settings, and the child's XLA flags
+            "knob_keys": dict(plan.handles["knobs"].maxtext_keys),
+            "xla_flags": " ".join(plan.handles["knobs"].xla_flags),
             "config_file": str(where.root / config.file_name(run, plan.recipe)), "command": command,
             "base_yml": plan.handles["base_yml"], "initial_weights": initial,
         },
