@@ -206,3 +206,24 @@ def test_the_tuning_section_ratios_compile_times_loss_and_the_winner(tmp_path):
     # the main tables keep the default row beside the tuned ones
     names = [c["recipe"] for c in record["cells"]]
     assert names == ["bf16", "bf16+coordinate-descent", "bf16+reduce-overhead"]
+
+
+def test_recipe_speedups_pair_cells_of_one_knob_set(tmp_path):
+    """te-fp8-delayed+lhs over bf16+lhs, never over bf16: the report's ratios stay within a knob set."""
+    for recipe, fmt, ms in (("bf16", "bf16", 100.0), ("te-fp8-delayed", "fp8", 80.0)):
+        for knob_set, speed in (("default", 1.0), ("lhs", 0.9)):
+            run = tiny_config(framework="jax", recipe=recipe, precision=fmt, tuning=knob_set)
+            cell = f"jax-{recipe}{'' if knob_set == 'default' else '+' + knob_set}-seed0-rep0"
+            steps = steps_from([ms * speed] * run.steps, [9.0 - 0.1 * i for i in range(run.steps)], run.warmup)
+            record = ok_run(run.replace(output_dir=str(tmp_path / "runs" / cell)), steps)
+            record["tuning"] = tuning.record("jax", registry.get("jax", recipe), knob_set)
+            record["framework"]["xla_flags"] = " ".join(tuning.get("jax", knob_set).xla_flags)
+            results.write_run(tmp_path / "runs" / cell, record, steps)
+    record = build_comparison(tmp_path, n_boot=100)
+    assert [(s["label"], round(s["ratio"], 4)) for s in record["speedups"]] == [
+        ("jax: te-fp8-delayed over bf16", 1.25), ("jax: te-fp8-delayed+lhs over bf16+lhs", 1.25)]
+    assert [(r["recipe"], r["knob_set"], round(r["ratio"], 4)) for r in record["tuning"]["rows"]] == [
+        ("bf16", "default", 1.0), ("bf16", "lhs", 1.1111), ("te-fp8-delayed", "default", 1.0),
+        ("te-fp8-delayed", "lhs", 1.1111)]
+    fastest = record["conclusions"]["fastest"]
+    assert [(c["precision"], c["recipe"]) for c in fastest] == [("bf16", "bf16+lhs"), ("fp8", "te-fp8-delayed+lhs")]
