@@ -53,15 +53,15 @@ def test_list_plans_prints_one_line_each(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["convergence", "crossover", "curves", "fp8-attention",
                                                      "fp8-attn-long", "fp8-matrix", "nvfp4-emulation", "nvfp4-long",
-                                                     "three-frameworks"]
+                                                     "three-frameworks", "tuning"]
     assert lines[1] == ("crossover         torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m: where fp8 "
                         "starts to pay")
 
 
 @pytest.mark.parametrize("args, message", [
     (["--plan", "fp9"], "parallax: error: unknown plan 'fp9'; choose one of: convergence, crossover, curves, "
-                        "fp8-attention, fp8-attn-long, fp8-matrix, nvfp4-emulation, nvfp4-long, three-frameworks "
-                        "(or give a .toml file)"),
+                        "fp8-attention, fp8-attn-long, fp8-matrix, nvfp4-emulation, nvfp4-long, three-frameworks, "
+                        "tuning (or give a .toml file)"),
     (["--plan", "fp8-matrix"], "parallax: error: plan 'fp8-matrix' trains on a prepared token folder; give --data DIR "
                                "(see 'parallax data prepare')"),
 ])

@@ -13,7 +13,7 @@ from parallax.cli.benchmark import command
 from parallax.errors import ParallaxError
 
 SHIPPED = ["convergence", "crossover", "curves", "fp8-attention", "fp8-attn-long", "fp8-matrix",
-           "nvfp4-emulation", "nvfp4-long", "three-frameworks"]
+           "nvfp4-emulation", "nvfp4-long", "three-frameworks", "tuning"]
 COMMON = "--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024"
 FP8_RECIPES = ("torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,"
                "jax:flax-fp8-direct,jax:te-bf16,jax:te-fp8-delayed")
@@ -59,6 +59,12 @@ COMMAND_LINES = {
                                   "--warmup 20 --repeats 1 --data <tokens> --epochs 40 --eval-every 100 --eval-batches 5 "
                                   "--concurrent 1 --timeout-per-run 500 --output-dir <out> --resume --report "
                                   "--convergence"],
+    # issue 35: the stock-tuning sweep (docs/tuning.md)
+    "tuning": ["--frameworks torch,jax,maxtext --precisions bf16 --recipes torch:te-fp8-delayed,jax:te-fp8-delayed,"
+               "maxtext:te_fp8_delayedscaling --tunings default,torch:reduce-overhead,torch:coordinate-descent,"
+               "jax:lhs-no-triton-gemm,jax:command-buffers,jax:lhs-no-triton-gemm-cb,maxtext:lhs-no-triton-gemm "
+               f"{COMMON} --steps 60 --warmup 20 --repeats 1 --data <tokens> --epochs 20 --timeout-per-run 360 "
+               "--output-dir <out> --resume --report"],
 }
 
 
@@ -159,6 +165,9 @@ GOOD = 'description = "d"\nprotocol = "throughput"\nframeworks = ["torch"]\nprec
     (GOOD.replace('"tiny"', '"llama-7b"'), "mine.toml: unknown model preset 'llama-7b'; choose one of: llama-100m"),
     (GOOD + 'recipes = ["te-fp9"]\n', "mine.toml: no framework of torch has a recipe 'te-fp9'"),
     (GOOD.replace('["torch"]', '["mxt"]'), "mine.toml: unknown framework 'mxt'; choose one of: torch, jax"),
+    (GOOD + 'tunings = ["torch:lhs"]\n', "mine.toml: unknown --tuning 'lhs' for torch (a knob set of jax, not of torch); "
+                                        "choose one of: tuned, default, reduce-overhead"),
+    (GOOD + 'tunings = ["fast"]\n', "mine.toml: unknown --tuning 'fast' for torch; choose one of: tuned, default"),
     (GOOD + "steps = 60\nsteps = 61\n", "mine.toml:7: not valid TOML"),
     ('description = "d"\nprotocol = \n', "mine.toml:2: not valid TOML"),
 ])
@@ -173,7 +182,7 @@ def test_an_unknown_name_lists_the_plans_and_a_missing_file_is_named(tmp_path):
         plans.load("fp9-matrix")
     assert str(err.value) == ("unknown plan 'fp9-matrix'; choose one of: convergence, crossover, curves, "
                               "fp8-attention, fp8-attn-long, fp8-matrix, nvfp4-emulation, nvfp4-long, "
-                              "three-frameworks (or give a .toml file)")
+                              "three-frameworks, tuning (or give a .toml file)")
     with pytest.raises(ParallaxError, match="^no plan file nope/x.toml; give a TOML file or a plan name"):
         plans.load("nope/x.toml")
 

@@ -18,6 +18,10 @@ scope, which says in which comparisons it may differ:
              XLA flags the recipe asks for, MaxText's settings, the cuDNN its libraries loaded,
              the attention a torch recipe runs itself (TE's DotProductAttention).
              Between recipes, as part of what is compared.
+  tuning     the knob set a run ran (``--tuning``, spec/tuning.py: its XLA flags, torch.compile
+             mode and inductor options, MaxText keys); runs written before it read as "default".
+             Only in a tuning comparison (a knob set over its recipe's default): a ratio between
+             recipes or frameworks uses cells of one knob set.
 
 A cell whose attention fell back (the engine's first choice refused at this shape, e.g. cuDNN
 → flash) is marked; its speed is kept out of every ratio, since it measures the fallback. So is
@@ -33,10 +37,13 @@ from dataclasses import dataclass
 
 from parallax.errors import ParallaxError
 from parallax.native.gpu import gpu_uuid
+from parallax.spec import tuning
 
-MACHINE, SOFTWARE, DATA, FRAMEWORK, RECIPE = "machine", "software", "data", "framework", "recipe"
+MACHINE, SOFTWARE, DATA, FRAMEWORK, RECIPE, TUNING = "machine", "software", "data", "framework", "recipe", "tuning"
 # The scopes a comparison of each kind may differ in (besides the cells' names).
-MAY_DIFFER = {"repeat": (), "recipe": (RECIPE,), "framework": (FRAMEWORK, RECIPE)}
+MAY_DIFFER = {"repeat": (), "recipe": (RECIPE,), "framework": (FRAMEWORK, RECIPE), "tuning": (TUNING,),
+              # the fastest stacks of a format, each with its knob set (the report's conclusions)
+              "recipe+tuning": (RECIPE, TUNING), "framework+tuning": (FRAMEWORK, RECIPE, TUNING)}
 # Each engine's attention on a GPU when nothing refuses (torch probes cuDNN first, JAX asks for
 # cuDNN's fused attention); MaxText's is its config key, set by the recipe, so never a fallback.
 FIRST_CHOICE_ATTENTION = {"torch": "cudnn", "jax": "cudnn"}
@@ -94,7 +101,10 @@ def facts(run: dict) -> dict[str, tuple[str, object]]:
     out["compiled"] = (FRAMEWORK, fw.get("compiled"))
     out["jax_allocator"] = (FRAMEWORK, (fw.get("allocator"), fw.get("preallocate")) if "allocator" in fw else None)
     own_flags = set(_recipe_params(run).get("xla_flags") or ())
-    flags = (fw.get("xla_flags") or "").split()
+    knobs = (run.get("tuning") or {}).get("knobs") or {} if isinstance(run.get("tuning"), dict) else {}
+    knob_flags = set(knobs.get("xla_flags") or ())
+    flags = [f for f in (fw.get("xla_flags") or "").split() if f not in knob_flags]
+    out["tuning"] = (TUNING, tuning.of_run(run))
     out["xla_flags"] = (FRAMEWORK, " ".join(sorted(f for f in flags if f not in own_flags)))
     out["recipe_xla_flags"] = (RECIPE, " ".join(sorted(f for f in flags if f in own_flags)))
     out["cuda_graphs"] = (RECIPE, (bool(fw.get("cuda_graphs")), fw.get("graph_scope")))

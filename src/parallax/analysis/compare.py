@@ -47,13 +47,15 @@ from pathlib import Path
 import numpy as np
 
 from parallax.analysis import comparability, stats
+from parallax.analysis import tuning as tuning_report
+from parallax.analysis.tuning import split_tuned, tuned_name
 from parallax.native import topology
 from parallax.store.archive import CorruptArchive
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.errors import ParallaxError
 from parallax.plan import capability as cap
 from parallax.spec.flops import ACCOUNTINGS, PRIMARY_ACCOUNTING, achieved_tflops, flops_per_token, mfu
-from parallax.spec import registry
+from parallax.spec import registry, tuning
 from parallax.store.results import (CELL_FIELDS, ENVIRONMENT_FILE, INDEX_FILE, INDEX_SCHEMA, MATRIX_FILE, RUN_FILE, RUNS_DIR,
                               differences, load_run, load_steps)
 
@@ -71,8 +73,10 @@ CONFIG_KEYS = ("framework", "precision", "batch_size", "seq_len", "model")  # wh
 def cell_key(config: dict, parallel: dict | None = None) -> tuple[str, str, int]:
     """(framework, recipe, GPUs) of a run's config and ``parallel`` record; runs written before
     recipes existed name only their format, which was then the framework's bf16 recipe (the
-    only one that ran), and runs from before several GPUs ran on one."""
-    return config["framework"], config.get("recipe") or config["precision"], gpus_of(config, parallel)
+    only one that ran), and runs from before several GPUs ran on one. A run of a knob set other
+    than default (``--tuning``) is a cell of its own: its recipe reads 'bf16+lhs' (``tuned_name``)."""
+    recipe = config.get("recipe") or config["precision"]
+    return config["framework"], tuned_name(recipe, config.get("tuning")), gpus_of(config, parallel)
 
 
 def gpus_of(config: dict, parallel: dict | None = None) -> int:
@@ -768,7 +772,8 @@ def speedups(cells: dict, level: float, judge: Judge | None = None) -> list[dict
     judge = judge or Judge()
     out = []
     for (fw, rec, g), cell in cells.items():
-        for base_name in _baselines(fw, rec, cell.precision):
+        plain, knob_set = split_tuned(rec)
+        for base_name in (tuned_name(b, knob_set) for b in _baselines(fw, plain, cell.precision)):
             base = cells.get((fw, base_name, g))
             if _has_speed(cell) and _has_speed(base):
                 _add(out, judge, judge.ratio("recipe", cell, base, level),
@@ -843,6 +848,7 @@ def _scaling_row(cell: CellData, one: CellData | None, level: float, judge: Judg
 
 def _format_of(framework: str, recipe: str) -> str:
     """The format of a recipe by name (a name that is a format is its own)."""
+    recipe = split_tuned(recipe)[0]
     if recipe in PRECISIONS:
         return recipe
     try:
@@ -911,7 +917,7 @@ def loss_deltas(cells: dict, n_boot: int, level: float) -> list[dict]:
     count (same global batch, so the same tokens)."""
     out = []
     for (fw, rec, g), cell in cells.items():
-        base_name = registry.default_name(fw, BASELINE_PRECISION)
+        base_name = tuned_name(registry.default_name(fw, BASELINE_PRECISION), split_tuned(rec)[1])
         base = cells.get((fw, base_name, g))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
@@ -933,7 +939,7 @@ def eval_deltas(cells: dict, level: float) -> list[dict]:
     has no interval."""
     out = []
     for (fw, rec, g), cell in cells.items():
-        base = cells.get((fw, registry.default_name(fw, BASELINE_PRECISION), g))
+        base = cells.get((fw, tuned_name(registry.default_name(fw, BASELINE_PRECISION), split_tuned(rec)[1]), g))
         if cell.precision == BASELINE_PRECISION or base is None:
             continue
         ours, theirs = _eval_by_seed(cell), _eval_by_seed(base)
@@ -992,6 +998,8 @@ def conclusions(cells: dict, deltas: list[dict], level: float, judge: Judge | No
             if len(ranked) > 1:
                 entry["runner_up"] = f"{ranked[1].framework} {ranked[1].recipe}"
                 kind = "recipe" if ranked[0].framework == ranked[1].framework else "framework"
+                if split_tuned(ranked[0].recipe)[1] != split_tuned(ranked[1].recipe)[1]:
+                    kind += "+tuning"  # two stacks, each with its knob set
                 entry.update(judge.ratio(kind, ranked[0], ranked[1], level))
             fastest.append(entry)
     emulated = [{"framework": fw, "recipe": rec, "precision": c.precision, "gpus": g}
@@ -1086,8 +1094,20 @@ def _matrix_cells(matrix: dict) -> list[tuple[str, str, str, int]]:
     out = []
     for entry in entries:
         fw, rec, fmt = entry[:3]
-        out += [(fw, rec, fmt, int(entry[3]))] if len(entry) > 3 else [(fw, rec, fmt, g) for g in counts]
+        named = [tuned_name(rec, t) for t in _knob_sets(matrix, fw, rec)]
+        out += [(fw, n, fmt, int(entry[3])) for n in named] if len(entry) > 3 else \
+            [(fw, n, fmt, g) for g in counts for n in named]
     return list(dict.fromkeys(out))
+
+
+def _knob_sets(matrix: dict, framework: str, recipe: str) -> tuple[str, ...]:
+    """The knob sets a matrix ran ``recipe`` with (``tunings``; absent: default only)."""
+    names = tuning.of_framework(tuple(matrix.get("tunings") or ()), framework)
+    try:
+        known = registry.get(framework, recipe)
+    except ParallaxError:
+        return names
+    return tuple(n for n in names if tuning.takes(known, n))
 
 
 def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
@@ -1110,6 +1130,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "matrix": current.matrix,
         "cells": [c.record for c in current.cells.values()],
         "speedups": speedup_list,
+        "tuning": tuning_report.section(current.cells, level, judge),
         "scaling": scaling(current.cells, level, judge),
         "loss_deltas": deltas,
         "mode": mode,

@@ -78,6 +78,10 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
               help="More cells: recipe names (e.g. te-fp8-current,torchao-fp8-tensorwise), 'all', or "
                    "FORMAT:all (every recipe of a format), each optionally after FRAMEWORK: (torch:te-bf16); "
                    "parallax check-env lists the recipes.")
+@click.option("--tunings", default="default", show_default=True, metavar="LIST",
+              help="Knob sets, a matrix axis (docs/tuning.md): FRAMEWORK:NAME (torch:reduce-overhead, jax:lhs) or a "
+                   "NAME for every framework ('tuned': each recipe's chosen one); a framework none names runs "
+                   "default. Each knob set a recipe can take is a cell of its own.")
 @click.option("--max-loss-gap", type=float, default=DEFAULT_MAX_LOSS_GAP, show_default=True,
               help="Numerics guard: a low-precision cell whose final loss exceeds its bf16 twin's by more "
                    "than this many nats is recorded as failed.")
@@ -149,7 +153,7 @@ def command(ctx, plan, list_plans, **options):
     return max(benchmark(**run) for run in runs)
 
 
-def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, seq_len, convergence, steps, warmup,
+def benchmark(frameworks, precisions, recipes, tunings, max_loss_gap, model, batch_size, seq_len, convergence, steps, warmup,
             synthetic, hf, data, epochs, gpus, sharding, seeds, repeats, eval_every, eval_batches, no_compile, cuda_graphs,
             device, peak_tflops, output_dir, report, resume, concurrent, timeout_per_run):
     """One benchmark of the options as the command line gives them."""
@@ -168,7 +172,7 @@ def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, 
     selectors = formats + (split_list(recipes, "--recipes") if recipes else ())
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
                     max_loss_gap, concurrent, split_gpus(gpus, device or "auto"),
-                    "convergence" if convergence else "throughput").validate()
+                    "convergence" if convergence else "throughput", split_list(tunings, "--tunings")).validate()
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     if convergence and len(matrix.seeds) < 2:

@@ -156,6 +156,9 @@ DEVICE_OPTIONS = options(
               help="Validation loss every N steps and at the end (0: never)." + _default("eval_every"))
 @click.option("--eval-batches", type=int, help="Fixed validation batches per evaluation." + _default("eval_batches"))
 @DEVICE_OPTIONS
+@click.option("--tuning", metavar="NAME",
+              help="A knob set of the framework's own tuning knobs (XLA flags, torch.compile mode, MaxText keys; "
+                   "docs/tuning.md), or 'tuned': the one the tuning sweep chose for the recipe." + _default("tuning"))
 @click.option("--gpus", metavar="N|all",
               help="GPUs of this host: one process per GPU (torch), one mesh over the devices (JAX); "
                    "--batch-size is per GPU. With --device cpu, N CPU ranks (the test lab)." + _default("gpus"))

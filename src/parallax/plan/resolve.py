@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parallax.plan import machine, world
-from parallax.spec import registry
+from parallax.spec import registry, tuning
 from parallax.spec.config import RunConfig
 from parallax.spec.recipe import FORMATS, FRAMEWORKS, Recipe
 
@@ -21,6 +21,11 @@ class RunPlan:
 
     run: RunConfig  # validated: ``recipe`` named, ``precision`` its format, ``gpus`` a count
     recipe: Recipe  # the registry's recipe of ``run.recipe``
+
+    @property
+    def knobs(self) -> tuning.KnobSet:
+        """The knob set the run's ``--tuning`` resolves to for its recipe (spec/tuning.py)."""
+        return tuning.resolve(self.run.framework, self.recipe, self.run.tuning)
 
     @property
     def multi_gpu(self) -> bool:

@@ -31,6 +31,7 @@ KEYS: dict[str, tuple[type, str]] = {
     "frameworks": (list, "a list of strings"),
     "precisions": (list, "a list of strings"),
     "recipes": (list, "a list of strings"),
+    "tunings": (list, "a list of strings (FRAMEWORK:KNOBSET or KNOBSET)"),
     "model": (str, "a string (a preset)"),
     "presets": (list, "a list of strings (presets)"),
     "batch_size": (int, "an integer"),
@@ -82,7 +83,7 @@ class Plan:
         out["frameworks"] = ",".join(v["frameworks"])
         out["precisions"] = ",".join(v["precisions"])
         out["convergence"] = v["protocol"] == "convergence"
-        for key in ("recipes", "seeds", "gpus"):
+        for key in ("recipes", "seeds", "gpus", "tunings"):
             if key in v:
                 out[key] = ",".join(str(x) for x in v[key])
         if "model" in v:
@@ -171,7 +172,7 @@ def check_type(key: str, value, path: Path) -> None:
 def check_names(values: dict, path: Path) -> None:
     """Frameworks, formats, recipes and presets that exist: a typo fails here, before any cell runs."""
     from parallax.spec.config import PRESETS
-    from parallax.spec import registry
+    from parallax.spec import registry, tuning
 
     try:
         frameworks = tuple(registry.check_framework(f) for f in values["frameworks"])
@@ -179,6 +180,14 @@ def check_names(values: dict, path: Path) -> None:
         registry.select(frameworks, formats + tuple(values.get("recipes", ())))
     except ParallaxError as exc:
         raise ParallaxError(f"{path}: {exc}") from None
+    for entry in values.get("tunings", ()):  # a knob set of a framework of the plan
+        framework, _, name = entry.rpartition(":")
+        try:
+            for fw in [framework] if framework else frameworks:
+                if name != tuning.TUNED_NAME:
+                    tuning.get(registry.check_framework(fw), name)
+        except ParallaxError as exc:
+            raise ParallaxError(f"{path}: {exc}") from None
     for preset in values.get("presets", [values.get("model")]):
         if preset not in PRESETS and preset != "auto":
             raise ParallaxError(f"{path}: unknown model preset '{preset}'; choose one of: {', '.join(PRESETS)}")

@@ -63,6 +63,7 @@ from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec import registry
+from parallax.spec import tuning as tuning_spec
 from parallax.store.results import (  # noqa: F401 (the layout constants, re-exported for callers)
     CELL_FIELDS,
     CONFIG_FILE,
@@ -100,18 +101,22 @@ class Cell:
     repeat: int
     precision: str = "bf16"  # the recipe's format
     gpus: int = 1
+    tuning: str = tuning_spec.DEFAULT  # the knob set (spec/tuning.py)
 
     @property
     def id(self) -> str:
-        """``{framework}-{recipe}-seed{s}-rep{r}``, with ``-g{N}`` after the recipe for N > 1
-        GPUs (the 1-GPU id is the one of results made before the GPU axis existed)."""
+        """``{framework}-{recipe}-seed{s}-rep{r}``, with ``+{tuning}`` after the recipe for a knob
+        set other than default and ``-g{N}`` for N > 1 GPUs (the id of a 1-GPU default cell is
+        the one of results made before these axes existed)."""
+        knobs = f"+{self.tuning}" if self.tuning != tuning_spec.DEFAULT else ""
         gpus = f"-g{self.gpus}" if self.gpus != 1 else ""
-        return f"{self.framework}-{self.recipe}{gpus}-seed{self.seed}-rep{self.repeat}"
+        return f"{self.framework}-{self.recipe}{knobs}{gpus}-seed{self.seed}-rep{self.repeat}"
 
     @property
     def label(self) -> str:
+        knobs = f" [{self.tuning}]" if self.tuning != tuning_spec.DEFAULT else ""
         gpus = f" {self.gpus} GPUs" if self.gpus != 1 else ""
-        return f"{self.framework} {self.recipe}{gpus} seed {self.seed} rep {self.repeat}"
+        return f"{self.framework} {self.recipe}{knobs}{gpus} seed {self.seed} rep {self.repeat}"
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ class Matrix:
     concurrent: int = 1  # cells at once on the GPU; above 1 their throughput is not measured
     gpus: tuple[int, ...] = (1,)  # GPUs per cell (resolved counts); base.batch_size is per GPU
     mode: str = "throughput"  # or "convergence": held-out evaluation, seeds paired, the loss penalty
+    # Knob sets (spec/tuning.py): "FRAMEWORK:NAME" for one framework, a bare name for every one;
+    # a framework none names runs default. A knob set its recipe cannot take makes no cell.
+    tunings: tuple[str, ...] = (tuning_spec.DEFAULT,)
 
     @property
     def precisions(self) -> tuple[str, ...]:
@@ -168,10 +176,28 @@ class Matrix:
         if any(not isinstance(n, int) or n < 1 for n in self.gpus):
             raise ParallaxError(f"--gpus counts must be at least 1, got {list(self.gpus)}")
         self._check_mode()
-        recipes = self.recipe_list()
-        for cell in self.cells()[: len(recipes) * len(self.gpus)]:
+        self._check_tunings()
+        first = [c for c in self.cells() if (c.seed, c.repeat) == (self.seeds[0], 0)]
+        for cell in first:
             self.run_config(cell, Path(".")).validate()
         return self
+
+    def _check_tunings(self) -> None:
+        """Every entry of --tunings a knob set of a framework of the matrix."""
+        _no_duplicates("--tunings", self.tunings)
+        for entry in self.tunings:
+            framework, _, name = entry.rpartition(":")
+            if framework and framework not in self.frameworks:
+                raise ParallaxError(f"--tunings {entry}: {framework} is not among --frameworks "
+                                    f"({', '.join(self.frameworks)}); drop it or add the framework")
+            for fw in [framework] if framework else self.frameworks:
+                if name != tuning_spec.TUNED_NAME:
+                    tuning_spec.get(fw, name)
+        for recipe in self.recipe_list():
+            names = tuning_spec.of_framework(self.tunings, recipe.framework)
+            if not any(tuning_spec.takes(recipe, n) for n in names):
+                tuning_spec.resolve(recipe.framework, recipe, names[0])  # its one-line reason
+
 
     def _check_mode(self) -> None:
         """A convergence benchmark evaluates on held-out real tokens: its penalty is a validation
@@ -186,9 +212,10 @@ class Matrix:
             raise ParallaxError("--convergence needs evaluation: pass --eval-every N (steps between evaluations)")
 
     def cells(self) -> list[Cell]:
-        recipes = self.recipe_list()
-        return [Cell(r.framework, r.name, seed, rep, r.format, gpus)
-                for rep in range(self.repeats) for seed in self.seeds for gpus in self.gpus for r in recipes]
+        recipes = [(r, t) for r in self.recipe_list() for t in tuning_spec.of_framework(self.tunings, r.framework)
+                   if tuning_spec.takes(r, t)]
+        return [Cell(r.framework, r.name, seed, rep, r.format, gpus, t)
+                for rep in range(self.repeats) for seed in self.seeds for gpus in self.gpus for r, t in recipes]
 
     def run_config(self, cell: Cell, run_dir: Path) -> RunConfig:
         compile_ = self.base.compile or cell.framework not in EAGER_FRAMEWORKS
@@ -199,11 +226,12 @@ class Matrix:
             graphs = "off"
         return self.base.replace(framework=cell.framework, precision=cell.precision, recipe=cell.recipe,
                                  seed=cell.seed, output_dir=str(run_dir), compile=compile_, cuda_graphs=graphs,
-                                 gpus=cell.gpus)
+                                 gpus=cell.gpus, tuning=cell.tuning)
 
     def to_dict(self) -> dict:
         run = {k: v for k, v in self.base.to_dict().items() if k not in CELL_FIELDS}
-        return {"schema": MATRIX_SCHEMA, "frameworks": list(self.frameworks),
+        tunings = {"tunings": list(self.tunings)} if self.tunings != (tuning_spec.DEFAULT,) else {}
+        return {"schema": MATRIX_SCHEMA, **tunings, "frameworks": list(self.frameworks),
                 "recipes": list(self.recipes), "seeds": list(self.seeds),
                 "repeats": self.repeats, "max_loss_gap": self.max_loss_gap, "concurrent": self.concurrent,
                 "gpus": list(self.gpus), "mode": self.mode,
@@ -215,7 +243,8 @@ class Matrix:
         return cls(tuple(data["frameworks"]), tuple(recipes), tuple(data["seeds"]),
                    int(data["repeats"]), RunConfig.from_dict(data["run"]),
                    float(data.get("max_loss_gap", DEFAULT_MAX_LOSS_GAP)), int(data.get("concurrent", 1)),
-                   tuple(int(n) for n in data.get("gpus", (1,))), str(data.get("mode", "throughput")))
+                   tuple(int(n) for n in data.get("gpus", (1,))), str(data.get("mode", "throughput")),
+                   tuple(data.get("tunings", (tuning_spec.DEFAULT,))))
 
 
 def _no_duplicates(name: str, values) -> None:
@@ -236,7 +265,7 @@ class CellResult:
     def index_entry(self, output_dir: Path) -> dict:
         return {"id": self.cell.id, "framework": self.cell.framework, "recipe": self.cell.recipe,
                 "precision": self.cell.precision, "gpus": self.cell.gpus, "seed": self.cell.seed,
-                "repeat": self.cell.repeat, "status": self.status,
+                "repeat": self.cell.repeat, "tuning": self.cell.tuning, "status": self.status,
                 "dir": str(self.run_dir.relative_to(output_dir)),
                 "error": self.error.splitlines()[0] if self.error else None,
                 "elapsed_s": self.elapsed_s}
@@ -289,7 +318,7 @@ def child_env(progress_path: Path | None = None) -> dict:
 # ----------------------------------------------------------------------------- output directory
 
 # What a resumed benchmark may add to: more frameworks, recipes, seeds or repeats, so more runs (the rest stays)
-EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats")
+EXTENSIBLE_KEYS = ("frameworks", "recipes", "cells", "seeds", "repeats", "tunings")
 
 
 def check_matrix_file(output_dir: Path, matrix: Matrix, resume: bool,
@@ -676,12 +705,18 @@ def stamp_concurrent(result: CellResult, runs: int) -> None:
 # ----------------------------------------------------------------------------- loss guard
 
 def bf16_twin(cell: Cell, results: list[CellResult]) -> CellResult | None:
-    """The cell of the same framework, GPU count, seed and repeat running the framework's bf16 recipe."""
+    """The cell of the same framework, GPU count, seed and repeat running the framework's bf16
+    recipe: of the same knob set where the matrix has it, else of the default one."""
     twin = registry.default(cell.framework, "bf16")
     if twin is None or cell.precision == "bf16":
         return None
-    return next((r for r in results if (r.cell.framework, r.cell.recipe, r.cell.gpus, r.cell.seed, r.cell.repeat)
-                 == (cell.framework, twin.name, cell.gpus, cell.seed, cell.repeat)), None)
+    for tuning in dict.fromkeys((cell.tuning, tuning_spec.DEFAULT)):
+        key = (cell.framework, twin.name, cell.gpus, cell.seed, cell.repeat, tuning)
+        found = next((r for r in results if (r.cell.framework, r.cell.recipe, r.cell.gpus, r.cell.seed,
+                                             r.cell.repeat, r.cell.tuning) == key), None)
+        if found is not None:
+            return found
+    return None
 
 
 def loss_gap_guard(results: list[CellResult], max_gap: float, display: Display) -> list[int]:

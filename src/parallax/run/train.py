@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 
 from parallax.run import distributed, interrupt
-from parallax.spec import flops
+from parallax.spec import flops, tuning
 from parallax.plan import hardware, machine
 from parallax.plan.resolve import RunPlan, resolve
 from parallax.spec.config import RunConfig
@@ -293,6 +293,7 @@ def summarize(plan: RunPlan, out: EngineOutput, environment: dict, data: dict, s
         "model": model_record(run),
         "precision": out.precision.to_dict(),
         "framework": out.framework,
+        "tuning": tuning.record(run.framework, plan.recipe, run.tuning),
         "environment": environment,
         "data": {**data, **out.extra.get("data", {})},  # the engine may say what it really read
         "timing": {

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from parallax.errors import ParallaxError
-from parallax.spec import config_schema
+from parallax.spec import config_schema, tuning
 from parallax.spec.recipe import FORMATS as PRECISIONS
 from parallax.spec.recipe import FRAMEWORKS, Recipe
 
@@ -212,6 +212,7 @@ class RunConfig:
     epochs: float | None = None  # passes over the training tokens allowed; None: at most one
     compile: bool = True
     cuda_graphs: str = "auto"  # one of CUDA_GRAPHS
+    tuning: str = "default"  # a knob set of the framework, or "tuned" (spec/tuning.py)
     device: str = "auto"
     output_dir: str = "runs/latest"
     peak_tflops: float | None = None
@@ -290,4 +291,8 @@ class RunConfig:
             raise ParallaxError(f"--cuda-graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}")
         if self.sharding not in SHARDINGS:
             raise ParallaxError(f"--sharding must be one of {', '.join(SHARDINGS)}, got {self.sharding!r}")
+        knob_set = tuning.resolve(self.framework, recipe, self.tuning)
+        if not self.compile and (knob_set.compile_mode or knob_set.inductor):
+            raise ParallaxError(f"--tuning {knob_set.name} sets torch.compile's knobs; drop --no-compile "
+                                "or use --tuning default")
         return self.replace(precision=recipe.format, recipe=recipe.name)

@@ -13,6 +13,9 @@
   precision     PrecisionInfo: precision, backend, recipe, native (False = emulated), details
   framework     engine name, versions, device, attention backend, compiled
   environment   the native GPU probe and library versions (``parallax.plan.envinfo``)
+  tuning        the knob set (spec/tuning.py): name (as asked, e.g. "tuned"), knob_set (what ran),
+                knobs (xla_flags, compile_mode, inductor, maxtext_keys: those set); absent in runs
+                written before tuning existed: read them as "default"
   timing        method, warmup, compile_s, step_ms summary over measured steps; data_wait (median,
                 mean, total ms and fraction of step time; None: not recorded); concurrent_runs
                 (set by the runner, above 1) when the run shared its GPU with other runs: its
@@ -71,7 +74,7 @@ RUNS_DIR = "runs"
 CONFIG_FILE = "config.json"
 LOG_FILE = "run.log"
 # RunConfig fields that name a cell rather than the benchmark; they are not part of matrix.json.
-CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus")
+CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus", "tuning")
 
 
 def _default_file_mode() -> int:

@@ -23,6 +23,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _throughput(record),
         _scaling(record),
         _speedups(record),
+        _tuning(record),
         _cross_machine(record),
         _machines(record),
         _loss(record),
@@ -257,6 +258,40 @@ def _speedups(record: dict) -> str:
     rows = [[s["label"], f.value_ci(s["ratio"], s["ci"], f.ratio), f.verdict(s)] for s in record["speedups"]]
     return ("## Speedups\n\nTokens/s of the first stack divided by tokens/s of the second.\n\n"
             + table(["Comparison", "Speedup (95% CI)", "Reading"], rows))
+
+
+def _tuning(record: dict) -> str:
+    """Each knob set against its recipe's default cell, the winners and the TUNED table."""
+    section = record.get("tuning")
+    if not section:
+        return ""
+    rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["knob_set"],
+             f.value_ci(r["tokens_per_s"]["value"], r["tokens_per_s"]["ci"]),
+             "1 (the default)" if r["knob_set"] == "default" else
+             (f.value_ci(r["ratio"], r["ci"], f.ratio) + f" {f.verdict(r)}" if r["ratio"] else f.NA),
+             f.seconds(r["compile_s"]), _loss_agreement(r, section["loss_band"])] for r in section["rows"]]
+    won = [[w["framework"] + f.gpus_text(w.get("gpus")), w["recipe"], w["knob_set"],
+            f.value_ci(w["ratio"], w["ci"], f.ratio), "yes" if w["beats_default"] else "no",
+            ", ".join(w["moved_loss"]) or "none"] for w in section["winners"]]
+    return ("## Tuning\n\nEach knob set (`--tuning`, docs/tuning.md) against its recipe's default cell: tokens/s, "
+            "its ratio over the default, the compile time it costs, and the largest |loss difference| at any step "
+            f"against the default cell's run of the same seed; above {section['loss_band']:g} nats (bf16's "
+            "run-to-run band) the knob set moves the loss and is never chosen.\n\n"
+            + table(["Framework", "Recipe", "Knob set", "Tokens/s (95% CI)", "Over default (95% CI)", "Compile",
+                     "Loss vs default"], rows)
+            + "\n\nThe winner of each recipe: the fastest median among the default and the knob sets within the "
+              "band; 'beats default' when its ratio's interval lies above 1.\n\n"
+            + table(["Framework", "Recipe", "Winner", "Over default (95% CI)", "Beats default", "Moved the loss"], won)
+            + "\n\nThe winners that beat their default, as `spec/tuning.py`'s `TUNED` (what `--tuning tuned` runs):"
+              "\n\n```python\n" + section["tuned_table"] + "\n```")
+
+
+def _loss_agreement(row: dict, band: float) -> str:
+    if row["knob_set"] == "default":
+        return "—"
+    if row["loss_gap"] is None:
+        return f.NA
+    return f"{row['loss_gap']:.3f}" + (" **moves the loss**" if row["moves_loss"] else " (within the band)")
 
 
 def _cross_machine(record: dict) -> str:

@@ -66,7 +66,8 @@ class JaxEngine(Engine):
         hooks = recipe.load_hooks()
         if run.gpus > 1:
             hooks.check_parallel(run)
-        set_xla_flags(hooks.xla_flags())  # before JAX starts: its details() may start it
+        # the recipe's flags and the knob set's (--tuning), before JAX starts: its details() may start it
+        set_xla_flags(hooks.xla_flags() + plan.knobs.xla_flags)
         hooks.prepare()
         jax = import_jax()
         parallel.start(run)  # before JAX starts too: CPU device count, jax.distributed

@@ -182,11 +182,11 @@ def weights_keys(checkpoint_dir: Path) -> dict:
 
 
 def sections(run: RunConfig, recipe: Recipe, tuning: str | None = None, data: dict | None = None,
-             output: dict | None = None, weights: dict | None = None) -> list[Section]:
+             output: dict | None = None, weights: dict | None = None, knobs: dict | None = None) -> list[Section]:
     """The keys of ``run`` of ``recipe`` in the order a reader wants them; ``tuning`` (default:
     the recipe's own), ``data`` (default synthetic), ``output`` (run_name, directories, metrics_file) and
     ``weights`` (``weights_keys``; default none: MaxText's own initial weights) as the engine
-    fills them in."""
+    fills them in; ``knobs``: the keys of the run's knob set (``--tuning``, spec/tuning.py)."""
     if tuning is None:
         tuning = recipe_tuning(recipe)
     if tuning not in TUNINGS:
@@ -198,7 +198,8 @@ def sections(run: RunConfig, recipe: Recipe, tuning: str | None = None, data: di
                 schedule_keys(run)),
         Section("optimizer: AdamW, global-norm clipping", optimizer_keys(run)),
         Section(f"precision: recipe maxtext:{recipe.name} ({recipe.format})", mode_keys(recipe)),
-        Section(f"performance settings ({tuning})", dict(TUNINGS[tuning])),
+        Section(f"performance settings ({tuning}" + (f", with --tuning {run.tuning}'s keys)" if knobs else ")"),
+                {**TUNINGS[tuning], **(knobs or {})}),
         Section("data", data or synthetic_keys()),
     ]
     if weights:

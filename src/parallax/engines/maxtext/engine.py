@@ -80,7 +80,8 @@ class MaxTextEngine(Engine):
             raise ParallaxError(f"maxtext {version} has no configs/base.yml; reinstall it: pip install '{EXTRA}'")
         tuning_name = config.recipe_tuning(recipe)
         keys = config.flat(config.sections(run, recipe, tuning_name, data=planned_data_keys(run),
-                                           output=launch.output_keys(run), weights=config.weights_keys(Path("weights"))))
+                                           output=launch.output_keys(run), weights=config.weights_keys(Path("weights")),
+                                           knobs=plan.knobs.maxtext_keys))
         config.check_keys(keys, base_yml, version)
         if run.eval_every > 0:
             raise ParallaxError("the maxtext engine does not evaluate yet (MaxText's eval pipeline is not wired); "
@@ -101,7 +102,7 @@ class MaxTextEngine(Engine):
         tuning = config.TUNINGS[tuning_name]
         return Plan(recipe=recipe, precision=precision, device=f"cuda:{index}", attention=tuning["attention"],
                     details={"tuning": tuning_name, "settings": dict(tuning)},
-                    handles={"device": device, "version": version, "base_yml": str(base_yml)})
+                    handles={"device": device, "version": version, "base_yml": str(base_yml), "knobs": plan.knobs})
 
     def train(self, run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
         from parallax.engines.maxtext.launch import train

@@ -164,12 +164,15 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     tuning = plan.details["tuning"]
     recipe = plan.recipe
     checkpoint = weights_cache_dir(run, recipe, tuning)
+    knobs = plan.handles["knobs"]  # --tuning: config keys and the child's XLA flags
     sections = config.sections(run, recipe, tuning, data=data, output=output_keys(run),
-                               weights=config.weights_keys(checkpoint))
+                               weights=config.weights_keys(checkpoint), knobs=knobs.maxtext_keys)
     name = config.file_name(run, recipe)
     yml = where.root / name
     yml.write_text(config.render(sections, config.header(run, recipe, name, tuning)))
     env = child_env(int(plan.device.split(":")[1]))
+    if knobs.xla_flags:
+        env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *knobs.xla_flags]).strip()
     progress.phase(f"writing parallax.engines.weights (seed {run.seed}) as MaxText's checkpoint")
     initial = cached_initial_weights(run, recipe, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
@@ -432,6 +435,9 @@ def output(run: RunConfig, plan: Plan, where: Layout, facts: metrics.LogFacts, c
             "attention_backend": plan.attention, "attention": plan.attention,
             "attention_reason": f"MaxText's attention key, tuning '{plan.details['tuning']}'", "compiled": True,
             "tuning": plan.details["tuning"], "settings": plan.details["settings"],
+            # the knob set's (--tuning): config keys over the settings, and the child's XLA flags
+            "knob_keys": dict(plan.handles["knobs"].maxtext_keys),
+            "xla_flags": " ".join(plan.handles["knobs"].xla_flags),
             "config_file": str(where.root / config.file_name(run, plan.recipe)), "command": command,
             "base_yml": plan.handles["base_yml"], "initial_weights": initial,
         },

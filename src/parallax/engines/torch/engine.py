@@ -165,6 +165,10 @@ def cuda_graphs_decision(run: RunConfig, recipe, device) -> bool:
     return supported and run.cuda_graphs != "off"
 
 
+# torch.compile modes that replay the compiled step as CUDA graphs (spec/tuning.py's knob sets)
+GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
 class Trainer:
     """One model, its optimizer and its step, shared by ``train`` and the reference trainer.
 
@@ -173,7 +177,7 @@ class Trainer:
     (``hooks.graph``; the TransformerEngine recipes); training steps then replay them."""
 
     def __init__(self, run: RunConfig, weights, precision, device, attention: str, compile: bool,
-                 compile_mode: str = "default", cuda_graphs: bool = False, group=None):
+                 compile_mode: str = "default", cuda_graphs: bool = False, group=None, inductor: dict | None = None):
         self.torch = torch = import_torch()
         self.run, self.precision, self.device, self.attention = run, precision, device, attention
         self.hooks = hooks = precision.hooks
@@ -201,6 +205,8 @@ class Trainer:
         # clipping are already a handful of kernels, so they stay eager. A recipe may compile
         # less (TransformerEngine's modules stay eager): ``hooks.compile`` decides.
         self.compile_mode = compile_mode if compile else None
+        # inductor's options of the knob set (--tuning), patched in while the step compiles (train)
+        self.inductor = dict(inductor or {}) if compile else {}
         self.forward = hooks.compile(torch, self.module, compile_mode) if compile else self.module
         self.cuda_graphs, self.graph_capture_s = cuda_graphs, None
         if cuda_graphs:
@@ -236,6 +242,8 @@ class Trainer:
         """Enqueue one optimizer step; return [loss, pre-clip gradient norm, the gradient norm
         of each quantized parameter] as one float32 device tensor."""
         torch = self.torch
+        if self.compile_mode in GRAPH_MODES:  # a new step of the compiled step's CUDA graphs
+            torch.compiler.cudagraph_mark_step_begin()
         loss = self.loss(batch)
         loss.backward()
         if self.sharded:
@@ -467,7 +475,7 @@ class TorchEngine(Engine):
                     rank=rank.rank if rank else 0, world=rank.world if rank else 1,
                     details={"cuda_graphs_off": graphs_off} if graphs_off else {},
                     handles={"device": device, "precision": precision, "attention": attention,
-                             "attention_refused": refused, "group": group})
+                             "attention_refused": refused, "group": group, "knobs": plan.knobs})
 
     @staticmethod
     def rank(run: RunConfig):
@@ -491,10 +499,15 @@ class TorchEngine(Engine):
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
         progress.phase("building the model" + (", capturing CUDA graphs" if plan.cuda_graphs else ""))
+        knobs = plan.handles["knobs"]  # --tuning: the compile mode and inductor's options
         trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile,
-                          cuda_graphs=plan.cuda_graphs, group=group)
+                          compile_mode=knobs.compile_mode or "default", cuda_graphs=plan.cuda_graphs, group=group,
+                          inductor=knobs.inductor)
         loop = TrainLoop(trainer, batches, progress)
-        loop.run_steps()
+        from torch._inductor import config as inductor_config
+
+        with inductor_config.patch(trainer.inductor):  # inductor compiles in the first steps
+            loop.run_steps()
         peak_allocated = torch.cuda.max_memory_allocated(device) if cuda else None
         peak_reserved = torch.cuda.max_memory_reserved(device) if cuda else None
         extra = {"parameters": sum(p.numel() for p in trainer.model.parameters()),  # FSDP2: global numel
@@ -615,6 +628,7 @@ def framework_info(torch, trainer: Trainer) -> dict:
         "recipe_attention": trainer.hooks.attention_info(),
         "compiled": trainer.compile_mode is not None,
         "compile_mode": trainer.compile_mode,
+        "inductor_options": dict(trainer.inductor),  # what --tuning set in torch._inductor.config
         "compile_scope": trainer.hooks.compile_info(trainer.cuda_graphs) if trainer.compile_mode is not None else None,
         "cuda_graphs": trainer.cuda_graphs,
         "graph_scope": trainer.hooks.graph_info(trainer.run.model_config) if trainer.cuda_graphs else None,
