@@ -27,11 +27,14 @@
 #
 # PARTS (default "capture matrix curves profile"), in the order they run (session_parts.sh):
 #   capture          MaxText's own output for the CPU tests' fixtures (CAPTURE_TRAIN=0: the export and direct run)
-#   kernels16 kernels fp8tests   GPU tests before the rest (fp8tests' Flax half while TE builds)
+#   kernels16 kernels fp8tests limits   GPU tests and bf16 profiles before the rest (fp8tests' Flax half while TE
+#                    builds)
 #   convbase quantbench ncu curves profile   need no TE: they run while it builds, else after the matrix
 #   boundtests bandtests fp8tests tejax conv   after TE: GPU tests, then plan convergence's TE recipes (convbase: its bf16)
 #   matrix crossover nvfp4 nvfp4long   plans three-frameworks, crossover (then `parallax crossover` of its
 #                    presets), nvfp4-emulation (after the NVFP4 tests and kernels), nvfp4-long
+#   tuning feed fp8profiles   after TE: the stock-tuning sweep, MaxText's synthetic twin, fp8 profiles
+#                    (session_tuning.sh, with limits)
 # A benchmark part runs its plan with --resume; PART_PLAN, PART_ARGS (options replacing the plan's), PART_FROM
 # (a committed benchmark to resume) and PART_S (its limit) change it: MATRIX_ARGS="--repeats 3" (bench()).
 # Each part is bounded by its limit and the deadline (BUDGET_S from the start, 1440); the matrix leaves
@@ -46,7 +49,7 @@ OUT=${OUT:-$E/out}
 SITE=${CARRY_SITE:-/tmp/carry-site}  # where both bundles' install.sh install (CARRY_SITE: the tests' fake bundles)
 BUNDLES="mt gpu tinystories"
 mkdir -p "$E/carry" "$E/logs" "$OUT"
-for lib in lib carry te parts; do source "$HERE/session_$lib.sh" || exit 1; done
+for lib in lib carry te parts tuning; do source "$HERE/session_$lib.sh" || exit 1; done
 
 pipeline() {
     log "start, budget ${BUDGET}s, parts:$PARTS"
@@ -82,6 +85,7 @@ run_parts() {  # every wanted part, in priority order, around TE's install
     want kernels16 && run kernels16
     want kernels && run kernels
     want fp8tests && run fp8tests_flax
+    want limits && run limits
     for p in $NO_TE_PARTS; do  # while TE builds (or has not come yet): the parts that do not need it
         want $p || continue
         [[ $(te_state) == building || $(te_state) == waiting ]] || break
@@ -96,6 +100,10 @@ run_parts() {  # every wanted part, in priority order, around TE's install
         want conv && run conv
         want matrix && run matrix
         want crossover && run crossover
+    fi
+    if want tuning || want feed || want fp8profiles; then
+        wait_te
+        for p in tuning feed fp8profiles; do want $p && run $p; done
     fi
     want nvfp4 && run nvfp4
     want nvfp4long && run nvfp4long

@@ -634,3 +634,25 @@ def test_a_second_pack_in_one_call_hands_the_kept_files_over_again_without_count
     assert sorted(p.name for p in out_dir.iterdir()) == [
         "te_jax_site.tar.xz.part-aa", "te_jax_site.tar.xz.part-ab",
         "te_torch_site.tar.xz.part-aa", "te_torch_site.tar.xz.part-ab"]
+
+
+def test_the_tuning_parts_profile_while_te_installs_then_sweep(tmp_path):
+    (tmp_path / "carry" / "tinystories").mkdir(parents=True)
+    parts = dry_run(tmp_path, PARTS="limits tuning feed fp8profiles", TUNING_ARGS="--tunings default,jax:lhs")
+    assert [name for name, _, _ in parts] == [
+        "install", "carry-mt", "versions", "limits-tests", "profile-torch-bf16", "profile-jax-bf16",
+        "checkenv-te", "tuning", "tuning-report", "feed-maxtext-synthetic", "profile-torch-te-fp8-delayed",
+        "profile-jax-te-fp8-delayed"]
+    limits = {name: limit for name, limit, _ in parts}
+    assert limits["tuning"] == 1440 - 2 * 200 - 30  # a reserve for feed and fp8profiles
+    argv = {name: a for name, _, a in parts}
+    assert argv["limits-tests"][-1] == "tests/gpu/test_copy_bandwidth_gpu.py"
+    assert (ROOT / argv["limits-tests"][-1]).is_file()
+    for name in ("profile-torch-bf16", "profile-jax-te-fp8-delayed", "feed-maxtext-synthetic"):
+        parallax_context(argv[name])
+    assert argv["profile-jax-te-fp8-delayed"][3:8] == ["profile", "--framework", "jax", "--recipe", "te-fp8-delayed"]
+    train = parallax_context(argv["feed-maxtext-synthetic"]).params
+    assert (train["framework"], train["synthetic"], train["steps"], train["warmup"]) == ("maxtext", True, 60, 20)
+    params, = benchmark_runs(argv["tuning"])
+    assert (params["steps"], params["warmup"], params["batch_size"], params["seq_len"]) == (60, 20, 32, 1024)
+    assert params["tunings"] == "default,jax:lhs"
