@@ -84,6 +84,9 @@ KNOB_SETS: tuple[KnobSet, ...] = (
     _set("maxtext", "command-buffers", "XLA command buffers in MaxText's child", xla_flags=(COMMAND_BUFFERS,)),
     _set("maxtext", "remat-full", "remat_policy full (base.yml's: recompute every layer's activations)",
          maxtext_keys={"remat_policy": "full"}),
+    _set("maxtext", "grain-in-process", "Grain without worker processes: its 16 read threads prefetch samples "
+         "in MaxText's own process, and no sample crosses a process boundary (real tokens only)",
+         maxtext_keys={"grain_worker_count": 0}),
     _set("maxtext", "grain-16", "sixteen Grain workers, each 32 samples ahead (real tokens only; the engine's "
          "own feed is 8 workers, 16 ahead: engines/maxtext/config.py GRAIN_FEED)",
          maxtext_keys={"grain_worker_count": 16, "grain_per_worker_buffer_size": 32}),
