@@ -65,7 +65,7 @@ RECIPES = (
            summary="torchao MXFP8 training (MXFP8TrainingOpConfig, emulated, rceil scales) on the block linears: "
                    "the same format as emulated-mxfp8 by another implementation",
            params={"torchao_recipe": "mxfp8_emulated_rceil", "excluded": list(EXCLUDED), "elem": "e4m3",
-                   "scale_rule": "rceil", "block": 32}),
+                   "scale_rule": "rceil", "block": 32, "bf16_last_fraction": 0.0}),
 )
 
 
@@ -158,14 +158,29 @@ class TorchaoMxfp8Hooks(TorchHooks):
                 "wgrad_with_hp": config.wgrad_with_hp, "excluded": list(self.recipe.params["excluded"])}
 
     def build(self, torch, config, weights, device):
+        module = super().build(torch, config, weights, device)
+        self.convert(module)
+        return module
+
+    def convert(self, module) -> list[str]:
+        """torchao's conversion of the convertible linears, in place; their names. torchao's emulated
+        GEMMs need the input in the weight's dtype (they ignore autocast: a bf16 input and a float32
+        master weight fail in its mm), so each converted linear casts its input to the weight's
+        dtype first (bf16 activations widen exactly; the weight is quantized from its float32 value)."""
         from torchao.quantization import quantize_
 
-        module = super().build(torch, config, weights, device)
+        names = [fqn for fqn, m in module.named_modules() if self.convertible(m, fqn)]
         quantize_(module, self.training_config(), filter_fn=self.convertible)
-        return module
+        for fqn in names:
+            module.get_submodule(fqn).register_forward_pre_hook(_input_as_weight)
+        return names
 
     def quantized(self, module) -> list[str]:
         from torchao.prototype.moe_training.tensor import MXFP8TrainingWeightWrapperTensor
 
         return [name for name, p in module.named_parameters() if isinstance(p.data, MXFP8TrainingWeightWrapperTensor)
                 or isinstance(p, MXFP8TrainingWeightWrapperTensor)]
+
+
+def _input_as_weight(linear, args):
+    return (args[0].to(linear.weight.dtype),) + tuple(args[1:])
