@@ -72,3 +72,28 @@ def test_jax_on_the_gpu_is_the_torch_cpu_op():
         want = torch.ops.parallax.mx_qdq(x, None, elem, rule, sr, 5)
         got = jax_ffi.mx_qdq(jax.device_put(x.numpy(), jax.devices("gpu")[0]), elem, rule, sr, 5)
         np.testing.assert_array_equal(np.asarray(got).view(np.int32), bits(want))
+
+
+@pytest.mark.parametrize("scheme_name", ["MXFP8", "MXFP4"])
+def test_the_emulated_linears_operands_on_cuda_are_the_cpus(scheme_name):
+    """Every GEMM operand of the torch emulated MX linear (spec/mx_scheme.py) on the GPU, the step
+    counter on the device, gives the CPU's bits (the CPU's are JAX's: tests/unit/test_mx_emulated.py)."""
+    from parallax.quant import torch_mx_linear as tl
+    from parallax.spec import mx_scheme
+    from parallax.spec import nvfp4_scheme as seeds
+
+    s = getattr(mx_scheme, scheme_name)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 192, generator=g).to(torch.bfloat16)
+    w = torch.randn(3 * 64, 192, generator=g) * 0.05
+    dy = (torch.randn(256, 3 * 64, generator=g) * 1e-3).to(torch.bfloat16)
+    pairs = tuple((seeds.operand_seed(3, 1, p, 0), seeds.operand_seed(3, 1, p, 1)) for p in ("wq", "wk", "wv"))
+    out = {}
+    for device in ("cpu", "cuda"):
+        counter = torch.tensor([4], dtype=torch.int32, device=device)
+        xd, wd, dyd = x.to(device), w.to(device), dy.to(device)
+        out[device] = {**tl.forward_operands(xd, wd, s),
+                       **tl.backward_operands(xd, dyd, counter, pairs, seeds.rht_seed(3), s)}
+    torch.cuda.synchronize()
+    for name, cpu in out["cpu"].items():
+        np.testing.assert_array_equal(bits(out["cuda"][name]), bits(cpu), err_msg=name)
