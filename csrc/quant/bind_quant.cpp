@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "quant/minifloat.h"
+#include "quant/mx.h"
 #include "quant/nvfp4.h"
 #include "quant/qdq_math.h"
 
@@ -51,6 +52,19 @@ Fp8Format parse_fmt(const std::string& fmt) {
   throw QuantError("fmt must be \"e4m3\" or \"e5m2\", got \"" + fmt + "\"");
 }
 
+MxElem parse_mx_elem(const std::string& elem) {
+  if (elem == "e4m3") return MxElem::kE4M3;
+  if (elem == "e5m2") return MxElem::kE5M2;
+  if (elem == "e2m1") return MxElem::kE2M1;
+  throw QuantError("elem must be \"e4m3\", \"e5m2\" or \"e2m1\", got \"" + elem + "\"");
+}
+
+MxRule parse_mx_rule(const std::string& rule) {
+  if (rule == "floor") return MxRule::kFloor;
+  if (rule == "rceil") return MxRule::kRceil;
+  throw QuantError("rule must be \"floor\" or \"rceil\", got \"" + rule + "\"");
+}
+
 Nvfp4Tensor quantize(const Matrix& x, const std::string& mode, bool stochastic, uint64_t seed) {
   const Nvfp4Options o{parse_mode(mode), stochastic, seed};
   nb::gil_scoped_release unlocked;
@@ -89,6 +103,35 @@ void bind_quant(nb::module_& m) {
       "x"_a, "mode"_a = "1x16", "stochastic"_a = false, "seed"_a = 0,
       "(dequantized float32, packed E2M1 codes uint8 [rows, cols/2] low nibble first, E4M3 scale "
       "bytes uint8 [rows or rows/16, cols/16], global scale float).");
+
+  m.def(
+      "quant_mx_codes",
+      [](const Matrix& x, const std::string& elem, const std::string& rule, bool stochastic, uint64_t seed) {
+        const MxOptions o{parse_mx_elem(elem), parse_mx_rule(rule), stochastic, seed};
+        MxTensor t;
+        {
+          nb::gil_scoped_release unlocked;
+          t = mx_quantize(x.data(), x.shape(0), x.shape(1), o);
+        }
+        auto y = owned<float>(t.rows * t.cols, {t.rows, t.cols});
+        mx_dequantize(t, y.data());
+        auto codes = owned<uint8_t>(t.codes.size(), {t.rows, t.cols});
+        if (!t.codes.empty()) std::memcpy(codes.data(), t.codes.data(), t.codes.size());
+        auto scales = owned<uint8_t>(t.scales.size(), {t.rows, t.cols / 32});
+        if (!t.scales.empty()) std::memcpy(scales.data(), t.scales.data(), t.scales.size());
+        return std::make_tuple(y, codes, scales);
+      },
+      "x"_a, "elem"_a = "e4m3", "rule"_a = "floor", "stochastic"_a = false, "seed"_a = 0,
+      "MX quantize-dequantize of a float32 [rows, cols] matrix, blocks of 32 along the rows (csrc/quant/mx.h): "
+      "(dequantized float32, codes uint8 [rows, cols] one per element, E8M0 scales uint8 [rows, cols/32]). "
+      "elem: e4m3, e5m2, e2m1; rule: floor (OCP) or rceil.");
+
+  m.def(
+      "quant_mx_scale_code",
+      [](float amax, const std::string& elem, const std::string& rule) {
+        return mx_scale_code_ref(amax, parse_mx_elem(elem), parse_mx_rule(rule));
+      },
+      "amax"_a, "elem"_a = "e4m3", "rule"_a = "floor", "The E8M0 scale code of a block amax (csrc/quant/mx.h).");
 
   m.def(
       "fp8_encode",

@@ -108,6 +108,20 @@ void bind_quant_cuda(nb::module_& m) {
       "the benchmark's old-versus-new measurement. The same bits either way.");
 
   m.def(
+      "quant_mx_cuda",
+      [](uintptr_t x, const std::string& dtype, uintptr_t y, uintptr_t codes, uintptr_t scales, size_t rows,
+         size_t cols, int elem, int rule, bool stochastic, uint64_t seed, uintptr_t seed_counter, uintptr_t stream) {
+        check(px_mx_qdq_cuda(ptr<const void>(x), parse_dtype(dtype), ptr<void>(y), ptr<uint8_t>(codes),
+                             ptr<uint8_t>(scales), rows, cols, elem, rule, stochastic, seed,
+                             ptr<const uint32_t>(seed_counter), stream_of(stream)),
+              "quant_mx_cuda");
+      },
+      "x"_a, "dtype"_a, "y"_a, "codes"_a, "scales"_a, "rows"_a, "cols"_a, "elem"_a, "rule"_a, "stochastic"_a,
+      "seed"_a, "seed_counter"_a, "stream"_a,
+      "Queue MX quantize-dequantize on a CUDA stream (elem 0 e4m3, 1 e5m2, 2 e2m1; rule 0 floor, 1 rceil; "
+      "seed_counter 0 = the seed as given). See csrc/quant/quant_cuda.h.");
+
+  m.def(
       "hadamard16_cuda",
       [](uintptr_t x, const std::string& dtype, uintptr_t y, size_t rows, size_t cols, uint64_t seed, bool inverse,
          uintptr_t stream) {

@@ -123,6 +123,27 @@ ffi::Error fp8_cpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, ffi::Result<
   return ffi::Error::Success();
 }
 
+// MX quantize-dequantize (mx.h): the SR seed is `seed`, or step_seed(seed, counter) with
+// use_counter (the counter a uint32 scalar operand, a traced value).
+ffi::Error mx_cpu(ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter, ffi::Result<ffi::AnyBuffer> y,
+                  ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales, int32_t elem,
+                  int32_t rule, bool stochastic, uint64_t seed, bool use_counter) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  if (counter.element_count() != 1)
+    return ffi::Error::InvalidArgument("parallax quant: the seed counter must be one uint32");
+  const uint64_t s = use_counter ? parallax::quant::qdq::step_seed(seed, counter.typed_data()[0]) : seed;
+  const Shape2 sh = shape_of(x);
+  try {
+    IeeeDenormals ieee;
+    parallax::quant::mx_qdq_cpu(x.untyped_data(), dt.value(), y->untyped_data(), optional_u8(codes),
+                                optional_u8(scales), sh.rows, sh.cols, elem, rule, stochastic, s);
+  } catch (const QuantError& e) {
+    return ffi::Error::InvalidArgument(e.what());
+  }
+  return ffi::Error::Success();
+}
+
 #if defined(PARALLAX_HAVE_CUDA)
 ffi::Error cuda_error(int status) {
   if (status == kPxQuantOk) return ffi::Error::Success();
@@ -173,6 +194,18 @@ ffi::Error fp8_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
   return cuda_error(px_fp8_qdq_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
                                     optional_u8(codes), x.element_count(), fmt, scale, saturate, stream));
 }
+ffi::Error mx_cuda(CUstream_st* stream, ffi::AnyBuffer x, ffi::Buffer<ffi::U32> counter, ffi::Result<ffi::AnyBuffer> y,
+                   ffi::Result<ffi::Buffer<ffi::U8>> codes, ffi::Result<ffi::Buffer<ffi::U8>> scales, int32_t elem,
+                   int32_t rule, bool stochastic, uint64_t seed, bool use_counter) {
+  auto dt = dtype_of(x);
+  if (dt.has_error()) return dt.error();
+  if (counter.element_count() != 1)
+    return ffi::Error::InvalidArgument("parallax quant: the seed counter must be one uint32");
+  const Shape2 s = shape_of(x);
+  return cuda_error(px_mx_qdq_cuda(x.untyped_data(), static_cast<int>(dt.value()), y->untyped_data(),
+                                   optional_u8(codes), optional_u8(scales), s.rows, s.cols, elem, rule, stochastic,
+                                   seed, use_counter ? counter.typed_data() : nullptr, stream));
+}
 #endif
 
 }  // namespace
@@ -221,17 +254,33 @@ auto fp8_signature(B b) {
       .template Attr<bool>("saturate");
 }
 
+template <typename B>
+auto mx_signature(B b) {
+  return std::move(b).template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::Buffer<ffi::U32>>()
+      .template Ret<ffi::AnyBuffer>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Ret<ffi::Buffer<ffi::U8>>()
+      .template Attr<int32_t>("elem")
+      .template Attr<int32_t>("rule")
+      .template Attr<bool>("stochastic")
+      .template Attr<uint64_t>("seed")
+      .template Attr<bool>("use_counter");
+}
+
 }  // namespace
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cpu, nvfp4_cpu, nvfp4_signature(on_cpu()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCpu, nvfp4_counter_cpu, nvfp4_counter_signature(on_cpu()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCpu, hadamard_cpu, hadamard_signature(on_cpu()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cpu, fp8_cpu, fp8_signature(on_cpu()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxMxCpu, mx_cpu, mx_signature(on_cpu()));
 #if defined(PARALLAX_HAVE_CUDA)
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4Cuda, nvfp4_cuda, nvfp4_signature(on_cuda()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxNvfp4CounterCuda, nvfp4_counter_cuda, nvfp4_counter_signature(on_cuda()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxHadamardCuda, hadamard_cuda, hadamard_signature(on_cuda()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(PxFp8Cuda, fp8_cuda, fp8_signature(on_cuda()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(PxMxCuda, mx_cuda, mx_signature(on_cuda()));
 #endif
 
 void bind_quant_jax_ffi(nb::module_& m) {
@@ -244,11 +293,13 @@ void bind_quant_jax_ffi(nb::module_& m) {
         cpu["parallax_nvfp4_qdq_counter"] = cap(PxNvfp4CounterCpu);
         cpu["parallax_hadamard16"] = cap(PxHadamardCpu);
         cpu["parallax_fp8_qdq"] = cap(PxFp8Cpu);
+        cpu["parallax_mx_qdq"] = cap(PxMxCpu);
 #if defined(PARALLAX_HAVE_CUDA)
         cuda["parallax_nvfp4_qdq"] = cap(PxNvfp4Cuda);
         cuda["parallax_nvfp4_qdq_counter"] = cap(PxNvfp4CounterCuda);
         cuda["parallax_hadamard16"] = cap(PxHadamardCuda);
         cuda["parallax_fp8_qdq"] = cap(PxFp8Cuda);
+        cuda["parallax_mx_qdq"] = cap(PxMxCuda);
 #endif
         nb::dict out;
         out["cpu"] = cpu;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "quant/minifloat.h"
+#include "quant/mx.h"
 #include "quant/nvfp4.h"
 #include "quant/qdq_math.h"
 
@@ -113,6 +114,22 @@ void fp8_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, size_t 
     v[i] = fp8_decode(c, f) * scale;
   }
   narrow(v, dtype, y);
+}
+
+void mx_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, size_t rows, size_t cols,
+                int elem, int rule, bool stochastic, uint64_t seed) {
+  check_dtype(dtype);
+  if (elem < 0 || elem > 2) throw QuantError("mx: elem must be 0 (e4m3), 1 (e5m2) or 2 (e2m1), got " + std::to_string(elem));
+  if (rule != 0 && rule != 1) throw QuantError("mx: rule must be 0 (floor) or 1 (rceil), got " + std::to_string(rule));
+  std::vector<float> f = widen(x, dtype, rows * cols);
+  const MxTensor t = mx_quantize(f.data(), rows, cols,
+                                 MxOptions{static_cast<MxElem>(elem), static_cast<MxRule>(rule), stochastic, seed});
+  if (codes && !t.codes.empty()) std::memcpy(codes, t.codes.data(), t.codes.size());
+  if (scales && !t.scales.empty()) std::memcpy(scales, t.scales.data(), t.scales.size());
+  if (y) {
+    mx_dequantize(t, f.data());
+    narrow(f, dtype, y);
+  }
 }
 
 }  // namespace parallax::quant

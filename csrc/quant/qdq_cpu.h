@@ -24,4 +24,9 @@ void hadamard16_cpu(const void* x, QdqDtype dtype, void* y, size_t rows, size_t 
 void fp8_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, size_t n, int fmt, float scale,
                  bool saturate);
 
+// MX quantize-dequantize (mx.h) along the rows: elem 0 E4M3, 1 E5M2, 2 E2M1; rule 0 floor (OCP),
+// 1 rceil; y, codes (rows * cols bytes) and scales (rows * cols / 32 bytes) may be null.
+void mx_qdq_cpu(const void* x, QdqDtype dtype, void* y, uint8_t* codes, uint8_t* scales, size_t rows, size_t cols,
+                int elem, int rule, bool stochastic, uint64_t seed);
+
 }  // namespace parallax::quant

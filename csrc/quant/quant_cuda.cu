@@ -21,6 +21,7 @@
 
 #include "quant/qdq_columns.h"
 #include "quant/qdq_math.h"
+#include "quant/qdq_mx.h"
 #include "quant/qdq_schedule.h"
 
 namespace {
@@ -809,6 +810,43 @@ __global__ void __launch_bounds__(kThreads) fp8_kernel(const void* __restrict__ 
   }
 }
 
+// ---- MX quantize-dequantize (qdq_mx.h) ---------------------------------------------------------
+//
+// A thread per block of 32 (four 8-element loads), grid-stride; the per-block arithmetic is
+// qdq_mx.h's mx_block, which the host test checks against the CPU reference. Emulation speed, not
+// tuned: the recipes' cost, labelled as emulation.
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) mx_kernel(const void* __restrict__ x, void* __restrict__ y,
+                                                     uint8_t* __restrict__ codes, uint8_t* __restrict__ scales,
+                                                     size_t blocks, int elem, int rule, bool sr, uint64_t seed,
+                                                     const uint32_t* __restrict__ seed_counter) {
+  const q::MxSpec m = q::mx_spec(elem);
+  const uint64_t key = q::hash_key(seed_counter ? q::step_seed(seed, *seed_counter) : seed);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t b = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < blocks; b += stride) {
+    float v[q::kMxBlock], out[q::kMxBlock];
+    uint8_t c[q::kMxBlock];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) Io<T>::load(x, b * q::kMxBlock + 8 * k, v + 8 * k);
+    const uint8_t sc = q::mx_block(v, q::kMxBlock, m, rule, sr, key, b * q::kMxBlock, c, out);
+    if (scales) scales[b] = sc;
+    if (codes) {
+      uint32_t w[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k)
+        w[k] = c[4 * k] | (c[4 * k + 1] << 8) | (c[4 * k + 2] << 16) | (static_cast<uint32_t>(c[4 * k + 3]) << 24);
+      uint4* p = reinterpret_cast<uint4*>(codes + b * q::kMxBlock);
+      __stcs(p, make_uint4(w[0], w[1], w[2], w[3]));
+      __stcs(p + 1, make_uint4(w[4], w[5], w[6], w[7]));
+    }
+    if (y) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) Io<T>::store(y, b * q::kMxBlock + 8 * k, out + 8 * k);
+    }
+  }
+}
+
 uint32_t neg_mask_of(uint64_t seed) {
   const uint64_t key = q::hash_key(seed);
   uint32_t m = 0;
@@ -1258,6 +1296,27 @@ int px_fp8_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, size_t n,
   else
     fp8_kernel<float><<<g, kThreads, 0, s>>>(x, y, codes, n, spec, scale, saturate != 0);
   return cuda_status(cudaGetLastError(), "fp8 kernel launch");
+}
+
+int px_mx_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, size_t rows, size_t cols,
+                   int elem, int rule, int stochastic, uint64_t seed, const uint32_t* seed_counter,
+                   CUstream_st* stream) {
+  g_error.clear();
+  if (int st = check_common(x, dtype, y, codes, rows * cols)) return st;
+  if (elem < 0 || elem > 2)
+    return fail(kPxQuantErrArg, "mx: elem must be 0 (e4m3), 1 (e5m2) or 2 (e2m1), got " + std::to_string(elem));
+  if (rule != 0 && rule != 1) return fail(kPxQuantErrArg, "mx: rule must be 0 (floor) or 1 (rceil), got " + std::to_string(rule));
+  if (cols % q::kMxBlock != 0)
+    return fail(kPxQuantErrShape, "mx: cols (" + std::to_string(cols) + ") must be a multiple of 32");
+  const size_t blocks = rows * cols / q::kMxBlock;
+  if (blocks == 0) return kPxQuantOk;
+  cudaStream_t s = reinterpret_cast<cudaStream_t>(stream);
+  const int g = grid_for((blocks + 31) / 32);
+  if (dtype == kPxQuantBF16)
+    mx_kernel<uint16_t><<<g, kThreads, 0, s>>>(x, y, codes, scales, blocks, elem, rule, stochastic != 0, seed, seed_counter);
+  else
+    mx_kernel<float><<<g, kThreads, 0, s>>>(x, y, codes, scales, blocks, elem, rule, stochastic != 0, seed, seed_counter);
+  return cuda_status(cudaGetLastError(), "mx kernel launch");
 }
 
 const char* px_quant_cuda_error_message(void) { return g_error.c_str(); }

@@ -100,6 +100,16 @@ int px_hadamard16_cuda(const void* x, int dtype, void* y, size_t rows, size_t co
 int px_fp8_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, size_t n, int fmt, float scale, int saturate,
                     CUstream_st* stream);
 
+// MX quantize-dequantize (OCP Microscaling v1.0; qdq_mx.h, mx.h): blocks of 32 along each row,
+// an E8M0 scale per block. elem 0: E4M3, 1: E5M2 (MXFP8), 2: E2M1 (MXFP4); rule 0: the OCP
+// floor rule, 1: rceil (arXiv 2506.08027); stochastic 1: stochastic rounding of the elements with
+// the seed `seed`, or step_seed(seed, *seed_counter) when seed_counter (device uint32) is given.
+// cols % 32 == 0. codes optional, rows*cols bytes (one per element); scales optional,
+// rows*cols/32 bytes.
+int px_mx_qdq_cuda(const void* x, int dtype, void* y, uint8_t* codes, uint8_t* scales, size_t rows, size_t cols,
+                   int elem, int rule, int stochastic, uint64_t seed, const uint32_t* seed_counter,
+                   CUstream_st* stream);
+
 // The message of this thread's last failing call ("" after a success).
 const char* px_quant_cuda_error_message(void);
 

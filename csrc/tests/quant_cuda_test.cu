@@ -227,6 +227,47 @@ TEST_F(QuantCuda, Fp8MatchesTheCpu) {
         }
 }
 
+TEST_F(QuantCuda, MxMatchesTheCpu) {
+  // MX (qdq_mx.h) against mx_qdq_cpu: every element format, both scale rules, RNE and SR (with
+  // and without the device seed counter), float32 and bf16, on edge matrices (NaN, inf, zero and
+  // subnormal blocks) and a tensor of more blocks than the grid has threads (grid stride).
+  const std::vector<std::pair<size_t, size_t>> shapes = {{64, 256}, {3, 96}, {2048, 1024}};
+  const uint64_t seed = 20261204;
+  const uint32_t counter = 9;
+  Dev dcount(4);
+  ASSERT_EQ(cudaMemcpy(dcount.p, &counter, 4, cudaMemcpyHostToDevice), cudaSuccess);
+  for (const auto& [rows, cols] : shapes) {
+    const std::vector<float> x = t::edge_matrix(rows, cols, static_cast<unsigned>(rows + cols));
+    for (QdqDtype dt : {QdqDtype::kF32, QdqDtype::kBF16})
+      for (int elem = 0; elem < 3; ++elem)
+        for (int v = 0; v < 6; ++v) {
+          const int rule = v & 1, sr = (v >> 1) & 1, use_counter = v >> 2;
+          if (use_counter && !sr) continue;
+          SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + (dt == QdqDtype::kBF16 ? " bf16" : " f32") +
+                       " elem=" + std::to_string(elem) + " rule=" + std::to_string(rule) + " sr=" + std::to_string(sr) +
+                       " counter=" + std::to_string(use_counter));
+          const size_t n = rows * cols, w = dt == QdqDtype::kF32 ? 4 : 2;
+          const std::vector<uint8_t> in = as_dtype(x, dt);
+          std::vector<uint8_t> y_ref(n * w), c_ref(n), s_ref(n / 32);
+          mx_qdq_cpu(in.data(), dt, y_ref.data(), c_ref.data(), s_ref.data(), rows, cols, elem, rule, sr,
+                     use_counter ? qdq::step_seed(seed, counter) : seed);
+          Dev dx(n * w), dy(n * w), dc(n), ds(n / 32);
+          ASSERT_EQ(cudaMemcpy(dx.p, in.data(), in.size(), cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(px_mx_qdq_cuda(dx.p, static_cast<int>(dt), dy.p, dc.as<uint8_t>(), ds.as<uint8_t>(), rows, cols,
+                                   elem, rule, sr, seed, use_counter ? dcount.as<uint32_t>() : nullptr,
+                                   reinterpret_cast<CUstream_st*>(stream_)),
+                    kPxQuantOk)
+              << px_quant_cuda_error_message();
+          ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+          EXPECT_EQ(count_diff(fetch<uint8_t>(ds, n / 32), s_ref), 0u) << "scales";
+          EXPECT_EQ(count_diff(fetch<uint8_t>(dc, n), c_ref), 0u) << "codes";
+          EXPECT_EQ(count_diff_values(fetch<uint8_t>(dy, n * w), y_ref, dt, false), 0u) << "dequantized values";
+        }
+  }
+  EXPECT_EQ(px_mx_qdq_cuda(dcount.p, 0, dcount.p, nullptr, nullptr, 1, 48, 0, 0, 0, 0, nullptr, nullptr),
+            kPxQuantErrShape);
+}
+
 TEST_F(QuantCuda, ArgumentErrorsQueueNothing) {
   Dev dx(4096), dy(4096), dws(8);
   EXPECT_EQ(px_nvfp4_qdq_cuda(dx.p, kPxQuantF32, dy.p, nullptr, nullptr, dws.as<float>(), 4, 24, 0, 0, 0, 0, 0, nullptr),

@@ -39,7 +39,7 @@ def fake_trainer(monkeypatch):
     (["--frameworks", "torch,mxt"], "unknown framework 'mxt'; choose one of: torch, jax, maxtext"),
     (["--recipes", "te-fp9"], "no framework of torch, jax has a recipe 'te-fp9'"),
     (["--max-loss-gap", "0"], "--max-loss-gap must be positive"),
-    (["--precisions", "bf16,int8"], "unknown precision 'int8'; choose one of: bf16, fp8, nvfp4"),
+    (["--precisions", "bf16,int8"], "unknown precision 'int8'; choose one of: bf16, fp8, mxfp8, nvfp4, mxfp4"),
     (["--precisions", ","], "--precisions is empty"),
     (["--seeds", "0,x"], "--seeds must be comma-separated integers, got '0,x'"),
     (["--synthetic", "--hf"], "choose one of --synthetic, --hf and --data PATH"),

@@ -170,7 +170,7 @@ def test_json_resolves_the_rtx_pro_6000_to_12_0(fake_probe, capsys):
     hw = report["hardware"][0]
     assert (hw["index"], hw["key"], hw["family"]) == (0, "rtx-pro-6000-blackwell", "Blackwell RTX")
     assert hw["spec"]["dense_peak_tflops"]["bf16"] == 503.8
-    assert hw["native_precisions"] == ["bf16", "fp8", "nvfp4"]
+    assert hw["native_precisions"] == ["bf16", "fp8", "mxfp8", "nvfp4", "mxfp4"]
     assert report["selected_device"] == 0
 
 

@@ -20,7 +20,7 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
 
 @pytest.mark.parametrize("args, message", [
     (["--framework", "mxnet"], "unknown framework 'mxnet'; choose one of: torch, jax"),
-    (["--precision", "fp16"], "unknown precision 'fp16'; choose one of: bf16, fp8, nvfp4"),
+    (["--precision", "fp16"], "unknown precision 'fp16'; choose one of: bf16, fp8, mxfp8, nvfp4, mxfp4"),
     (["--batch-size", "0"], "--batch-size must be positive, got 0"),
     (["--seq-len", "-8"], "--seq-len must be positive, got -8"),
     (["--steps", "5", "--warmup", "0"], "--warmup must be at least 1: the first step compiles"),
@@ -28,7 +28,7 @@ TINY = ["--framework", "torch", "--model", "tiny", "--batch-size", "2", "--seq-l
     (["--steps", "20", "--warmup", "20"], "--steps (20) must be greater than --warmup (20)"),
     (["--model", "llama-7b"], "unknown model preset 'llama-7b'"),
     (["--precision", "nvfp4", "--batch-size", "3", "--seq-len", "10"], "recipe 'emulated-nvfp4': NVFP4 blocks need batch·seq divisible by 16"),
-    (["--precision", "fp4"], "unknown precision 'fp4'; choose one of: bf16, fp8, nvfp4"),
+    (["--precision", "fp4"], "unknown precision 'fp4'; choose one of: bf16, fp8, mxfp8, nvfp4, mxfp4"),
     (["--recipe", "te-fp9"], "unknown recipe 'te-fp9' for torch; choose one of: bf16, te-bf16, te-fp8-delayed"),
     (["--recipe", "bf16", "--precision", "fp8"], "recipe 'bf16' is bf16, not fp8; drop --precision or pick a fp8 recipe"),
     (["--framework", "maxtext"], "the maxtext engine needs Python >= 3.12" if sys.version_info < (3, 12)

@@ -151,7 +151,9 @@ def test_cpu_machine_every_gpu_cell_says_no_gpu():
     assert runnable == {("torch", "bf16"): "cpu", ("jax", "bf16"): "cpu",
                         ("jax", "flax-fp8-delayed"): "cpu", ("jax", "flax-fp8-direct"): "cpu",
                         ("torch", "emulated-nvfp4"): "cpu", ("torch", "emulated-nvfp4-all"): "cpu",
-                        ("jax", "emulated-nvfp4"): "cpu", ("jax", "emulated-nvfp4-all"): "cpu"}
+                        ("jax", "emulated-nvfp4"): "cpu", ("jax", "emulated-nvfp4-all"): "cpu",
+                        **{(fw, f"emulated-{r}"): "cpu" for fw in ("torch", "jax")
+                           for r in ("mxfp8", "mxfp8-floor", "mxfp4")}}
 
 
 def test_cpu_cell_explains_the_label():
@@ -201,7 +203,7 @@ def test_maxtext_modes_on_an_h200_with_maxtext_and_qwix():
     statuses = {c.recipe: c.status for c in cap.capability_matrix(H200, with_mt, frameworks=("maxtext",))}
     assert statuses == {"bf16": "native", "bf16-defaults": "native", "fp8": "native", "fp8_gpu": "native",
                         "te_fp8_delayedscaling": "unavailable", "te_fp8_currentscaling": "unavailable",
-                        "te_nvfp4": "unavailable", "te_nvfp4_no_rht": "unavailable"}
+                        "te_nvfp4": "unavailable", "te_nvfp4_no_rht": "unavailable", "te_mxfp8": "unavailable"}
     te = cell("maxtext", "te_fp8_delayedscaling", H200, with_mt)
     assert te.reason.startswith("transformer_engine_jax not installed; pip install 'slm-parallax[maxtext]'")
     nvfp4 = cell("maxtext", "te_nvfp4", H200, dict(with_mt, transformer_engine_jax="2.20.2"))
@@ -272,3 +274,19 @@ def test_no_format_runs_natively_on_the_cpu_in_any_engine():
 ])
 def test_one_label_for_every_summary_and_report(precision, label):
     assert cap.run_label(precision) == label
+
+
+def test_te_mxfp8_runs_on_10x_only_refused_on_hopper_and_12x_in_one_line():
+    b200 = cell("torch", "te-mxfp8", B200, WITH_LIBS)
+    assert b200.status == "native" and not b200.default  # --precision mxfp8 stays emulated-mxfp8
+    hopper = cell("torch", "te-mxfp8", H200, WITH_LIBS)
+    assert hopper.status == "unavailable"
+    assert hopper.reason == "te-mxfp8 needs compute capability 10.0+; GPU 0 (9.0, Hopper) lacks it"
+    rtx = cell("torch", "te-mxfp8", RTX_PRO, WITH_LIBS)
+    assert rtx.status == "unavailable"
+    assert rtx.reason == "te-mxfp8 does not run on compute capability 12.0+; GPU 0 (12.0, Blackwell RTX) is one"
+    for framework in ("torch", "jax"):
+        for fmt in ("mxfp8", "mxfp4"):
+            emulated = cell(framework, fmt, H200)
+            assert emulated.recipe == f"emulated-{fmt}" and emulated.status == "emulated" and emulated.default
+            assert f"{fmt} emulated on GPU 0 (9.0, Hopper)" in emulated.reason

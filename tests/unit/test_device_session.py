@@ -253,7 +253,7 @@ def test_the_capture_exports_a_config_and_runs_it_as_it_is_on_the_fake_maxtext(t
     base = site / "maxtext" / "configs" / "base.yml"
     assert done["capture-export"].stderr.endswith(f"keys checked against {base}\n")
     configs = sorted(p.name for p in (session / "capture" / "configs").iterdir())
-    assert "maxtext-llama-100m-bf16-defaults.yml" in configs and len(configs) == 8
+    assert "maxtext-llama-100m-bf16-defaults.yml" in configs and len(configs) == 9
     metrics = [json.loads(line) for line in (session / "capture" / "direct" / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "learning/loss" in m] == [float(k) for k in range(30)]
     assert {m["run_name"] for m in metrics} == {"direct"}

@@ -93,9 +93,9 @@ def test_every_row_is_sourced_and_consistent():
         assert gpu.uncertain <= set(gpu.peaks)
         # A part without native fp8/fp4 tensor cores carries no such peak.
         native = hardware.native_precisions(gpu.compute_capability)
-        for precision, column in hardware.PEAK_COLUMN.items():
-            if precision not in native:
-                assert gpu.peaks[column] is None, (gpu.key, column)
+        native_columns = {hardware.PEAK_COLUMN[p] for p in native}  # mxfp8 shares fp8's column
+        for column in set(hardware.PEAK_COLUMN.values()) - native_columns:
+            assert gpu.peaks[column] is None, (gpu.key, column)
 
 
 def test_no_name_matches_two_rows():
@@ -138,7 +138,8 @@ def test_family(cc, family):
     "cc, native",
     [
         ("7.5", ()), ("8.0", ("bf16",)), ("8.6", ("bf16",)), ("8.9", ("bf16", "fp8")), ("9.0", ("bf16", "fp8")),
-        ("10.0", ("bf16", "fp8", "nvfp4")), ("12.0", ("bf16", "fp8", "nvfp4")), (None, ()),
+        ("10.0", ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")), ("12.0", ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")),
+        (None, ()),
     ],
 )
 def test_native_precisions(cc, native):
@@ -213,7 +214,7 @@ def test_resolution_to_dict():
     d = hardware.resolve_device(dev("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "12.0")).to_dict()
     assert d["key"] == "rtx-pro-6000-blackwell"
     assert d["family"] == "Blackwell RTX"
-    assert d["native_precisions"] == ["bf16", "fp8", "nvfp4"]
+    assert d["native_precisions"] == ["bf16", "fp8", "mxfp8", "nvfp4", "mxfp4"]
     assert d["spec"]["dense_peak_tflops"] == {"bf16": 503.8, "fp8": 1007.6, "fp4": 2015.0}
     assert d["spec"]["uncertain"] == ["fp4"]
     assert d["notes"]

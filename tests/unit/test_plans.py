@@ -12,7 +12,7 @@ from parallax import plans
 from parallax.cli.benchmark import command
 from parallax.errors import ParallaxError
 
-SHIPPED = ["convergence", "crossover", "curves", "fp8-attention", "fp8-attn-long", "fp8-matrix",
+SHIPPED = ["blackwell-formats", "convergence", "crossover", "curves", "fp8-attention", "fp8-attn-long", "fp8-matrix",
            "nvfp4-emulation", "nvfp4-long", "three-frameworks", "tuning"]
 COMMON = "--model llama-100m --seeds 0 --batch-size 32 --seq-len 1024"
 FP8_RECIPES = ("torch:te-bf16,torch:te-fp8-current,torch:torchao-fp8-tensorwise,torch:torchao-fp8-rowwise,"
@@ -49,6 +49,12 @@ COMMAND_LINES = {
                   "--seeds 0 --batch-size 32 --seq-len 1024 --steps 30 --warmup 10 --synthetic --repeats 1 "
                   f"--timeout-per-run 240 --output-dir <out>/{m} --resume --report"
                   for m in ("llama-100m", "llama-330m", "llama-860m")],
+    # issue 38: not yet run; the command line it stands for
+    "blackwell-formats": ["--frameworks torch,jax --precisions bf16 --recipes te-fp8-delayed,emulated-mxfp8,"
+                          "emulated-mxfp4,emulated-nvfp4,torch:torchao-mxfp8-emulated --model llama-100m --seeds 0,1 "
+                          "--batch-size 32 --seq-len 1024 --steps 1000 --warmup 20 --repeats 1 --data <tokens> "
+                          "--epochs 40 --eval-every 100 --eval-batches 5 --concurrent 4 --timeout-per-run 1500 "
+                          "--output-dir <out> --resume --report --convergence"],
     # issue 30: not yet run; the command lines they stand for
     "fp8-attention": ["--frameworks torch --precisions bf16 --recipes torch:te-bf16,torch:te-fp8-delayed,"
                       f"torch:te-fp8-dpa --model {m} --seeds 0 --batch-size 32 --seq-len 1024 --steps 60 --warmup 20 "
@@ -85,7 +91,7 @@ def test_every_shipped_plan_loads_and_is_listed_once():
     assert list(plans.shipped()) == SHIPPED
     lines = plans.listing()
     assert [line.split()[0] for line in lines] == SHIPPED
-    assert lines[5] == ("fp8-matrix        torch and jax: bf16 and every fp8 recipe, llama-100m, 3 repeats "
+    assert lines[6] == ("fp8-matrix         torch and jax: bf16 and every fp8 recipe, llama-100m, 3 repeats "
                         "(speed)")
     for name in SHIPPED:
         path = plans.shipped()[name]
@@ -180,7 +186,7 @@ def test_a_bad_plan_is_one_error_naming_the_key(tmp_path, text, message):
 def test_an_unknown_name_lists_the_plans_and_a_missing_file_is_named(tmp_path):
     with pytest.raises(ParallaxError) as err:
         plans.load("fp9-matrix")
-    assert str(err.value) == ("unknown plan 'fp9-matrix'; choose one of: convergence, crossover, curves, "
+    assert str(err.value) == ("unknown plan 'fp9-matrix'; choose one of: blackwell-formats, convergence, crossover, curves, "
                               "fp8-attention, fp8-attn-long, fp8-matrix, nvfp4-emulation, nvfp4-long, "
                               "three-frameworks, tuning (or give a .toml file)")
     with pytest.raises(ParallaxError, match="^no plan file nope/x.toml; give a TOML file or a plan name"):

@@ -495,3 +495,37 @@ def test_maxtexts_own_figures_sit_beside_ours():
     assert markdown._maxtext_own({"cells": [{**cell, "maxtext_own": {**own, "wallclock_tokens_per_s_median": None,
                                                                      "parameters": None}}]}).count("n/a") == 2
     assert markdown._maxtext_own({"cells": [{**cell, "tokens_per_s": None}]}) == ""  # no throughput: no row
+
+
+def test_a_convergence_benchmark_ranks_the_formats_by_penalty(tmp_path):
+    """bf16, fp8 and the emulated MXFP8, MXFP4 and NVFP4 of torch over two seeds (the blackwell-formats
+    plan's shape): ranked by ΔLoss at bf16's best step, smallest first, each with its t interval over
+    the seeds, the emulated ones labelled."""
+    penalty = {"fp8": (0.02, 0.04), "mxfp8": (0.01, 0.01), "nvfp4": (0.10, 0.14), "mxfp4": (0.30, 0.20)}
+    for seed in (0, 1):
+        write(tmp_path, "torch", "bf16", seed, [100.0] * 10, [3.0] * 10, evals=evals_at([4.0, 3.0 + seed / 10], (5, 11)))
+        for fmt, deltas in penalty.items():
+            write(tmp_path, "torch", fmt, seed, [100.0] * 10, [3.0] * 10, native=fmt == "fp8",
+                  evals=evals_at([4.0, 3.0 + seed / 10 + deltas[seed]], (5, 11)))
+    m = Matrix(("torch",), ("bf16", *penalty), (0, 1), 1, tiny_config(synthetic=False, eval_every=4),
+               mode="convergence")
+    (tmp_path / "matrix.json").write_text(json.dumps(m.validate().to_dict()))
+    record = build_comparison(tmp_path, n_boot=200)
+    ranking = record["penalty_ranking"]
+    assert [(r["rank"], r["precision"], r["recipe"]) for r in ranking] == [
+        (1, "mxfp8", "emulated-mxfp8"), (2, "fp8", "te-fp8-delayed"), (3, "nvfp4", "emulated-nvfp4"),
+        (4, "mxfp4", "emulated-mxfp4")]
+    assert [r["delta"] for r in ranking] == pytest.approx([0.01, 0.03, 0.12, 0.25])
+    half = 12.706204736174698 * 0.05  # mxfp4: differences 0.3, 0.2: sd 0.1/√2, /√2 seeds; t(0.975, 1)
+    assert ranking[3]["ci"] == pytest.approx([0.25 - half, 0.25 + half]) and ranking[3]["includes_zero"]
+    assert ranking[0]["ci"] is None or ranking[0]["ci"] == pytest.approx([0.01, 0.01])
+    assert [r["label"] for r in ranking] == ["emulated", "native", "emulated", "emulated"]
+    assert [r["includes_zero"] for r in ranking] == [False, True, True, True]
+    assert [r["overlaps_next"] for r in ranking] == [True, True, True, None]
+    rows = table_rows(markdown.render(record), "Formats ranked by convergence penalty")
+    assert rows[0] == ["1", "mxfp8 (emulated)", "torch", "emulated-mxfp8", "2", "+0.0100",
+                       "95% CI +0.0100–+0.0100 over 2 seeds, higher loss", "yes: not ordered"]
+    assert [row[:4] for row in rows[1:]] == [["2", "fp8", "torch", "te-fp8-delayed"],
+                                            ["3", "nvfp4 (emulated)", "torch", "emulated-nvfp4"],
+                                            ["4", "mxfp4 (emulated)", "torch", "emulated-mxfp4"]]
+    assert rows[3][5] == "+0.2500" and "over 2 seeds, includes 0" in rows[3][6]

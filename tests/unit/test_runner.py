@@ -81,7 +81,7 @@ def test_matrix_file_holds_the_benchmark_not_the_cells():
 
 @pytest.mark.parametrize("changes, message", [
     ({"frameworks": ("torch", "maxtextx")}, "unknown framework 'maxtextx'; choose one of: torch, jax, maxtext"),
-    ({"recipes": ("bf16", "fp4")}, "no framework of torch, jax has a recipe 'fp4'; give a format (bf16, fp8, nvfp4)"),
+    ({"recipes": ("bf16", "fp4")}, "no framework of torch, jax has a recipe 'fp4'; give a format (bf16, fp8, mxfp8, nvfp4, mxfp4)"),
     ({"recipes": ("bf16", "bf16")}, "--precisions/--recipes lists 'bf16' twice"),
     ({"max_loss_gap": 0.0}, "--max-loss-gap must be positive"),
     ({"frameworks": ()}, "--frameworks is empty"),

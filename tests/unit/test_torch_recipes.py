@@ -104,7 +104,9 @@ def test_every_torch_recipe_with_hooks_loads_its_class():
                       "te-fp8-delayed": "TransformerEngineHooks", "te-fp8-current": "TransformerEngineHooks",
                       "te-fp8-dpa": "TransformerEngineHooks", "torchao-fp8-tensorwise": "TorchaoFloat8Hooks", "torchao-fp8-rowwise": "TorchaoFloat8Hooks",
                       "te-nvfp4": "TransformerEngineHooks", "emulated-nvfp4": "EmulatedNvfp4Hooks",
-                      "emulated-nvfp4-all": "EmulatedNvfp4Hooks"}
+                      "emulated-nvfp4-all": "EmulatedNvfp4Hooks", "te-mxfp8": "TransformerEngineHooks",
+                      "torchao-mxfp8-emulated": "TorchaoMxfp8Hooks", "emulated-mxfp8": "EmulatedMxHooks",
+                      "emulated-mxfp8-floor": "EmulatedMxHooks", "emulated-mxfp4": "EmulatedMxHooks"}
 
 
 def test_te_bf16_quantizes_nothing():

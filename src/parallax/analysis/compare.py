@@ -958,6 +958,25 @@ def eval_deltas(cells: dict, level: float) -> list[dict]:
     return out
 
 
+def penalty_ranking(cells: dict, penalties: list[dict]) -> list[dict]:
+    """The recipes of a convergence benchmark ranked by their convergence penalty (``eval_deltas``'
+    validation ΔLoss vs bf16 at bf16's best step, paired by seed), smallest first, each with its
+    interval over seeds, whether that interval includes 0, whether it overlaps the next recipe's
+    (then the two are not ordered by this benchmark), and how the format ran (native or emulated:
+    an emulated format's loss is the format's numerics, its speed the emulation's cost)."""
+    ranked = sorted(penalties, key=lambda d: d["delta_at_best"])
+    out = []
+    for i, d in enumerate(ranked):
+        ci, after = d["ci_at_best"], ranked[i + 1]["ci_at_best"] if i + 1 < len(ranked) else None
+        cell = cells.get((d["framework"], d["recipe"], d["gpus"]))
+        out.append({"rank": i + 1, "precision": d["precision"], "framework": d["framework"], "recipe": d["recipe"],
+                    "gpus": d["gpus"], "label": _label(cell) if cell is not None else None, "seeds": d["seeds"],
+                    "delta": d["delta_at_best"], "ci": ci, "best_step": d["best_step"],
+                    "includes_zero": None if ci is None else not stats.interval_excludes(ci, 0.0),
+                    "overlaps_next": None if ci is None or after is None else ci[1] >= after[0]})
+    return out
+
+
 def _at(name: str, by_seed: dict, level: float) -> dict:
     """The mean over seeds of one step's differences, each seed's, and the interval over seeds."""
     values = list(by_seed.values())
@@ -1135,6 +1154,7 @@ def build_comparison(results_dir: Path, baseline_dir: Path | None = None,
         "loss_deltas": deltas,
         "mode": mode,
         "eval_deltas": penalties,
+        "penalty_ranking": penalty_ranking(current.cells, penalties) if mode == CONVERGENCE else [],
         "conclusions": conclusions(current.cells, penalties if mode == CONVERGENCE else [], level, judge),
         "machines": machines_of(current.cells),
         "excluded": [{"cell": name, "reason": why} for name, why in judge.excluded.items()],

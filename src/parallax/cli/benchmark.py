@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from parallax.cli import defaults
 from parallax.cli.train import WARMUP_HELP, default_warmup
 from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
+from parallax.spec.recipe import DEFAULT_FORMATS
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.spec import registry
@@ -71,7 +72,7 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
 @click.option("--list-plans", is_flag=True, help="List the shipped plans, one line each, and exit.")
 @click.option("--frameworks", default=",".join(DEFAULT_FRAMEWORKS), show_default=True,
               help=f"Comma-separated: {', '.join(ENGINE_FRAMEWORKS)}.")
-@click.option("--precisions", default=",".join(PRECISIONS), show_default=True,
+@click.option("--precisions", default=",".join(DEFAULT_FORMATS), show_default=True,
               help=f"Comma-separated formats ({', '.join(PRECISIONS)}): each framework's default recipe "
                    "of each. A recipe this GPU or installation cannot run is recorded as skipped with the reason.")
 @click.option("--recipes", default="", metavar="LIST",

@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 
 from parallax.store.cache import CACHE_DIR_ENV, cache_root  # noqa: F401 (gpu.CACHE_DIR_ENV, as before)
-from parallax.spec.config import PRECISIONS, ModelConfig
+from parallax.spec.config import ModelConfig
+from parallax.spec.recipe import DEFAULT_FORMATS
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.store.results import atomic_write_json
@@ -234,7 +235,7 @@ def load_cached_bandwidth(uuid: str | None) -> dict | None:
 
 
 def measure_ceilings(device_index: int, model: ModelConfig, batch_size: int, seq_len: int,
-                     precisions=PRECISIONS, square: int = 8192, warmup: int = 10, iters: int = 50,
+                     precisions=DEFAULT_FORMATS, square: int = 8192, warmup: int = 10, iters: int = 50,
                      tune_warmup: int = 3, tune_iters: int = 5, rest_ms: int = 500,
                      progress=None) -> dict:
     """Measure the GEMM ceilings of one GPU and cache them under its UUID.

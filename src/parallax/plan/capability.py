@@ -132,6 +132,9 @@ def _hardware_clause(recipe: Recipe, device: dict) -> tuple[bool, str, bool]:
     if recipe.min_cc and have < recipe.min_cc:
         need = ".".join(map(str, recipe.min_cc))
         return False, f"{recipe.name} needs compute capability {need}+; {where} lacks it", False
+    if recipe.below_cc and have >= recipe.below_cc:
+        top = ".".join(map(str, recipe.below_cc))
+        return False, f"{recipe.name} does not run on compute capability {top}+; {where} is one", False
     fmt = recipe.format
     if recipe.emulated:
         return True, f"{fmt} emulated on {where} (quantize-dequantize, bf16 GEMMs)", False

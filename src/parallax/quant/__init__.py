@@ -1,4 +1,4 @@
-"""NVFP4 / FP8 quantization with Parallax's native kernels, for both frameworks.
+"""NVFP4 / MX / FP8 quantization with Parallax's native kernels, for both frameworks.
 
 One set of native functions (csrc/quant): the CPU reference and, where the package was built
 with a CUDA compiler, CUDA kernels that reproduce it bit for bit. Two framework bindings call
@@ -89,3 +89,29 @@ def check_fp8(fmt: str, saturate: bool | None) -> bool:
     if fmt not in FP8_FORMATS:
         raise ValueError(f"fmt must be one of {FP8_FORMATS}, got {fmt!r}")
     return (fmt == "e4m3") if saturate is None else bool(saturate)
+
+# MX (OCP Microscaling v1.0): blocks of 32 along the last dimension, an E8M0 scale per block
+# (csrc/quant/mx.h). Elements: e4m3 / e5m2 (MXFP8), e2m1 (MXFP4); scale rules: floor (the OCP
+# specification's) and rceil (rounded up: nothing saturates; arXiv 2506.08027).
+MX_BLOCK = 32
+MX_ELEMS = {"e4m3": 0, "e5m2": 1, "e2m1": 2}  # the native functions' `elem`
+MX_RULES = {"floor": 0, "rceil": 1}  # their `rule`
+
+
+def check_mx(shape: tuple[int, ...], elem: str, rule: str, what: str = "mx") -> tuple[int, int]:
+    """(rows, cols) of a tensor MX-quantized along its last dimension; a clear ValueError for an
+    unknown element format or scale rule, or a last dimension that 32-blocks do not tile."""
+    if elem not in MX_ELEMS:
+        raise ValueError(f"{what}: elem must be one of {tuple(MX_ELEMS)}, got {elem!r}")
+    if rule not in MX_RULES:
+        raise ValueError(f"{what}: rule must be one of {tuple(MX_RULES)}, got {rule!r}")
+    if len(shape) == 0:
+        raise ValueError(f"{what}: needs a tensor of at least one dimension, got a scalar")
+    cols = int(shape[-1])
+    rows = 1
+    for d in shape[:-1]:
+        rows *= int(d)
+    if cols % MX_BLOCK:
+        raise ValueError(f"{what}: the last dimension ({cols}, shape {tuple(shape)}) must be a multiple of "
+                         f"{MX_BLOCK} (MX blocks are 32 wide; there is no padding)")
+    return rows, cols

@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from parallax.quant import MODE_CODES, available_bindings, check_fp8, check_seed, check_shape, native
+from parallax.quant import (MODE_CODES, MX_BLOCK, MX_ELEMS, MX_RULES, available_bindings, check_fp8, check_mx, check_seed,
+                            check_shape, native)
 
 _PLATFORMS = {"cpu": "cpu", "cuda": "CUDA"}
 
@@ -108,3 +109,28 @@ def fp8_qdq(x, fmt: str = "e4m3", scale: float = 1.0, saturate: bool | None = No
     out = (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((0,), jnp.uint8))
     call = jax.ffi.ffi_call("parallax_fp8_qdq", out, vmap_method="broadcast_all")
     return call(x, fmt=np.int32(0 if fmt == "e4m3" else 1), scale=np.float32(scale), saturate=np.bool_(sat))[0]
+
+
+def mx_quantize(x, elem: str = "e4m3", rule: str = "floor", stochastic: bool = False, seed: int = 0,
+                counter=None, with_codes: bool = True):
+    """(y, codes uint8 [rows, cols] one per element, E8M0 scales uint8 [rows, cols/32]): MX
+    quantize-dequantize along the last dimension (csrc/quant/mx.h). ``counter`` (a traced scalar,
+    converted to uint32): the SR seed is step_seed(seed, counter). with_codes=False: codes and
+    scales are empty (not written)."""
+    register()
+    x = jnp.asarray(x)
+    _check_dtype(x, "mx")
+    rows, cols = check_mx(tuple(x.shape), elem, rule)
+    use_counter = counter is not None
+    counter = jnp.asarray(counter if use_counter else 0).astype(jnp.uint32).reshape(())
+    out = (jax.ShapeDtypeStruct(x.shape, x.dtype),
+           jax.ShapeDtypeStruct((rows, cols) if with_codes else (0,), jnp.uint8),
+           jax.ShapeDtypeStruct((rows, cols // MX_BLOCK) if with_codes else (0,), jnp.uint8))
+    call = jax.ffi.ffi_call("parallax_mx_qdq", out, vmap_method="sequential")
+    return call(x, counter, elem=np.int32(MX_ELEMS[elem]), rule=np.int32(MX_RULES[rule]),
+                stochastic=np.bool_(stochastic), seed=np.uint64(check_seed(seed)), use_counter=np.bool_(use_counter))
+
+
+def mx_qdq(x, elem: str = "e4m3", rule: str = "floor", stochastic: bool = False, seed: int = 0, counter=None):
+    """MX quantize-dequantize along the last dimension (blocks of 32, E8M0 scales)."""
+    return mx_quantize(x, elem, rule, stochastic, seed, counter, with_codes=False)[0]

@@ -22,6 +22,9 @@ Ops (seeds are ints in [0, 2**63 - 1]; mode "1x16", "16x16" or "16x1", parallax.
       each quantized alone as nvfp4_qdq_counter with its seed; on CUDA without copying the parts)
   hadamard16(x, seed=0, inverse=False) -> y
   fp8_qdq(x, fmt="e4m3", scale=1.0, saturate=None) -> y
+  mx_qdq(x, counter=None, elem="e4m3", rule="floor", stochastic=False, seed=0) -> y   (MX: blocks of 32, E8M0
+      scales; elem e4m3 | e5m2 | e2m1, rule floor | rceil; counter: SR seed step_seed(seed, counter))
+  mx_quantize(x, elem, rule, stochastic, seed) -> (y, codes uint8 [rows, cols], E8M0 scales uint8 [rows, cols/32])
 No autograd formula is registered (the emulated recipe decides its straight-through rule).
 """
 
@@ -34,7 +37,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from parallax.quant import MODE_CODES, available_bindings, check_fp8, check_seed, check_shape, native
+from parallax.quant import (MODE_CODES, MX_BLOCK, MX_ELEMS, MX_RULES, available_bindings, check_fp8, check_mx, check_seed,
+                            check_shape, native)
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
 
@@ -296,3 +300,79 @@ def _(x, fmt="e4m3", scale=1.0, saturate=None):
     _check_input(x, "fp8_qdq")
     check_fp8(fmt, saturate)
     return torch.empty_like(x)
+
+
+def _narrow(y: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """The native float32 result in x's dtype, bf16 rounded as the native side rounds it (qdq_math.h
+    f32_to_bf16: to nearest even, every NaN 0x7FC0; torch's CPU cast writes 0xFFFF for a NaN), so
+    the CPU op, the CUDA kernel and the JAX call give the same bits."""
+    if dtype == torch.float32:
+        return torch.from_numpy(y)
+    u = y.view(np.uint32).astype(np.uint64)
+    h = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    h[np.isnan(y)] = 0x7FC0
+    return torch.from_numpy(h.view(np.int16)).view(torch.bfloat16)
+
+
+def _mx_seed(x: torch.Tensor, counter: Optional[torch.Tensor], seed: int) -> int:
+    """The CPU path's SR seed: ``seed``, or step_seed(seed, counter) read on the host."""
+    seed = check_seed(seed)
+    if counter is None:
+        return seed
+    _check_counter(x, counter)
+    return native().quant_step_seed(seed, int(counter.reshape(()).item()) & 0xFFFFFFFF)
+
+
+def _mx(x, counter, elem, rule, stochastic, seed, want_codes):
+    _check_input(x, "mx")
+    rows, cols = check_mx(tuple(x.shape), elem, rule)
+    if x.device.type == "cpu":
+        y, codes, scales = native().quant_mx_codes(_cpu_f32(x, rows, cols), elem, rule, stochastic,
+                                                   _mx_seed(x, counter, seed))
+        return _narrow(y, x.dtype).reshape(x.shape), torch.from_numpy(codes), torch.from_numpy(scales)
+    if counter is not None:
+        _check_counter(x, counter)
+    n = _cuda_native()
+    with _on(x):
+        xc = _aligned(x)
+        y = torch.empty_like(xc)
+        codes = scales = None
+        if want_codes:
+            codes = torch.empty((rows, cols), dtype=torch.uint8, device=x.device)
+            scales = torch.empty((rows, cols // MX_BLOCK), dtype=torch.uint8, device=x.device)
+        c = counter.contiguous() if counter is not None else None
+        n.quant_mx_cuda(xc.data_ptr(), _DTYPES[x.dtype], y.data_ptr(), codes.data_ptr() if want_codes else 0,
+                        scales.data_ptr() if want_codes else 0, rows, cols, MX_ELEMS[elem], MX_RULES[rule],
+                        stochastic, check_seed(seed), c.data_ptr() if c is not None else 0, _stream(x))
+    return y.reshape(x.shape), codes, scales
+
+
+@torch.library.custom_op("parallax::mx_qdq", mutates_args=())
+def mx_qdq(x: torch.Tensor, counter: Optional[torch.Tensor] = None, elem: str = "e4m3", rule: str = "floor",
+           stochastic: bool = False, seed: int = 0) -> torch.Tensor:
+    """MX quantize-dequantize along the last dimension (blocks of 32, E8M0 scales; csrc/quant/mx.h).
+    ``counter`` (optional, one int32 on x's device): the SR seed is step_seed(seed, counter), read
+    at run time as nvfp4_qdq_counter's."""
+    return _mx(x, counter, elem, rule, stochastic, seed, want_codes=False)[0]
+
+
+@mx_qdq.register_fake
+def _(x, counter=None, elem="e4m3", rule="floor", stochastic=False, seed=0):
+    _check_input(x, "mx")
+    check_mx(tuple(x.shape), elem, rule)
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("parallax::mx_quantize", mutates_args=())
+def mx_quantize(x: torch.Tensor, elem: str = "e4m3", rule: str = "floor", stochastic: bool = False,
+                seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dequantized y, codes uint8 [rows, cols] one per element, E8M0 scales uint8 [rows, cols/32])."""
+    return _mx(x, None, elem, rule, stochastic, seed, want_codes=True)
+
+
+@mx_quantize.register_fake
+def _(x, elem="e4m3", rule="floor", stochastic=False, seed=0):
+    _check_input(x, "mx")
+    rows, cols = check_mx(tuple(x.shape), elem, rule)
+    return (torch.empty_like(x), x.new_empty((rows, cols), dtype=torch.uint8),
+            x.new_empty((rows, cols // MX_BLOCK), dtype=torch.uint8))

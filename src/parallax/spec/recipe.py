@@ -1,6 +1,6 @@
 """What a precision recipe is: a named way for one framework to train in one number format.
 
-A recipe is data (this module imports no framework): its format (bf16, fp8, nvfp4), the
+A recipe is data (this module imports no framework): its format (bf16, fp8, mxfp8, nvfp4, mxfp4), the
 framework that runs it, the library it needs and the extra that installs it, the compute
 capability its format needs in hardware, the datasheet column MFU divides by, the parameters
 it records, and where its hooks live (``hooks``: "module:Class", imported only when a run uses
@@ -20,13 +20,16 @@ import re
 from dataclasses import dataclass, field
 
 # Number formats, in report order. A run's ``--precision`` names one; its recipe says how.
-FORMATS = ("bf16", "fp8", "nvfp4")
+FORMATS = ("bf16", "fp8", "mxfp8", "nvfp4", "mxfp4")
+# What a benchmark runs without --precisions, and the GEMM ceilings measure: the MX formats (emulated
+# only, short of a Blackwell GPU) are asked for by name or by a plan (plans/blackwell-formats.toml).
+DEFAULT_FORMATS = ("bf16", "fp8", "nvfp4")
 # Every framework Parallax knows, in report order (an engine may still be planned).
 FRAMEWORKS = ("torch", "jax", "maxtext")
 # Datasheet column of each format's dense peak (``hardware.GPUSpec``).
-PEAK_COLUMN = {"bf16": "bf16", "fp8": "fp8", "nvfp4": "fp4"}
+PEAK_COLUMN = {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "fp4", "mxfp4": "fp4"}
 # Minimum compute capability whose tensor cores run the format natively.
-NATIVE_MIN_CC = {"bf16": (8, 0), "fp8": (8, 9), "nvfp4": (10, 0)}
+NATIVE_MIN_CC = {"bf16": (8, 0), "fp8": (8, 9), "mxfp8": (10, 0), "nvfp4": (10, 0), "mxfp4": (10, 0)}
 
 
 def cc_tuple(cc) -> tuple[int, int] | None:
@@ -77,6 +80,8 @@ class Recipe:
     fsdp: str | None = None
     emulated: bool = False  # the format is emulated (quantize-dequantize), never native
     min_cc: tuple[int, int] | None = None  # below it the recipe cannot run on a GPU at all
+    # At or above it the recipe cannot run either (TE's MXFP8: 10.x only, refused on 12.0+).
+    below_cc: tuple[int, int] | None = None
     params: dict = field(default_factory=dict)  # recorded in every result
     planned: str | None = None  # for a recipe without hooks: what will run it
     notes: tuple[str, ...] = ()

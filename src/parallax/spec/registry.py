@@ -19,10 +19,12 @@ RECIPE_MODULES = (
     "parallax.engines.torch.recipes.te",
     "parallax.engines.torch.recipes.torchao",
     "parallax.engines.torch.recipes.emulated_nvfp4",
+    "parallax.engines.torch.recipes.emulated_mx",
     "parallax.engines.jax.recipes.flax_bf16",
     "parallax.engines.jax.recipes.flax_fp8",
     "parallax.engines.jax.recipes.te",
     "parallax.engines.jax.recipes.nvfp4",
+    "parallax.engines.jax.recipes.mx",
     "parallax.engines.maxtext.recipes",
 )
 

@@ -55,7 +55,7 @@ from parallax.spec.recipe import Recipe
 BF16_BYTES, FP32_BYTES = 2, 4
 # Bytes of one quantized element as the recipe stores it (module docstring, "quantize"); an
 # emulated format writes its quantize-dequantized values back in bf16.
-QUANTIZED_BYTES = {"fp8": 1.0, "nvfp4": 0.5 + 1 / 16}
+QUANTIZED_BYTES = {"fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
 EMULATED_BYTES = float(BF16_BYTES)
 ADAMW_BYTES_PER_PARAM = 7 * FP32_BYTES + FP32_BYTES  # AdamW's read-modify-write, then clipping's norm
 

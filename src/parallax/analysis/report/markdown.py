@@ -28,6 +28,7 @@ def render(record: dict, plots: dict[str, str] | None = None) -> str:
         _machines(record),
         _loss(record),
         _eval_deltas(record),
+        _penalty_ranking(record),
         _flops(record),
         _maxtext_own(record),
         _not_ok(record),
@@ -360,6 +361,28 @@ def _loss_reading(record: dict) -> str:
             f"({(record.get('config') or {}).get('steps')} steps{seen}), one run per seed and repeat. Its "
             "interval covers these runs only, not what the format costs once trained; no conclusion is drawn "
             "from it.")
+
+
+def _penalty_ranking(record: dict) -> str:
+    """The formats of a convergence benchmark ranked by their penalty (``compare.penalty_ranking``)."""
+    rows = record.get("penalty_ranking") or []
+    if not rows:
+        return ""
+    body = [[str(r["rank"]), r["precision"] + ("" if r["label"] in (None, cap.NATIVE) else f" ({r['label']})"),
+             r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], str(r["seeds"]),
+             f.delta(r["delta"]), f.penalty_interval({"ci_at_best": r["ci"], "seeds": r["seeds"],
+                                                      "delta_at_best": r["delta"]}, "best"),
+             "–" if r["overlaps_next"] is None else ("yes: not ordered" if r["overlaps_next"] else "no")]
+            for r in rows]
+    note = ("Ranked by the validation ΔLoss vs the framework's bf16 at bf16's best step (each seed paired with bf16's "
+            "run of that seed, averaged over seeds; Student's t interval over seeds). Two recipes whose intervals "
+            "overlap are not ordered by this benchmark. A format marked emulated ran as quantize-dequantize with "
+            "bf16 GEMMs: its loss is the format's numerics; its step time is the emulation's cost, not the format's "
+            "speed.")
+    return ("## Formats ranked by convergence penalty\n\n"
+            + table(["Rank", "Format", "Framework", "Recipe", "Seeds", "ΔLoss vs bf16", "95% CI over seeds",
+                     "Overlaps the next"], body)
+            + "\n\n" + note)
 
 
 def _eval_deltas(record: dict) -> str:

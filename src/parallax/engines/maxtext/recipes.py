@@ -34,10 +34,10 @@ HOOKS = "parallax.engines.maxtext.recipes:MaxTextMode"
 
 
 def _mode(name: str, fmt: str, summary: str, *, backend: Backend = MAXTEXT, default: bool = False,
-          min_cc=None, qwix: bool = False, tuning: str = "tuned") -> Recipe:
+          min_cc=None, below_cc=None, qwix: bool = False, tuning: str = "tuned") -> Recipe:
     quantization = name if fmt != "bf16" else ""
     return Recipe(framework="maxtext", name=name, format=fmt, default=default, backend=backend, hooks=HOOKS,
-                  min_cc=min_cc, summary=summary,
+                  min_cc=min_cc, below_cc=below_cc, summary=summary,
                   params={"quantization": quantization, "use_qwix_quantization": qwix, "tuning": tuning})
 
 
@@ -52,6 +52,9 @@ RECIPES = (
           backend=MAXTEXT_TE, min_cc=(8, 9)),
     _mode("te_fp8_currentscaling", "fp8", "MaxText with TE Float8CurrentScaling (needs TE's JAX extension)",
           backend=MAXTEXT_TE, min_cc=(8, 9)),
+    _mode("te_mxfp8", "mxfp8", "MaxText with TE MXFP8BlockScaling (Blackwell 10.x: refused on Hopper and 12.0+; needs "
+          "TE's JAX extension); not yet run on hardware", backend=MAXTEXT_TE, default=True, min_cc=(10, 0),
+          below_cc=(12, 0)),
     _mode("te_nvfp4", "nvfp4", "MaxText with TE NVFP4BlockScaling (Blackwell; needs TE's JAX extension)",
           backend=MAXTEXT_TE, default=True, min_cc=(10, 0)),
     _mode("te_nvfp4_no_rht", "nvfp4", "MaxText with TE NVFP4BlockScaling without RHT (Blackwell; needs TE's JAX extension)",

@@ -16,7 +16,12 @@ Recipes (``transformer_engine.common.recipe``, REFERENCE.md §3):
   scaling, RHT on the wgrad inputs, stochastic rounding of gradients) on compute capability
   10.x; on 12.x (RTX PRO 6000, RTX 50xx) the variant TE supports there, RHT and SR off, with a
   warning (``nvfp4_variant`` below; REFERENCE.md §1). The default of ``--precision nvfp4``
-  on 10.0+ (``default_min_cc``); elsewhere that is ``emulated-nvfp4``. Not yet run on hardware.
+  on 10.0+ (``default_min_cc``); elsewhere that is ``emulated-nvfp4``. Not yet run on hardware;
+- ``te-mxfp8``: ``MXFP8BlockScaling(fp8_format=E4M3)`` — E4M3 operands with an E8M0 scale per 32
+  elements (the OCP MXFP8 format; TE's scales round up, as arXiv 2506.08027 recommends), on compute
+  capability 10.x only: refused on Hopper (no MX tensor cores) and on 12.0+ (TE: "MXFP8 ... is not
+  supported on 12.0+ architectures yet") in one line before any GPU work; ``--precision mxfp8`` picks
+  ``emulated-mxfp8`` (``emulated_mx.py``), the same format emulated. Not yet run on hardware.
 The model is ``engines/torch/te_model.py``; embedding and lm_head stay bf16 (plain torch).
 ``cuda_graphs=True``: the engine can replay the blocks as CUDA graphs (``te.make_graphed_callables``,
 ``TransformerEngineHooks.graph``), on by default on a GPU (``--cuda-graphs``).
@@ -63,6 +68,7 @@ HOOKS = "parallax.engines.torch.recipes.te:TransformerEngineHooks"
 FP8_MIN_CC = (8, 9)  # TE's is_fp8_available(): Ada, Hopper, Blackwell
 FP8_ATTENTION_MIN_CC = (9, 0)  # TE's FP8 fused attention: sm_arch >= 90 (te_shapes.fp8_attention_refusal)
 NVFP4_MIN_CC = (10, 0)  # TE's is_nvfp4_available(): Blackwell
+MXFP8_MIN_CC, MXFP8_BELOW_CC = (10, 0), (12, 0)  # TE's MXFP8: 10.x only (REFERENCE.md §1: refused on 12.0+)
 AMAX_HISTORY_LEN = 1024
 AMAX_COMPUTE_ALGO = "max"
 
@@ -93,6 +99,12 @@ RECIPES = (
            params={"te_recipe": "NVFP4BlockScaling", "disable_rht": False, "disable_stochastic_rounding": False,
                    "disable_2d_quantization": False},
            notes=("12.x: RHT and stochastic rounding off (TE PR #3195), TransformerEngine >= 2.19 (PR #3281)",)),
+    Recipe(framework="torch", name="te-mxfp8", format="mxfp8", backend=TE, hooks=HOOKS, min_cc=MXFP8_MIN_CC,
+           below_cc=MXFP8_BELOW_CC,
+           summary="TransformerEngine MXFP8BlockScaling (E4M3, an E8M0 scale per 32) on compute capability 10.x; "
+                   "not yet run on hardware",
+           params={"te_recipe": "MXFP8BlockScaling", "fp8_format": "E4M3"},
+           notes=("10.x only: Hopper has no MX tensor cores, TE refuses MXFP8 on 12.0+; elsewhere emulated-mxfp8",)),
 )
 
 
@@ -211,6 +223,7 @@ class TransformerEngineHooks(TorchHooks):
         super().__init__(recipe)
         self.fp8 = recipe.params.get("te_recipe") is not None
         self.nvfp4 = recipe.params.get("te_recipe") == "NVFP4BlockScaling"
+        self.mxfp8 = recipe.params.get("te_recipe") == "MXFP8BlockScaling"
         self.fp8_dpa = bool(recipe.params.get("fp8_dpa"))
         self.attention = recipe.params.get("attention", "sdpa")  # te_model.ATTENTIONS
         self._te_recipe = None
@@ -247,6 +260,8 @@ class TransformerEngineHooks(TorchHooks):
                 check_fp8_attention(self.recipe.name, run, "{}.{}".format(*torch.cuda.get_device_capability(device)))
         if self.nvfp4:
             return self.check_nvfp4(torch, device)
+        if self.mxfp8:
+            return self.check_mxfp8(torch, device)
         available, reason = fp8_support(import_te())
         if not available:
             raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run fp8 on "
@@ -270,7 +285,24 @@ class TransformerEngineHooks(TorchHooks):
             raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run NVFP4 on {device}: "
                                 f"{reason} (use --recipe emulated-nvfp4)")
 
+    def check_mxfp8(self, torch, device) -> None:
+        """Compute capability 10.x (one line elsewhere, before any GPU work), then TE's own probe."""
+        cc = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        if cc is None or not MXFP8_MIN_CC <= tuple(cc) < MXFP8_BELOW_CC:
+            where = "{}.{}".format(*cc) if cc else "no GPU"
+            raise ParallaxError(f"recipe '{self.recipe.name}' needs compute capability 10.x (Blackwell B200/B300; "
+                                f"TE refuses MXFP8 on 12.0+); this device is {where}: use --recipe emulated-mxfp8")
+        probe = getattr(import_te(), "is_mxfp8_available", None)
+        available, reason = probe(return_reason=True) if probe else (False, "this TE has no is_mxfp8_available")
+        if not available:
+            raise ParallaxError(f"recipe '{self.recipe.name}': TransformerEngine cannot run MXFP8 on {device}: "
+                                f"{reason} (use --recipe emulated-mxfp8)")
+
     def check_shapes(self, run) -> None:
+        if self.mxfp8:
+            from parallax.spec.mx_scheme import check_shapes as check_mx_shapes
+
+            return check_mx_shapes(self.recipe.name, run)
         multiple = FP8_DIM_MULTIPLE if self.nvfp4 else FP8_TOKENS_MULTIPLE  # NVFP4: 16 everywhere
         check_shapes(self.recipe.name, run, multiple, "TE")
 

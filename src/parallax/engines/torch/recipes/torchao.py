@@ -40,6 +40,13 @@ from parallax.engines.torch.recipes.base import TorchHooks
 TORCHAO = Backend("torchao", distributions=(("torchao",),), module="torchao", extra="torchao",
                   min_version="0.12")
 HOOKS = "parallax.engines.torch.recipes.torchao:TorchaoFloat8Hooks"
+# torchao 0.18's MXFP8 training (torchao.prototype.moe_training.MXFP8TrainingOpConfig): its weight
+# wrapper sends F.linear to an MXFP8 autograd function (dense linears as well as grouped GEMMs);
+# the EMULATED kernel preference quantize-dequantizes with torch ops (MXTensor.to_mx) and runs the
+# GEMMs in high precision, on any device.
+TORCHAO_MX = Backend("torchao", distributions=(("torchao",),), module="torchao.prototype.moe_training",
+                     extra="torchao", min_version="0.18")
+MX_HOOKS = "parallax.engines.torch.recipes.torchao:TorchaoMxfp8Hooks"
 EXCLUDED = ("lm_head",)
 
 RECIPES = (
@@ -53,6 +60,12 @@ RECIPES = (
            summary="torchao float8 rowwise (per-row scales), torch.compile, lm_head in bf16",
            params={"torchao_recipe": "rowwise", "excluded": list(EXCLUDED)},
            fsdp="float32 all-gather, rowwise fp8 cast per GEMM (torchao has no rowwise float8 all-gather)"),
+    Recipe(framework="torch", name="torchao-mxfp8-emulated", format="mxfp8", backend=TORCHAO_MX,
+           hooks=MX_HOOKS, cpu=True, emulated=True,
+           summary="torchao MXFP8 training (MXFP8TrainingOpConfig, emulated, rceil scales) on the block linears: "
+                   "the same format as emulated-mxfp8 by another implementation",
+           params={"torchao_recipe": "mxfp8_emulated_rceil", "excluded": list(EXCLUDED), "elem": "e4m3",
+                   "scale_rule": "rceil", "block": 32, "bf16_last_fraction": 0.0}),
 )
 
 
@@ -110,3 +123,64 @@ class TorchaoFloat8Hooks(TorchHooks):
         from torchao.float8.float8_linear import Float8Linear
 
         return [f"{name}.weight" for name, layer in module.named_modules() if isinstance(layer, Float8Linear)]
+
+
+class TorchaoMxfp8Hooks(TorchHooks):
+    """torchao's emulated MXFP8 training recipe on the block linears (lm_head excluded, as the
+    float8 recipes): every GEMM operand of a converted linear cast to MXFP8 (E4M3, an E8M0 scale
+    per 32 along the reduction dimension, rceil scales), the GEMMs emulated by torchao."""
+
+    def training_config(self):
+        from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe
+
+        return MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe(self.recipe.params["torchao_recipe"]))
+
+    def convertible(self, module, fqn: str) -> bool:
+        """Block linears whose dimensions the 32-blocks tile; never lm_head."""
+        import torch
+
+        if not isinstance(module, torch.nn.Linear) or fqn in self.recipe.params["excluded"]:
+            return False
+        return module.in_features % 32 == 0 and module.out_features % 32 == 0
+
+    def check(self, torch, device, run=None) -> None:
+        if run is not None:
+            from parallax.spec.mx_scheme import check_shapes
+
+            check_shapes(self.recipe.name, run)
+
+    def details(self, torch) -> dict:
+        config = self.training_config()
+        return {**super().details(torch), "torchao_version": importlib.metadata.version("torchao"),
+                "mxfp8_recipe": self.recipe.params["torchao_recipe"],
+                "kernel_preference": str(config.kernel_preference.value),
+                "scale_calculation_mode": str(config.scale_calculation_mode.value),
+                "wgrad_with_hp": config.wgrad_with_hp, "excluded": list(self.recipe.params["excluded"])}
+
+    def build(self, torch, config, weights, device):
+        module = super().build(torch, config, weights, device)
+        self.convert(module)
+        return module
+
+    def convert(self, module) -> list[str]:
+        """torchao's conversion of the convertible linears, in place; their names. torchao's emulated
+        GEMMs need the input in the weight's dtype (they ignore autocast: a bf16 input and a float32
+        master weight fail in its mm), so each converted linear casts its input to the weight's
+        dtype first (bf16 activations widen exactly; the weight is quantized from its float32 value)."""
+        from torchao.quantization import quantize_
+
+        names = [fqn for fqn, m in module.named_modules() if self.convertible(m, fqn)]
+        quantize_(module, self.training_config(), filter_fn=self.convertible)
+        for fqn in names:
+            module.get_submodule(fqn).register_forward_pre_hook(_input_as_weight)
+        return names
+
+    def quantized(self, module) -> list[str]:
+        from torchao.prototype.moe_training.tensor import MXFP8TrainingWeightWrapperTensor
+
+        return [name for name, p in module.named_parameters() if isinstance(p.data, MXFP8TrainingWeightWrapperTensor)
+                or isinstance(p, MXFP8TrainingWeightWrapperTensor)]
+
+
+def _input_as_weight(linear, args):
+    return (args[0].to(linear.weight.dtype),) + tuple(args[1:])
