@@ -27,7 +27,7 @@
 #
 # PARTS (default "capture matrix curves profile"), in the order they run (session_parts.sh):
 #   capture          MaxText's own output for the CPU tests' fixtures (CAPTURE_TRAIN=0: the export and direct run)
-#   kernels16 kernels fp8tests limits   GPU tests and bf16 profiles before the rest (fp8tests' Flax half while TE
+#   kernels16 kernels mxtests fp8tests limits   GPU tests and bf16 profiles before the rest (fp8tests' Flax half while TE
 #                    builds)
 #   convbase quantbench ncu curves profile   need no TE: they run while it builds, else after the matrix
 #   boundtests bandtests fp8tests tejax conv   after TE: GPU tests, then plan convergence's TE recipes (convbase: its bf16)
@@ -84,6 +84,7 @@ run_parts() {  # every wanted part, in priority order, around TE's install
     want capture && run capture
     want kernels16 && run kernels16
     want kernels && run kernels
+    want mxtests && run mxtests
     want fp8tests && run fp8tests_flax
     want limits && run limits
     for p in $NO_TE_PARTS; do  # while TE builds (or has not come yet): the parts that do not need it

@@ -99,6 +99,7 @@ gpu_tests() {  # gpu_tests NAME: that part's GPU tests under its limit
         fp8tests) a=(360 tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py) ;;
         boundtests) a=("${BOUNDTESTS_S:-200}" -s tests/gpu/test_layer_error_bounds_gpu.py) ;;  # -s: each ratio
         tejax) a=(240 tests/gpu/test_jax_te_gpu.py) ;;
+        mxtests) a=(150 tests/gpu/test_mx_cuda_gpu.py) ;;  # the MX kernels: CUDA bit for bit the host's
         bandtests) a=(360 -s -k band tests/gpu/test_torch_fp8_gpu.py tests/gpu/test_jax_te_gpu.py  # every recipe's
                       tests/gpu/test_jax_fp8_gpu.py tests/gpu/test_nvfp4_emulated_gpu.py) ;;  # loss band of bf16
     esac
@@ -114,6 +115,7 @@ run_fp8tests() { gpu_tests fp8tests; }
 run_boundtests() { gpu_tests boundtests; }
 run_bandtests() { gpu_tests bandtests; }
 run_tejax() { gpu_tests tejax; }
+run_mxtests() { gpu_tests mxtests; }
 
 run_profile() {  # parallax profile of our jax step, more jax recipes and MaxText's, each beside jax bf16
     local p=$E/profile r
