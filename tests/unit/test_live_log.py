@@ -1,0 +1,160 @@
+"""``--log tensorboard`` and ``--log wandb``: a CPU tiny run's event files and offline W&B run,
+read back with TensorBoard's reader and as wandb's records, hold every step of steps.jsonl."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from fixtures.cli import one_error_line
+from fixtures.watch_readers import tensorboard_scalars, wandb_history, wandb_run
+
+from parallax.cli import main
+from parallax.run import live_log
+
+TINY = ["--model", "tiny", "--batch-size", "2", "--seq-len", "16", "--steps", "4", "--warmup", "1",
+        "--eval-every", "2", "--eval-batches", "1", "--device", "cpu"]
+TOKENS = 2 * 16
+ROW_TAGS = {"loss": "train/loss", "step_ms": "train/step_ms", "lr": "train/lr", "grad_norm": "train/grad_norm"}
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """W&B offline, its own files in the test's folder; PARALLAX_LOG restored after the test."""
+    monkeypatch.setenv(live_log.ENV_VAR, "")
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_PROJECT", "parallax-test")
+    for name in ("WANDB_CONFIG_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR"):
+        monkeypatch.setenv(name, str(tmp_path / "wandb-home"))
+
+
+def steps_and_run(out):
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    return steps, json.loads((out / "run.json").read_text())
+
+
+def check_tensorboard(out, steps, run):
+    """Every step's scalars equal steps.jsonl's (TensorBoard keeps float32), tokens/s and TFLOP/s
+    follow from its step time, the evaluations equal run.json's."""
+    scalars = tensorboard_scalars(out / "tensorboard")
+    for row in steps:
+        for key, tag in ROW_TAGS.items():
+            assert scalars[tag][row["step"]] == np.float32(row[key]), (tag, row)
+        assert scalars["perf/tokens_per_s"][row["step"]] == np.float32(TOKENS * 1e3 / row["step_ms"])
+    assert sorted(scalars["train/loss"]) == [r["step"] for r in steps]
+    per_token = run["flops"]["accountings"]["spec"]["flops_per_token"]
+    for row in steps:
+        expected = TOKENS * 1e3 / row["step_ms"] * per_token / 1e12
+        assert scalars["perf/tflops_per_gpu"][row["step"]] == np.float32(expected)
+    assert {e["step"]: np.float32(e["loss"]) for e in run["eval"]} == scalars.get("eval/loss", {})
+    assert {e["step"]: np.float32(e["perplexity"]) for e in run["eval"]} == scalars.get("eval/perplexity", {})
+    assert scalars["summary/tokens_per_s"][0] == np.float32(run["throughput"]["tokens_per_s"])
+    assert "perf/mfu" not in scalars  # the CPU has no peak: MFU n/a, as in run.json
+
+
+def test_a_torch_run_logs_every_step_to_tensorboard_and_wandb(tmp_path, offline):
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--no-compile", "--output-dir", str(out), "--log", "tensorboard,wandb"]) == 0
+    steps, run = steps_and_run(out)
+    check_tensorboard(out, steps, run)
+    history = wandb_history(out)
+    assert sorted(history) == [r["step"] for r in steps]
+    for row in steps:  # W&B keeps the JSON numbers: exactly steps.jsonl's
+        logged = history[row["step"]]
+        assert {key: logged[tag] for key, tag in ROW_TAGS.items()} == {key: row[key] for key in ROW_TAGS}
+        assert logged["perf/tokens_per_s"] == TOKENS * 1e3 / row["step_ms"]
+    for e in run["eval"]:
+        assert (history[e["step"]]["eval/loss"], history[e["step"]]["eval/perplexity"]) == (e["loss"], e["perplexity"])
+    record = wandb_run(out)
+    assert (record.display_name, record.project, record.run_group) == ("run", "parallax-test", "")
+    config = {u.key: json.loads(u.value_json) for u in record.config.update}
+    assert config["config"]["model"] == "tiny" and config["recipe"]["name"] == run["recipe"]["name"]
+    assert config["machine"]["gpu"] == "cpu"
+
+
+def test_a_jax_run_logs_through_the_same_writer(tmp_path, offline):
+    pytest.importorskip("jax")
+    out = tmp_path / "run"
+    # no evaluation: its step would be a second XLA compilation, and torch's run checks evaluations
+    options = [*TINY, "--framework", "jax", "--steps", "3", "--eval-every", "0"]
+    assert main(["train", *options, "--output-dir", str(out), "--log", "tensorboard"]) == 0
+    steps, run = steps_and_run(out)
+    check_tensorboard(out, steps, run)
+    assert not (out / "wandb").exists()
+
+
+def test_a_benchmark_cell_is_its_own_run_named_by_the_cell(tmp_path, offline):
+    pytest.importorskip("torch")
+    out = tmp_path / "bench"
+    assert main(["benchmark", "--frameworks", "torch", "--precisions", "bf16", "--model", "tiny", "--batch-size", "2",
+                 "--seq-len", "16", "--steps", "3", "--warmup", "1", "--eval-every", "0", "--device", "cpu",
+                 "--no-compile", "--output-dir", str(out), "--log", "wandb,tensorboard"]) == 0
+    (cell,) = (out / "runs").iterdir()
+    record = wandb_run(cell)
+    assert (record.display_name, record.run_group) == (cell.name, "bench")
+    steps, _ = steps_and_run(cell)
+    assert tensorboard_scalars(cell / "tensorboard")["train/step_ms"] == \
+        {r["step"]: np.float32(r["step_ms"]) for r in steps}
+    assert {k: v["train/loss"] for k, v in wandb_history(cell).items()} == {r["step"]: r["loss"] for r in steps}
+
+
+# ----------------------------------------------------------------------------- the writer, by hand
+
+class Recorder:
+    def __init__(self):
+        self.calls, self.summaries, self.closed = [], [], False
+
+    def scalars(self, step, values):
+        self.calls.append((step, dict(values)))
+
+    def summary(self, summary):
+        self.summaries.append(summary)
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_end_writes_what_the_live_view_lacked_or_had_otherwise():
+    """A value the result corrected (several ranks' slowest step, MaxText's metrics file) is
+    written again; the gradient norm, known only with the result, once; nothing else twice."""
+    sink = Recorder()
+    log = live_log.LiveLog([sink], live_log.Rates(tokens_per_step=1000, gpus=2, flops_per_token=6_000_000,
+                                                  peak_tflops=0.01))
+    log.step(0, 3.0, 10.0, 1e-3)
+    log.step(1, 2.5, 20.0, 2e-3)
+    rows = [{"step": 0, "loss": 3.0, "step_ms": 10.0, "lr": 1e-3, "grad_norm": 0.5, "measured": False},
+            {"step": 1, "loss": 2.5, "step_ms": 25.0, "lr": 2e-3, "grad_norm": 0.25, "measured": True}]
+    log.finish(rows, {"status": "ok", "eval": [{"step": 1, "loss": 2.0, "perplexity": math.exp(2.0)}],
+                      "memory": {"peak_allocated_bytes": 2**30, "peak_reserved_bytes": None},
+                      "throughput": {"tokens_per_s": 40_000.0}})
+    tokens_per_s, tflops = 1000 * 1e3 / 25.0, 1000 * 1e3 / 25.0 / 2 * 6_000_000 / 1e12
+    assert sink.calls[2:] == [
+        (0, {"train/grad_norm": 0.5}),
+        (1, pytest.approx({"train/step_ms": 25.0, "train/grad_norm": 0.25, "perf/tokens_per_s": tokens_per_s,
+                           "perf/tflops_per_gpu": tflops, "perf/mfu": tflops / 0.01}, rel=1e-12)),
+        (1, {"eval/loss": 2.0, "eval/perplexity": math.exp(2.0)}),
+        (1, {"memory/peak_allocated_gib": 1.0}),
+    ]
+    assert sink.calls[1] == (1, pytest.approx({"train/loss": 2.5, "train/step_ms": 20.0, "train/lr": 2e-3,
+                                               "perf/tokens_per_s": 50_000.0, "perf/tflops_per_gpu": 0.15,
+                                               "perf/mfu": 15.0}, rel=1e-12))
+    assert sink.summaries == [{"status": "ok", "tokens_per_s": 40_000.0}] and sink.closed
+
+
+def test_a_missing_library_names_its_extra(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(live_log.ENV_VAR, "")
+    monkeypatch.setattr(live_log, "installed", lambda module: module != "wandb")
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--output-dir", str(out), "--log", "tensorboard,wandb"]) == 2
+    assert one_error_line(capsys) == "parallax: error: --log wandb needs wandb: pip install 'slm-parallax[wandb]'"
+    assert not out.exists()
+
+
+def test_an_unknown_sink_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(live_log.ENV_VAR, "")
+    assert main(["train", *TINY, "--output-dir", str(tmp_path / "run"), "--log", "mlflow"]) == 2
+    assert "--log mlflow: unknown; choose tensorboard, wandb or tensorboard,wandb" in one_error_line(capsys)
