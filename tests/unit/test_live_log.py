@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fixtures.cli import one_error_line
-from fixtures.watch_readers import tensorboard_scalars, wandb_history, wandb_run
+from fixtures.watch_readers import tensorboard_hparams, tensorboard_scalars, wandb_history, wandb_run
 
 from parallax.cli import main
 from parallax.run import live_log
@@ -61,6 +61,9 @@ def test_a_torch_run_logs_every_step_to_tensorboard_and_wandb(tmp_path, offline)
     assert main(["train", *TINY, "--no-compile", "--output-dir", str(out), "--log", "tensorboard,wandb"]) == 0
     steps, run = steps_and_run(out)
     check_tensorboard(out, steps, run)
+    hparams = tensorboard_hparams(out / "tensorboard")
+    assert (hparams["config.model"], hparams["config.batch_size"], hparams["recipe.name"], hparams["machine.gpu"]) \
+        == ("tiny", 2, run["recipe"]["name"], "cpu")
     history = wandb_history(out)
     assert sorted(history) == [r["step"] for r in steps]
     for row in steps:  # W&B keeps the JSON numbers: exactly steps.jsonl's
