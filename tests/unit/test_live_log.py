@@ -161,3 +161,17 @@ def test_an_unknown_sink_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv(live_log.ENV_VAR, "")
     assert main(["train", *TINY, "--output-dir", str(tmp_path / "run"), "--log", "mlflow"]) == 2
     assert "--log mlflow: unknown; choose tensorboard, wandb or tensorboard,wandb" in one_error_line(capsys)
+
+
+def test_wandb_that_cannot_start_is_one_line_and_no_result(tmp_path, offline, monkeypatch, capsys):
+    pytest.importorskip("torch")
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("wandb-core exited\nmore lines")
+
+    monkeypatch.setattr(live_log, "WandB", refuse)
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--no-compile", "--output-dir", str(out), "--log", "wandb"]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: --log wandb: W&B did not start its run (wandb-core exited); "
+                                      f"see {out / 'wandb'}/debug.log, or drop wandb from --log")
+    assert not (out / "run.json").exists()

@@ -243,12 +243,22 @@ def open_log(sinks: tuple[str, ...], run_dir: Path, config: dict, rates: Rates) 
             if sink == "tensorboard":
                 writers.append(TensorBoard(run_dir, config))
             else:
-                writers.append(WandB(run_dir, run_dir.name, benchmark_of(run_dir), config))
+                writers.append(started_wandb(run_dir, config))
     except BaseException:
         for writer in writers:
             writer.close()
         raise
     return LiveLog(writers, rates)
+
+
+def started_wandb(run_dir: Path, config: dict) -> WandB:
+    """The W&B sink, or one line saying why W&B did not start (its service, its settings)."""
+    try:
+        return WandB(run_dir, run_dir.name, benchmark_of(run_dir), config)
+    except Exception as exc:  # wandb raises its own types, and plain ones
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ParallaxError(f"--log wandb: W&B did not start its run ({first[:200]}); see "
+                            f"{run_dir / WANDB_DIR}/debug.log, or drop wandb from --log") from exc
 
 
 def benchmark_of(run_dir: Path) -> str | None:
