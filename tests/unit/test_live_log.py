@@ -123,28 +123,33 @@ class Recorder:
 
 def test_the_end_writes_what_the_live_view_lacked_or_had_otherwise():
     """A value the result corrected (several ranks' slowest step, MaxText's metrics file) is
-    written again; the gradient norm, known only with the result, once; nothing else twice."""
+    written again, with every later step of its tag (TensorBoard takes an earlier step as a
+    restart); the gradient norm, known only with the result, once; nothing else twice."""
     sink = Recorder()
     log = live_log.LiveLog([sink], live_log.Rates(tokens_per_step=1000, gpus=2, flops_per_token=6_000_000,
                                                   peak_tflops=0.01))
-    log.step(0, 3.0, 10.0, 1e-3)
-    log.step(1, 2.5, 20.0, 2e-3)
-    rows = [{"step": 0, "loss": 3.0, "step_ms": 10.0, "lr": 1e-3, "grad_norm": 0.5, "measured": False},
-            {"step": 1, "loss": 2.5, "step_ms": 25.0, "lr": 2e-3, "grad_norm": 0.25, "measured": True}]
-    log.finish(rows, {"status": "ok", "eval": [{"step": 1, "loss": 2.0, "perplexity": math.exp(2.0)}],
+    for step, ms in enumerate((10.0, 20.0, 30.0)):
+        log.step(step, 3.0 - step, ms, 1e-3)
+    rows = [{"step": k, "loss": 3.0 - k, "step_ms": ms, "lr": 1e-3, "grad_norm": 0.5 / (k + 1), "measured": k > 0}
+            for k, ms in enumerate((10.0, 25.0, 30.0))]  # step 1 corrected: 20 -> 25 ms
+    log.finish(rows, {"status": "ok", "eval": [{"step": 2, "loss": 2.0, "perplexity": math.exp(2.0)}],
                       "memory": {"peak_allocated_bytes": 2**30, "peak_reserved_bytes": None},
                       "throughput": {"tokens_per_s": 40_000.0}})
-    tokens_per_s, tflops = 1000 * 1e3 / 25.0, 1000 * 1e3 / 25.0 / 2 * 6_000_000 / 1e12
-    assert sink.calls[2:] == [
+
+    def rates(ms):
+        tflops = 1000 * 1e3 / ms / 2 * 6_000_000 / 1e12
+        return {"perf/tokens_per_s": 1000 * 1e3 / ms, "perf/tflops_per_gpu": tflops, "perf/mfu": tflops / 0.01}
+
+    assert sink.calls[:3] == [(k, pytest.approx({"train/loss": 3.0 - k, "train/step_ms": ms, "train/lr": 1e-3,
+                                                 **rates(ms)}, rel=1e-12))
+                              for k, ms in enumerate((10.0, 20.0, 30.0))]
+    assert sink.calls[3:] == [
         (0, {"train/grad_norm": 0.5}),
-        (1, pytest.approx({"train/step_ms": 25.0, "train/grad_norm": 0.25, "perf/tokens_per_s": tokens_per_s,
-                           "perf/tflops_per_gpu": tflops, "perf/mfu": tflops / 0.01}, rel=1e-12)),
-        (1, {"eval/loss": 2.0, "eval/perplexity": math.exp(2.0)}),
-        (1, {"memory/peak_allocated_gib": 1.0}),
+        (1, pytest.approx({"train/step_ms": 25.0, "train/grad_norm": 0.25, **rates(25.0)}, rel=1e-12)),
+        (2, pytest.approx({"train/step_ms": 30.0, "train/grad_norm": 0.5 / 3, **rates(30.0)}, rel=1e-12)),
+        (2, {"eval/loss": 2.0, "eval/perplexity": math.exp(2.0)}),
+        (2, {"memory/peak_allocated_gib": 1.0}),
     ]
-    assert sink.calls[1] == (1, pytest.approx({"train/loss": 2.5, "train/step_ms": 20.0, "train/lr": 2e-3,
-                                               "perf/tokens_per_s": 50_000.0, "perf/tflops_per_gpu": 0.15,
-                                               "perf/mfu": 15.0}, rel=1e-12))
     assert sink.summaries == [{"status": "ok", "tokens_per_s": 40_000.0}] and sink.closed
 
 

@@ -92,26 +92,22 @@ class LiveLog:
         self.logged: dict[int, dict[str, float]] = {}  # step -> tag -> the value written last
 
     def step(self, step: int, loss: float | None, step_ms: float | None, lr: float | None) -> None:
-        self._write(step, {"loss": loss, "step_ms": step_ms, "lr": lr})
+        values = self.values({"loss": loss, "step_ms": step_ms, "lr": lr})
+        self.logged.setdefault(step, {}).update(values)
+        self._scalars(step, values)
 
-    def _write(self, step: int, row: dict) -> None:
+    def values(self, row: dict) -> dict[str, float]:
+        """A steps.jsonl row's scalars by tag, with the rates of its step time."""
         values = {ROW_TAGS[k]: float(v) for k, v in row.items() if k in ROW_TAGS and v is not None}
         if "train/step_ms" in values:
             values.update(self.rates.of(values["train/step_ms"]))
-        before = self.logged.setdefault(step, {})
-        changed = {tag: v for tag, v in values.items() if not _same(before.get(tag), v)}
-        if not changed:
-            return
-        before.update(changed)
-        for writer in self.writers:
-            writer.scalars(step, changed)
+        return values
 
     def finish(self, rows: list[dict], result: dict) -> None:
         """steps.jsonl's ``rows`` (what the live view lacked or had otherwise), the evaluations,
         the peak memory and the summary of ``result``; then close."""
         try:
-            for row in rows:
-                self._write(int(row["step"]), row)
+            self.rewrite([(int(row["step"]), self.values(row)) for row in rows])
             last = max((int(r["step"]) for r in rows), default=0)
             for e in result.get("eval") or []:
                 self._scalars(int(e["step"]), {"eval/loss": e.get("loss"), "eval/perplexity": e.get("perplexity")})
@@ -123,6 +119,23 @@ class LiveLog:
                 writer.summary(summary)
         finally:
             self.close()
+
+    def rewrite(self, wanted: list[tuple[int, dict[str, float]]]) -> None:
+        """Each tag again from its first step whose value the live view lacked or had otherwise,
+        to the last step. TensorBoard's reader takes a step at or before the latest as a restart
+        of that tag and drops the later steps; written from there to the end, the series ends as
+        ``wanted`` for a reader that keeps every value (the last one of a step wins) and for one
+        that restarts."""
+        wanted = sorted(wanted, key=lambda item: item[0])
+        first: dict[str, int] = {}
+        for step, values in wanted:
+            for tag, value in values.items():
+                if tag not in first and not _same(self.logged.get(step, {}).get(tag), value):
+                    first[tag] = step
+        for step, values in wanted:
+            again = {tag: v for tag, v in values.items() if tag in first and step >= first[tag]}
+            self.logged.setdefault(step, {}).update(again)
+            self._scalars(step, again)
 
     def _scalars(self, step: int, values: dict) -> None:
         values = {k: float(v) for k, v in values.items() if v is not None}
