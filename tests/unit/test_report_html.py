@@ -104,7 +104,8 @@ def profile_record() -> dict:
     limit = {"value": 1000.0, "source": "measured now: cuBLASLt"}
     return profile_table.build_record(
         title="torch te-fp8-delayed", config=RunConfig(recipe="te-fp8-delayed", precision=None).to_dict(),
-        recipe=recipe.to_dict(), framework={"name": "torch", "device": "cuda:0", "attention": "cudnn", "compiled": False},
+        recipe=recipe.to_dict(),
+        framework={"name": "torch", "device": "cuda:0", "attention": "cudnn", "compiled": False},
         environment={"hostname": "h200-a", "gpus": [{"name": "NVIDIA H200", "uuid": "GPU-aaaa1111"}]},
         timing={"step_ms": 40.0, "tokens_per_s": 32768 / 40.0 * 1e3, "warmup_steps": 15, "timed_steps": 5,
                 "profiled_steps": 1, "method": "host clock"},

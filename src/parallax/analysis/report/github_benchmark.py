@@ -49,7 +49,8 @@ def entries(record: dict) -> dict[str, list[dict]]:
 def cell_name(cell: dict, model: str) -> str:
     """'torch te-fp8-current · llama-100m · NVIDIA H200': what stays the same across commits."""
     machine = cell.get("machine") or "unknown machine"
-    return f"{cell['framework']} {cell.get('recipe') or cell['precision']}{gpus_text(cell.get('gpus'))} · {model} · {machine}"
+    stack = f"{cell['framework']} {cell.get('recipe') or cell['precision']}{gpus_text(cell.get('gpus'))}"
+    return f"{stack} · {model} · {machine}"
 
 
 def _entry(name: str, unit: str, value: float, low, high, extra: str) -> dict:
