@@ -100,3 +100,10 @@ def bf16_recipe() -> str:
 def machine(found: dict) -> str:
     """The machine part of the names (the fake runs' label)."""
     return found[github_benchmark.SMALLER][0]["name"].split(" · ")[2].split(":")[0]
+
+
+def test_format_json_prints_the_record_alone(tmp_path, capsys):
+    results = benchmark(tmp_path, 80.0)
+    assert main(["compare", "--results-dir", str(results), "--bootstraps", "200", "--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads(json.dumps(build_comparison(results, n_boot=200)))

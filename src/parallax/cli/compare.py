@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -11,7 +12,7 @@ from parallax.analysis import stats
 from parallax.errors import ParallaxError
 from parallax.store.results import writable_output_dir, writable_report
 
-FORMATS = ("table", "github-benchmark")
+FORMATS = ("table", "json", "github-benchmark")
 
 
 @click.command()
@@ -30,7 +31,8 @@ FORMATS = ("table", "github-benchmark")
                    "separate, labelled section whose interval includes the spread measured between the machines "
                    "(from cells run on both).")
 @click.option("--format", "output_format", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="table: the tables on the terminal. github-benchmark: also github-action-benchmark's JSON, "
+              help="table: the tables on the terminal. json: the whole comparison record on stdout instead (as "
+                   "report.json holds it). github-benchmark: also github-action-benchmark's JSON, "
                    "github-benchmark-bigger.json (customBiggerIsBetter: tokens/s, MFU) and "
                    "github-benchmark-smaller.json (customSmallerIsBetter: step time), with 95% intervals, into "
                    "--export-dir (docs/watching.md).")
@@ -51,7 +53,10 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_m
         export_dir = writable_output_dir(export_dir or results_dir, "--export-dir")
     record = build_comparison(Path(results_dir), Path(baseline) if baseline else None, n_boot=bootstraps,
                               cross_machine=cross_machine)
-    terminal.render(record)
+    if output_format == "json":
+        click.echo(json.dumps(record, indent=2))
+    else:
+        terminal.render(record)
     corrupt = warn_problems(record)
     if output_report:
         written = write_report(record, Path(output_report), Path(plots_dir) if plots_dir else None)
