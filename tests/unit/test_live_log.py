@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from fixtures.cli import one_error_line
-from fixtures.watch_readers import tensorboard_hparams, tensorboard_scalars, wandb_history, wandb_run
+from fixtures.watch_readers import (tensorboard_events, tensorboard_hparams, tensorboard_scalars, wandb_history,
+                                    wandb_run)
 
 from parallax.cli import main
 from parallax.run import live_log
@@ -103,6 +106,29 @@ def test_a_benchmark_cell_is_its_own_run_named_by_the_cell(tmp_path, offline):
     assert tensorboard_scalars(cell / "tensorboard")["train/step_ms"] == \
         {r["step"]: np.float32(r["step_ms"]) for r in steps}
     assert {k: v["train/loss"] for k, v in wandb_history(cell).items()} == {r["step"]: r["loss"] for r in steps}
+
+
+def test_two_ranks_end_with_the_slowest_ranks_step_times(tmp_path, offline):
+    """Rank 0 logs its own step times live; the result's are the slowest rank's: each tag the
+    result corrected is written again, so that either reading of the event file (every value
+    kept, or a step written again as a restart) ends as steps.jsonl."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    options = [*TINY, "--no-compile", "--gpus", "2", "--eval-every", "0"]
+    proc = subprocess.run([sys.executable, "-m", "parallax", "train", *options, "--output-dir", str(out),
+                           "--log", "tensorboard"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    steps, run = steps_and_run(out)
+    assert all(len(r["rank_step_ms"]) == 2 and r["step_ms"] == max(r["rank_step_ms"]) for r in steps)
+    corrected = [r["step"] for r in steps if r["rank_step_ms"][0] != r["step_ms"]]  # rank 1 was slower
+    written = [step for step, _ in tensorboard_events(out / "tensorboard")["train/step_ms"]]
+    # live, every step; then from the first corrected step to the last, again
+    assert written == [r["step"] for r in steps] + [r["step"] for r in steps if corrected and r["step"] >= corrected[0]]
+    for restarts in (False, True):
+        scalars = tensorboard_scalars(out / "tensorboard", restarts)
+        for key, tag in ROW_TAGS.items():
+            assert scalars[tag] == {r["step"]: np.float32(r[key]) for r in steps}, (tag, restarts)
+        assert scalars["perf/tokens_per_s"] == {r["step"]: np.float32(2 * TOKENS * 1e3 / r["step_ms"]) for r in steps}
 
 
 # ----------------------------------------------------------------------------- the writer, by hand
