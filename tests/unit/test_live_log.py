@@ -131,6 +131,28 @@ def test_two_ranks_end_with_the_slowest_ranks_step_times(tmp_path, offline):
         assert scalars["perf/tokens_per_s"] == {r["step"]: np.float32(2 * TOKENS * 1e3 / r["step_ms"]) for r in steps}
 
 
+@pytest.mark.gpu
+def test_a_gpu_run_logs_mfu_and_peak_memory_as_run_json_has_them(tmp_path, offline):
+    """On a GPU with a known peak: each step's MFU is its TFLOP/s over run.json's peak, and the
+    peak memory is run.json's."""
+    pytest.importorskip("torch")
+    out = tmp_path / "run"
+    options = ["--model", "tiny", "--steps", "6", "--warmup", "2", "--eval-every", "0", "--device", "cuda"]
+    assert main(["train", *options, "--output-dir", str(out), "--log", "tensorboard"]) == 0
+    steps, run = steps_and_run(out)
+    scalars = tensorboard_scalars(out / "tensorboard")
+    peak = run["flops"]["denominators_tflops"]["precision_peak"]
+    assert peak, "this GPU has no datasheet peak for the run's precision"
+    tflops = scalars["perf/tflops_per_gpu"]
+    assert sorted(scalars["perf/mfu"]) == sorted(tflops) == [r["step"] for r in steps]
+    for step, value in tflops.items():
+        assert scalars["perf/mfu"][step] == pytest.approx(value / peak, rel=1e-6)
+    for key in ("peak_allocated", "peak_reserved"):
+        assert scalars[f"memory/{key}_gib"] == {steps[-1]["step"]: np.float32(run["memory"][f"{key}_bytes"] / 2**30)}
+    spec = run["flops"]["accountings"]["spec"]
+    assert scalars["summary/mfu"][0] == np.float32(spec["mfu_precision_peak"])
+
+
 # ----------------------------------------------------------------------------- the writer, by hand
 
 class Recorder:
