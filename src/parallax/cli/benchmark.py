@@ -196,7 +196,7 @@ def summarise(output_dir: Path, report: bool) -> None:
     warn_problems(record)
     if report:
         written = write_report(record, output_dir / "report.md")
-        Console(stderr=True).print(f"report: {written['report']}", highlight=False)
+        Console(stderr=True).print(f"report: {written['report']} (in a browser: {written['html']})", highlight=False)
 
 
 class LiveDisplay:
