@@ -2,7 +2,8 @@
 # The system packages `make` needs beyond Python, installed when missing (idempotent).
 #
 #   scripts/ensure_system_deps.sh          build: a C++17 compiler, Python's venv module
-#   scripts/ensure_system_deps.sh --tests  build + GoogleTest (the C++ suite of `make test`)
+#   scripts/ensure_system_deps.sh --tests  build + GoogleTest (the C++ suite of `make test`) + Chromium
+#                                          (the HTML report's test opens report.html in it, headless)
 #
 # CMake and Ninja come from PyPI into the venv (the `dev` extra): Debian 12's cmake is 3.25,
 # older than the 3.26 this project needs. Google Benchmark (libbenchmark-dev) is needed only for
@@ -31,7 +32,7 @@ installed() {  # a Debian package, by its dpkg status
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   missing_here=()
   command -v "$CXX_COMPILER" >/dev/null 2>&1 || missing_here+=("a C++17 compiler")
-  [ "$want_tests" = 1 ] && missing_here+=("GoogleTest (CMake's GTest package), if not installed")
+  [ "$want_tests" = 1 ] && missing_here+=("GoogleTest (CMake's GTest package), if not installed" "Chromium")
   if [ "${#missing_here[@]}" -gt 0 ]; then
     echo "ensure_system_deps: not a Debian system; make sure these are installed: ${missing_here[*]}" >&2
   fi
@@ -43,6 +44,7 @@ command -v "$CXX_COMPILER" >/dev/null 2>&1 || missing+=(g++)
 "$PYTHON" -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "$want_tests" = 1 ]; then
   installed libgtest-dev || missing+=(libgtest-dev)
+  installed chromium || missing+=(chromium)
 fi
 [ "${#missing[@]}" -eq 0 ] && exit 0
 

@@ -50,7 +50,7 @@ def machine(tmp_path):
 
 
 def test_nothing_missing_does_nothing_and_says_nothing(machine):
-    proc, calls = machine("--tests", installed=["libgtest-dev"])
+    proc, calls = machine("--tests", installed=["libgtest-dev", "chromium"])
     assert (proc.returncode, proc.stdout, proc.stderr, calls) == (0, "", "", [])
 
 
@@ -62,15 +62,15 @@ def test_build_only_does_not_ask_for_googletest(machine):
 def test_root_installs_what_is_missing_after_one_update(machine):
     proc, calls = machine("--tests", installed=[], cxx="no-such-compiler")
     assert proc.returncode == 0, proc.stderr
-    assert calls == ["update -qq", "install -y -qq --no-install-recommends g++ libgtest-dev"]
-    assert proc.stderr.strip() == "ensure_system_deps: installing g++ libgtest-dev"
+    assert calls == ["update -qq", "install -y -qq --no-install-recommends g++ libgtest-dev chromium"]
+    assert proc.stderr.strip() == "ensure_system_deps: installing g++ libgtest-dev chromium"
 
 
 def test_not_root_names_what_to_install_in_one_line_and_fails(machine):
     proc, calls = machine("--tests", installed=[], uid=1000)
     assert proc.returncode == 1 and calls == []
-    assert proc.stderr.strip() == ("ensure_system_deps: missing system packages: libgtest-dev; install them with: "
-                                   "sudo apt-get update && sudo apt-get install -y libgtest-dev")
+    assert proc.stderr.strip() == ("ensure_system_deps: missing system packages: libgtest-dev chromium; install them "
+                                   "with: sudo apt-get update && sudo apt-get install -y libgtest-dev chromium")
 
 
 def test_not_debian_is_a_note_and_leaves_the_rest_to_cmake(machine):

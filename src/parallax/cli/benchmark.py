@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from parallax.cli import defaults
-from parallax.cli.train import WARMUP_HELP, default_warmup
+from parallax.cli.train import LOG_OPTION, WARMUP_HELP, default_warmup, watch
 from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.spec.recipe import DEFAULT_FORMATS
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
@@ -131,7 +131,7 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
               f"cpu where --model {AUTO_MODEL} finds no GPU]")
 @click.option("--peak-tflops", type=float, default=None, help="Peak TFLOP/s for MFU on an unknown GPU.")
 @click.option("--output-dir", default=DEFAULT_OUTPUT_DIR, show_default=True, type=click.Path(file_okay=False))
-@click.option("--report", is_flag=True, help="Write report.md, plots and a CSV/JSON export at the end.")
+@click.option("--report", is_flag=True, help="Write report.md, report.html, plots and a CSV/JSON export at the end.")
 @click.option("--resume", is_flag=True, help="Run only the cells of --output-dir that have no result yet "
               "(and runs added to the same configuration: more recipes, seeds or repeats).")
 @click.option("--concurrent", type=int, default=1, show_default=True,
@@ -139,14 +139,16 @@ def data_choice(synthetic: bool, hf: bool, data: str | None) -> dict:
                    "throughput is not measured (the report shows none).")
 @click.option("--timeout-per-run", type=float, default=None,
               help="Seconds before a cell is stopped and recorded as timeout.")
+@LOG_OPTION
 @click.pass_context
-def command(ctx, plan, list_plans, **options):
+def command(ctx, plan, list_plans, log, **options):
     """Run the benchmark matrix: every framework × recipe × seed × repeat in its own process."""
     from parallax import plans
 
     if list_plans:
         click.echo("\n".join(plans.listing()))
         return 0
+    watch(log)  # each cell its own TensorBoard/W&B run, named by the cell
     if plan is None:
         return benchmark(**options)
     given = {k for k in options if ctx.get_parameter_source(k) is not ParameterSource.DEFAULT}
@@ -199,7 +201,7 @@ def summarise(output_dir: Path, report: bool) -> None:
     warn_problems(record)
     if report:
         written = write_report(record, output_dir / "report.md")
-        Console(stderr=True).print(f"report: {written['report']}", highlight=False)
+        Console(stderr=True).print(f"report: {written['report']} (in a browser: {written['html']})", highlight=False)
 
 
 class LiveDisplay:

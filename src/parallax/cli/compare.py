@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -11,6 +12,8 @@ from parallax.analysis import stats
 from parallax.errors import ParallaxError
 from parallax.store.results import writable_output_dir, writable_report
 
+FORMATS = ("table", "json", "github-benchmark")
+
 
 @click.command()
 @click.option("--results-dir", required=True, type=click.Path(file_okay=False),
@@ -18,7 +21,7 @@ from parallax.store.results import writable_output_dir, writable_report
 @click.option("--baseline", type=click.Path(file_okay=False), default=None,
               help="Another results directory (another GPU or version) to show ratios against.")
 @click.option("--output-report", type=click.Path(dir_okay=False), default=None,
-              help="Write a Markdown report here, with plots and a CSV/JSON export beside it.")
+              help="Write a Markdown report here, with report.html, plots and a CSV/JSON export beside it.")
 @click.option("--plots-dir", type=click.Path(file_okay=False), default=None,
               help="Where the PNG plots go (default: plots/ beside the report).")
 @click.option("--bootstraps", type=click.IntRange(min=100), default=stats.DEFAULT_BOOTSTRAPS,
@@ -27,21 +30,41 @@ from parallax.store.results import writable_output_dir, writable_report
               help="Instead of refusing a ratio between cells that differ only in their machine, show it in a "
                    "separate, labelled section whose interval includes the spread measured between the machines "
                    "(from cells run on both).")
-def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_machine):
+@click.option("--format", "output_format", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="table: the tables on the terminal. json: the whole comparison record on stdout instead (as "
+                   "report.json holds it). github-benchmark: also github-action-benchmark's JSON, "
+                   "github-benchmark-bigger.json (customBiggerIsBetter: tokens/s, MFU) and "
+                   "github-benchmark-smaller.json (customSmallerIsBetter: step time), with 95% intervals, into "
+                   "--export-dir (docs/watching.md).")
+@click.option("--export-dir", type=click.Path(file_okay=False), default=None,
+              help="Where --format github-benchmark writes its files (default: --results-dir).")
+def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_machine, output_format, export_dir):
     """Compare the cells of a benchmark: speedups, loss deltas, and ratios to a baseline."""
     from parallax.analysis.compare import build_comparison
-    from parallax.analysis.report import terminal, write_report
+    from parallax.analysis.report import github_benchmark, terminal, write_report
 
     if output_report:  # before the work, as `train` checks its --output-dir
         writable_report(Path(output_report), "--output-report")
         if plots_dir:
             writable_output_dir(plots_dir, "--plots-dir")
+    if export_dir and output_format != "github-benchmark":
+        raise ParallaxError("--export-dir goes with --format github-benchmark; drop it or add that")
+    if output_format == "github-benchmark":
+        export_dir = writable_output_dir(export_dir or results_dir, "--export-dir")
     record = build_comparison(Path(results_dir), Path(baseline) if baseline else None, n_boot=bootstraps,
                               cross_machine=cross_machine)
-    terminal.render(record)
+    if output_format == "json":
+        click.echo(json.dumps(record, indent=2))
+    else:
+        terminal.render(record)
     corrupt = warn_problems(record)
     if output_report:
         written = write_report(record, Path(output_report), Path(plots_dir) if plots_dir else None)
+        Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False,
+                                   soft_wrap=True)
+    if output_format == "github-benchmark":
+        export_dir.mkdir(parents=True, exist_ok=True)
+        written = github_benchmark.write(record, export_dir)
         Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False,
                                    soft_wrap=True)
     if corrupt:  # the report covers the readable files; the exit status tells scripts it is not whole

@@ -1,7 +1,7 @@
 """``parallax profile``: where a run's training step goes, class by class, and how far each class
 is from its limit on this GPU (``parallax.analysis.profile``), as profile.md (one table),
-profile.png and profile.json in ``--output-dir``; ``--compare A.json B.json ...`` puts finished
-profiles side by side (profile_compare.md/.json/.png).
+profile.png, profile.html (both in one page) and profile.json in ``--output-dir``; ``--compare
+A.json B.json ...`` puts finished profiles side by side (profile_compare.md/.json/.png/.html).
 
 The run is given as to ``parallax train`` (the same options, or ``--config FILE``), or as a
 finished run's folder (``--from-run DIR``: its run.json's configuration). ``--warmup`` steps run
@@ -37,7 +37,7 @@ EPILOG = ("MaxText (--framework maxtext) runs in its own process with its own pr
 @click.option("--steps", type=int, default=DEFAULT_STEPS, show_default=True,
               help="Steps timed without the profiler, then as many profiled.")
 @click.option("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT, show_default=True,
-              help="Where profile.md, profile.json and profile.png (or profile_compare.*) go.")
+              help="Where profile.md, profile.json, profile.png and profile.html (or profile_compare.*) go.")
 @click.option("--keep-trace", is_flag=True,
               help="Keep the profiler's trace too (torch: trace.json.gz; JAX, MaxText: trace.xplane.tar.gz).")
 @click.option("--compare", is_flag=True,

@@ -145,6 +145,26 @@ DEVICE_OPTIONS = options(
 )
 
 
+LOG_OPTION = click.option(
+    "--log", metavar="SINKS",
+    help="Watch it while it trains: tensorboard, wandb or tensorboard,wandb. Each run (a benchmark: each cell) "
+         "writes TensorBoard event files into its folder's tensorboard/ and an offline W&B run (unless WANDB_MODE "
+         "says otherwise) into its wandb/; docs/watching.md.")
+
+
+def watch(log: str | None) -> None:
+    """``--log``: its libraries checked now (one line naming the extra), then handed to the driver
+    and every process it starts (a benchmark's cells, a run's ranks) as ``PARALLAX_LOG``."""
+    import os
+
+    from parallax.run import live_log
+
+    sinks = live_log.parse(log) if log is not None else live_log.from_env()
+    live_log.check(sinks)
+    if log is not None:
+        os.environ[live_log.ENV_VAR] = ",".join(sinks)
+
+
 @click.command("train")
 @SHAPE_OPTIONS
 @click.option("--steps", type=int, help="Optimizer steps in all, warmup included." + _default("steps"))
@@ -175,8 +195,9 @@ DEVICE_OPTIONS = options(
               help="Replace the run that --output-dir holds (refused without it), from the new run's first step.")
 @click.option("--config", "config_file", metavar="FILE",
               help="A whole run configuration (JSON, as run.json's 'config'; what benchmark hands each cell); "
-                   "no other option goes with it but --overwrite.")
-def command(config_file, overwrite, **options) -> int:
+                   "no other option goes with it but --overwrite and --log.")
+@LOG_OPTION
+def command(config_file, overwrite, log, **options) -> int:
     """Train the shared LLaMA once and write run.json + steps.jsonl."""
     from parallax.plan import world
     from parallax.plan.resolve import resolve
@@ -184,6 +205,7 @@ def command(config_file, overwrite, **options) -> int:
     from parallax.run.progress import LiveProgress, print_summary
     from parallax.run.train import claimed, exit_code, run_training
 
+    watch(log)
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
         run, note = load_config(config_file, options), None

@@ -1,6 +1,6 @@
 """The driver of ``parallax profile``: one run's plan (resolved once by the command) profiled on
 this machine, and its files written into the output folder: profile.md, profile.json,
-profile.png, and with ``keep_trace`` the trace.
+profile.png, profile.html, and with ``keep_trace`` the trace.
 
 In order: the engine's checks (a bad run ends there, nothing measured), the GEMM and HBM limits
 (check-env's cached ceilings and copy bandwidth, else a short cuBLASLt measurement and a copy:
@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parallax.analysis import profile as table
+from parallax.analysis.report import html
 from parallax.analysis.report import profile as report
 from parallax.engines import profiling
 from parallax.plan import limits, machine
@@ -118,11 +119,16 @@ def _notes(plan: RunPlan, profiled, summary: dict) -> list[str]:
 
 
 def write(record: dict, out: Path) -> dict[str, Path]:
-    """profile.json, profile.md and profile.png in ``out``."""
-    paths = {"json": out / "profile.json", "md": out / "profile.md", "png": out / "profile.png"}
+    """profile.json, profile.md, profile.png and profile.html (the table and the bars in one
+    page) in ``out``."""
+    paths = {"json": out / "profile.json", "md": out / "profile.md", "png": out / "profile.png",
+             "html": out / "profile.html"}
     atomic_write_json(paths["json"], record)
-    atomic_write_text(paths["md"], report.markdown(record))
+    text = report.markdown(record)
+    atomic_write_text(paths["md"], text)
     report.write_plot(record, paths["png"])
+    html.write_markdown_page(paths["html"], f"Where the step goes: {record['title']}", text,
+                             {"ms per class (black: the time at the class's limit)": paths["png"]})
     return paths
 
 
@@ -147,6 +153,10 @@ def compare(paths: list[Path], out: Path, cross_machine: bool = False) -> dict:
     compared = table.comparison(records, names)
     out = writable_output_dir(out)
     atomic_write_json(out / "profile_compare.json", compared)
-    atomic_write_text(out / "profile_compare.md", report.compare_markdown(compared))
+    text = report.compare_markdown(compared)
+    atomic_write_text(out / "profile_compare.md", text)
     report.write_compare_plot(compared, out / "profile_compare.png")
+    html.write_markdown_page(out / "profile_compare.html", "Where the step goes: "
+                             + " vs ".join(p["title"] for p in compared["profiles"]), text,
+                             {"ms per class in each profile": out / "profile_compare.png"})
     return compared

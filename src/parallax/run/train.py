@@ -35,7 +35,7 @@ import time
 import traceback
 from pathlib import Path
 
-from parallax.run import distributed, interrupt
+from parallax.run import distributed, interrupt, live_log
 from parallax.spec import flops, tuning
 from parallax.plan import hardware, machine
 from parallax.plan.resolve import RunPlan, resolve
@@ -99,9 +99,10 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
     environment = machine.environment()
     setup.lap("environment")
     started = utc_now()
+    live = open_live_log(resolved, plan, run_dir, environment)  # TensorBoard, W&B: where --log asks
     if plan.rank == 0:
         clear_run(run_dir)  # a run there before is replaced from this one's first step
-    done = StepLog(run, progress or NullProgress())
+    done = StepLog(run, progress or NullProgress(), live)
     try:
         out = engine.train(run, plan, batches, done)
         result = summarize(resolved, out, environment, data_record(run, batches), started)
@@ -109,9 +110,11 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
         result["recipe"] = plan.recipe.to_dict()
         steps = step_rows(run, out.steps)
     except ParallaxError:
+        done.close_log()
         raise
     except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: keep the steps done
         if launched:
+            done.close_log()
             raise
         result = interrupted_result(run, plan.precision, environment, started, interrupt.of(exc), done.steps)
         result["timing"]["setup_s"] = setup.laps
@@ -119,14 +122,18 @@ def _train(resolved: RunPlan, progress: Progress | None, launched: bool = False)
         steps = step_rows(run, done.steps)
     except Exception as exc:  # the run started: record how it ended instead of losing it
         if launched:
+            done.close_log()
             raise
         traceback.print_exc()
         result, steps = failure_result(run, plan.precision, environment, started, exc), []
         result["recipe"] = plan.recipe.to_dict()
     finally:
         batches.close()
-    if plan.rank == 0:
-        write_run(run_dir, result, steps)
+    try:
+        if plan.rank == 0:
+            write_run(run_dir, result, steps)
+    finally:
+        done.finish_log(steps, result)
     engine.close(plan)
     return result
 
@@ -177,16 +184,28 @@ def check_free(run_dir: Path, overwrite: bool) -> None:
 
 class StepLog:
     """The Progress an engine reports to, passed on to ``inner``; it keeps every step reported
-    (loss, time, and the schedule's learning rate), which an interrupted run records."""
+    (loss, time, and the schedule's learning rate), which an interrupted run records, and hands
+    each to ``live`` (TensorBoard, W&B: ``run/live_log.py``) where the run is watched."""
 
-    def __init__(self, run: RunConfig, inner: Progress):
-        self.run, self.inner = run, inner
+    def __init__(self, run: RunConfig, inner: Progress, live: live_log.LiveLog | None = None):
+        self.run, self.inner, self.live = run, inner, live
         self.steps: list[StepRecord] = []
 
     def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
         lr = float(lr_at(step, self.run.optim, self.run.steps))
         self.steps.append(StepRecord(step, loss, step_ms, lr))
+        if self.live is not None:
+            self.live.step(step, loss, step_ms, lr)
         self.inner.step(step, loss, step_ms)
+
+    def finish_log(self, rows: list[dict], result: dict) -> None:
+        """steps.jsonl's ``rows`` and the result to the live log, which then closes."""
+        if self.live is not None:
+            self.live.finish(rows, result)
+
+    def close_log(self) -> None:
+        if self.live is not None:
+            self.live.close()
 
     def phase(self, text: str) -> None:
         self.inner.phase(text)
@@ -512,3 +531,21 @@ def measured_ceiling(device: dict | None, precision: str) -> float | None:
         return None
     lookup = getattr(gpu, "measured_ceiling_tflops", None)
     return lookup(device.get("uuid"), precision) if lookup else None
+
+
+def open_live_log(resolved: RunPlan, plan, run_dir: Path, environment: dict) -> live_log.LiveLog | None:
+    """The run's TensorBoard and W&B sinks where ``PARALLAX_LOG`` asks for them (``--log``), in
+    the process that writes the result; None elsewhere. The per-step MFU divides by the peak
+    that run.json's MFU uses (the GPU of ``plan.device``)."""
+    sinks = live_log.from_env()
+    if not sinks or plan.rank != 0:
+        return None
+    live_log.check(sinks)
+    run, fmt = resolved.run, resolved.recipe.mfu_format
+    device = run_gpu({"device": plan.device}, environment.get("gpus") or [])
+    peaks, _ = hardware.denominators(device, fmt, run.peak_tflops, measured_ceiling(device, fmt))
+    per_token = flops.flops_per_token(run.model_config, run.seq_len)[flops.PRIMARY_ACCOUNTING]
+    rates = live_log.Rates(run.tokens_per_step, run.gpus, per_token, peaks.precision_peak)
+    where = {"device": plan.device, "gpu": (device or {}).get("name") or "cpu",
+             "host": environment.get("hostname") or socket.gethostname()}
+    return live_log.open_log(sinks, run_dir, live_log.hparams(run.to_dict(), resolved.recipe.to_dict(), where), rates)

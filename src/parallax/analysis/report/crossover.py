@@ -1,4 +1,5 @@
-"""The crossover record (``parallax.analysis.crossover``) as Markdown, a PNG and JSON."""
+"""The crossover record (``parallax.analysis.crossover``) as Markdown, a PNG, HTML (the report with its
+plot inlined) and JSON."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 from parallax.errors import require_module
 from parallax.analysis.report import format as f
+from parallax.analysis.report import html
 from parallax.analysis.report.markdown import table
 from parallax.store.results import atomic_write_json, atomic_write_text
 
@@ -14,9 +16,11 @@ def write(record: dict, out_dir: Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"plot": plot(record, out_dir / "crossover.png"),
-             "report": out_dir / "crossover.md", "json": out_dir / "crossover.json"}
-    atomic_write_text(paths["report"], markdown(record, "crossover.png"))
+             "report": out_dir / "crossover.md", "json": out_dir / "crossover.json", "html": out_dir / "crossover.html"}
+    text = markdown(record, "crossover.png")
+    atomic_write_text(paths["report"], text)
     atomic_write_json(paths["json"], record)
+    html.write_markdown_page(paths["html"], "Where low precision starts to pay", text)  # the plot inlined
     return paths
 
 

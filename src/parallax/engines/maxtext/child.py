@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import json
+import os
 import runpy
 import sys
 import time
@@ -32,6 +33,8 @@ MEMORY_TAG = "[parallax] device memory after training: "
 DATA_WAIT_TAG = "[parallax] data wait ms: "
 LOADER_MODULE = "maxtext.common.data_loader"  # MaxText 0.2.5's DataLoader.load_next_batch
 STATS = ("peak_bytes_in_use", "peak_pool_bytes", "bytes_limit")
+# The folder of MaxText's own TensorBoard events (``--log tensorboard``), set by the engine.
+TENSORBOARD_ENV = "PARALLAX_MAXTEXT_TENSORBOARD"
 
 
 def timed_loader(loader_class) -> None:
@@ -80,7 +83,30 @@ def peak_memory() -> dict:
     return {key: stats.get(key) for key in STATS}
 
 
+def point_tensorboard(folder: str) -> None:
+    """MaxText's summary writer into ``folder``. MaxText 0.2.5 under ``DECOUPLE_GCLOUD=TRUE``
+    (which the engine sets: no Google Cloud packages) ignores its ``tensorboard_dir`` and writes
+    into ``local_tensorboard/`` of its own installation (``max_utils.initialize_summary_writer``);
+    its metric logger calls that function through the module, so replacing it there points
+    MaxText's scalars at the run's folder. Process 0 writes, as in MaxText."""
+    from maxtext.utils import max_utils
+
+    own = max_utils.initialize_summary_writer
+
+    def into_the_run(tensorboard_dir, run_name, enable_tensorboard=True):
+        import jax
+        from tensorboardX import SummaryWriter
+
+        if not enable_tensorboard or jax.process_index() != 0:
+            return own(tensorboard_dir, run_name, enable_tensorboard)
+        return SummaryWriter(folder)
+
+    max_utils.initialize_summary_writer = into_the_run
+
+
 def main(argv: list[str]) -> None:
+    if os.environ.get(TENSORBOARD_ENV):
+        point_tensorboard(os.environ[TENSORBOARD_ENV])
     sys.argv = [TRAIN_MODULE, *argv]  # argv[0] becomes the module's file, as with python -m
     timer = LoaderTimer()
     sys.meta_path.insert(0, timer)

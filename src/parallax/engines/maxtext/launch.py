@@ -27,6 +27,7 @@ from parallax.spec.config import RunConfig
 from parallax.spec.recipe import Recipe
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
 from parallax.engines.maxtext import config, metrics
+from parallax.engines.maxtext.child import TENSORBOARD_ENV
 from parallax.native.gpu import pip_cudnn_folder
 from parallax.engines.maxtext.recipes import MAXTEXT_TE
 
@@ -150,9 +151,24 @@ def one_cudnn(env: dict) -> dict:
 
 
 def output_keys(run: RunConfig) -> dict:
+    """Where MaxText writes; its own TensorBoard scalars only where the run is watched in
+    TensorBoard (``tensorboard_folder``): otherwise MaxText, finding tensorboardX installed,
+    would write them into its installation (``child.point_tensorboard`` says why)."""
     where = Layout(Path(run.output_dir))
     return {"run_name": "parallax", "base_output_directory": str(where.output.resolve()),
-            "metrics_file": str(where.metrics.resolve())}
+            "metrics_file": str(where.metrics.resolve()), "enable_tensorboard": tensorboard_folder(run) is not None}
+
+
+# ``--log`` as the command line hands it to the driver (parallax.run.live_log.ENV_VAR); the
+# engines sit below run/ and read the variable itself.
+LOG_ENV = "PARALLAX_LOG"
+
+
+def tensorboard_folder(run: RunConfig) -> Path | None:
+    """``<run dir>/tensorboard/maxtext`` where ``--log tensorboard`` asks for TensorBoard: MaxText's
+    own scalars beside ours (``tensorboard --logdir`` shows them as the run's ``maxtext``)."""
+    sinks = [s.strip() for s in os.environ.get(LOG_ENV, "").split(",")]
+    return (Path(run.output_dir) / "tensorboard" / "maxtext").resolve() if "tensorboard" in sinks else None
 
 
 def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
@@ -173,6 +189,8 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     env = child_env(int(plan.device.split(":")[1]))
     if knobs.xla_flags:
         env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *knobs.xla_flags]).strip()
+    if tensorboard_folder(run) is not None:
+        env[TENSORBOARD_ENV] = str(tensorboard_folder(run))
     progress.phase(f"writing parallax.engines.weights (seed {run.seed}) as MaxText's checkpoint")
     initial = cached_initial_weights(run, recipe, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory

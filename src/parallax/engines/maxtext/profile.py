@@ -99,7 +99,8 @@ def _write_config(plan: RunPlan, checked, work: Path, warmup: int, steps: int) -
 
     run, recipe = plan.run, plan.recipe
     output = {"run_name": "profile", "base_output_directory": str((work / "output").resolve()),
-              "metrics_file": str((work / "metrics.jsonl").resolve())}
+              "metrics_file": str((work / "metrics.jsonl").resolve()),
+              "enable_tensorboard": False}  # else into MaxText's installation (child.point_tensorboard)
     tuning = checked.details["tuning"]
     sections = config.sections(run, recipe, tuning, output=output)
     sections.append(config.Section("profiling (parallax profile)", profile_keys(warmup, steps)))
