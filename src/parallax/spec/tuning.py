@@ -93,7 +93,9 @@ KNOB_SETS: tuple[KnobSet, ...] = (
 )
 
 # (framework, recipe name) -> the knob set a tuning sweep chose (``tuned``). Filled from the
-# sweep's report (``analysis/tuning.py``'s snippet); a recipe not here runs ``default``.
+# sweep's report (``analysis/tuning.py``'s snippet); a recipe not here runs ``default``. Empty on
+# the evidence of the H200 sweep (docs/results/2026-12-04-h200-c/): no knob set beat its
+# recipe's default beyond the interval (docs/tuning.md#what-the-h200-said-2026-12-04).
 TUNED: dict[tuple[str, str], str] = {}
 
 

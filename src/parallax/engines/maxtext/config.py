@@ -52,7 +52,10 @@ PINNED_VERSION = "0.2.5"
 # workers, twice over) ahead. The read threads and read-ahead of each worker (``grain.ReadOptions``)
 # stay at base.yml's values, written out. mp_prefetch interleaves its workers round-robin, which
 # keeps the batches in our order (80 of 80 batches equal to our loader's with 1, 2 and 4
-# workers, on the CPU; eight not yet checked there).
+# workers, on the CPU; eight not yet checked there). Measured on the H200 (docs/results/
+# 2026-12-04-h200-c/): still input-bound (478k tokens/s, 61% of the step waiting, against 624k
+# synthetic), as is Grain in process (--tuning grain-in-process): the cost is per sample in the
+# consuming process, which no worker count removes; docs/maxtext.md#feeding-maxtext.
 GRAIN_WORKERS = 8
 GRAIN_BUFFER_SAMPLES = 16
 GRAIN_FEED = {"grain_worker_count": GRAIN_WORKERS, "grain_per_worker_buffer_size": GRAIN_BUFFER_SAMPLES,
