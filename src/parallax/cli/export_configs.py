@@ -43,6 +43,7 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
+    from parallax.store.files import write_text
     from parallax.store.results import writable_output_dir
 
     rendered = []
@@ -55,12 +56,7 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
         name = mt.file_name(run, recipe)
         rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in rendered:
-        (out / name).write_text(text)
-        paths.append(out / name)
-    return paths
+    return [write_text(out / name, text, "--output-dir") for name, text in rendered]
 
 
 @click.command("export-configs")

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 MAGIC = b"PLXTOKNS"
 VERSION = 1
@@ -55,7 +56,7 @@ class TokenWriter:
         self._file.seek(0)
         self._file.write(self._header())
         self._file.flush()
-        os.fsync(self._file.fileno())
+        files._sync(self._file.fileno(), str(self.path))
         self._file.close()
         return self.n_tokens
 

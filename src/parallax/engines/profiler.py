@@ -26,6 +26,7 @@ from pathlib import Path
 
 from parallax.engines import get_engine, profiling
 from parallax.plan.resolve import RunPlan
+from parallax.store.files import make_folder, replacing
 
 
 @dataclass
@@ -80,7 +81,7 @@ def _gzip_chrome_trace(prof, path: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
-        with open(trace, "rb") as src, gzip.open(path, "wb") as dst:
+        with open(trace, "rb") as src, replacing(path) as tmp, gzip.open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
     return path
 
@@ -99,7 +100,7 @@ def _jax_events(step, steps: int, trace_dir: Path | None):
 
 
 def _tar(folder: Path, path: Path) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
+    with replacing(path) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
     return path
 
@@ -123,5 +124,4 @@ def attention_rates(framework: str, plan: RunPlan, device) -> list[dict]:
 
 def _made(folder: Path) -> Path:
     """The output folder, made now: the first file written into it is the trace."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return make_folder(folder)

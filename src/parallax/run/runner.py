@@ -58,6 +58,7 @@ from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
 from parallax.store.archive import ARCHIVE_FILE, unpack
+from parallax.store.files import make_folder, refusal
 from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
@@ -440,11 +441,11 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
              stop: threading.Event | None = None) -> CellResult:
     """Run one cell's process to its end (or its timeout) and record the outcome."""
     shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
-    run_dir.mkdir(parents=True)
+    make_folder(run_dir, "--output-dir")
     write_cell_config(run_dir, run)
     progress_path = run_dir / PROGRESS_FILE
     started, t0 = utc_now(), time.monotonic()
-    with open(run_dir / LOG_FILE, "wb") as log:
+    with _log_file(run_dir / LOG_FILE) as log:
         try:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=child_env(progress_path),
@@ -470,6 +471,17 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     else:
         status, error = _outcome(proc.returncode, run, run_dir, info)
     return CellResult(cell, status, run_dir, error, round(elapsed, 3))
+
+
+@contextlib.contextmanager
+def _log_file(path: Path):
+    """The cell's run.log, open for its process to write (a stream: not renamed into place)."""
+    try:
+        log = open(path, "wb")
+    except OSError as exc:
+        raise refusal(path, exc, "--output-dir") from None
+    with log:
+        yield log
 
 
 def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop=None):
@@ -581,8 +593,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
         raise ParallaxError(f"--timeout-per-run must be positive, got {timeout_s:g}")
     display = display or NullDisplay()
     command_for = command_for or train_command
-    output_dir = Path(output_dir).resolve()
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = make_folder(Path(output_dir).resolve(), "--output-dir")
     with locked(output_dir, "parallax benchmark"):
         check_matrix_file(output_dir, matrix, resume, display)
         if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files

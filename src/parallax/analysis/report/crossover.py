@@ -7,12 +7,12 @@ from pathlib import Path
 from parallax.errors import require_module
 from parallax.analysis.report import format as f
 from parallax.analysis.report.markdown import table
+from parallax.store.files import make_folder, replacing
 from parallax.store.results import atomic_write_json, atomic_write_text
 
 
 def write(record: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = make_folder(out_dir, "--output-dir")
     paths = {"plot": plot(record, out_dir / "crossover.png"),
              "report": out_dir / "crossover.md", "json": out_dir / "crossover.json"}
     atomic_write_text(paths["report"], markdown(record, "crossover.png"))
@@ -91,7 +91,8 @@ def plot(record: dict, path: Path) -> Path:
         ax.set_title("Low-precision speedup against model size")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        fig.savefig(path)
+        with replacing(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return path

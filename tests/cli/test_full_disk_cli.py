@@ -1,0 +1,146 @@
+"""A full disk (ENOSPC) and a read-only file system (EROFS) for each writer of Parallax: one
+line naming the path and what it needs, exit 2, no half record and no temporary file left.
+The failure is injected at the one writer's flush (``fixtures/full_disk.py``); CI has no tmpfs."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from fixtures.cli import one_error_line
+from fixtures.fake_runs import generated_steps, tiny_config, write_ok_run
+from fixtures.full_disk import fail_writes_under
+from fixtures.matrix import fake_command
+
+from parallax.cli import main
+from parallax.run import runner
+
+TRAIN = ["train", "--model", "tiny", "--device", "cpu", "--no-compile", "--batch-size", "2", "--seq-len", "16",
+         "--steps", "3", "--warmup", "1"]
+BENCH = ["benchmark", "--frameworks", "torch", "--precisions", "bf16", "--model", "tiny", "--batch-size", "2",
+         "--seq-len", "16", "--steps", "4", "--warmup", "1", "--device", "cpu", "--no-compile"]
+NEEDS = {errno.ENOSPC: "the disk is full", errno.EROFS: "the file system is read-only"}
+CODES = pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS], ids=["ENOSPC", "EROFS"])
+
+
+def error_line(capsys) -> str:
+    """The one ``parallax: error:`` line, last on stderr after any progress, and no traceback."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert not any("Traceback" in row for row in err), err
+    assert [row for row in err if row.startswith("parallax: error: ")] == err[-1:], err
+    return err[-1]
+
+
+def leftovers(root) -> list[str]:
+    """Temporary files of the writer, probes, and steps without their run.json."""
+    found = [str(p) for p in root.rglob(".*") if p.is_file() and p.name != ".parallax.lock"]
+    return found + [str(p) for p in root.rglob("steps.jsonl") if not (p.parent / "run.json").exists()]
+
+
+@CODES
+def test_train_refuses_a_full_folder_before_it_starts(tmp_path, capsys, monkeypatch, code):
+    fail_writes_under(monkeypatch, tmp_path, code)
+    assert main([*TRAIN, "--output-dir", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert f"'{tmp_path / 'run'}' is not writable" in line and "--output-dir" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@CODES
+def test_train_whose_disk_fills_while_it_runs_leaves_no_half_record(tmp_path, capsys, monkeypatch, code):
+    fail_writes_under(monkeypatch, tmp_path, code, probes=False)
+    assert main([*TRAIN, "--output-dir", str(tmp_path / "run")]) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"parallax: error: cannot write {tmp_path / 'run'}") and NEEDS[code] in line
+    assert leftovers(tmp_path) == [] and not (tmp_path / "run" / "run.json").exists()
+
+
+@CODES
+def test_benchmark_on_a_disk_that_fills_is_one_line(tmp_path, capsys, monkeypatch, code):
+    monkeypatch.setattr(runner, "train_command", fake_command)
+    monkeypatch.setattr(runner, "collect_environment", lambda: {"python": "3.x", "gpus": []})
+    monkeypatch.setenv("FAKE_TRAIN_PLAN", "{}")
+    fail_writes_under(monkeypatch, tmp_path, code, probes=False)
+    assert main([*BENCH, "--output-dir", str(tmp_path / "bench")]) == 2
+    line = error_line(capsys)
+    assert f"cannot write {tmp_path / 'bench'}" in line and NEEDS[code] in line
+    assert leftovers(tmp_path) == []
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    for framework in ("torch", "jax"):
+        run = tiny_config(framework=framework)
+        write_ok_run(tmp_path / "results" / "runs" / framework, run, generated_steps(run))
+    return tmp_path / "results"
+
+
+@CODES
+def test_compare_report_on_a_full_disk_leaves_no_empty_plot(tmp_path, results_dir, capsys, monkeypatch, code):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    fail_writes_under(monkeypatch, out, code, probes=False)
+    assert main(["compare", "--results-dir", str(results_dir), "--output-report", str(out / "r.md"),
+                 "--bootstraps", "100"]) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"parallax: error: cannot write {out}") and NEEDS[code] in line
+    assert [p for p in out.rglob("*") if p.is_file()] == []
+
+
+def test_compare_never_writes_onto_what_it_reads(results_dir, capsys):
+    for target in (results_dir / "runs" / "torch" / "run.json", results_dir / "runs" / "torch" / "run.md"):
+        before = (results_dir / "runs" / "torch" / "steps.jsonl").read_bytes(), target.exists()
+        assert main(["compare", "--results-dir", str(results_dir), "--output-report", str(target)]) == 2
+        assert "would replace a file this command reads" in one_error_line(capsys)
+        assert (results_dir / "runs" / "torch" / "steps.jsonl").read_bytes() == before[0]
+
+
+def test_a_report_named_json_is_refused(results_dir, tmp_path, capsys):
+    assert main(["compare", "--results-dir", str(results_dir), "--output-report", str(tmp_path / "r.json")]) == 2
+    assert "--output-report" in one_error_line(capsys)
+
+
+@CODES
+def test_data_prepare_on_a_full_disk_leaves_no_staging(tmp_path, capsys, monkeypatch, code):
+    pytest.importorskip("tokenizers")
+    from fixtures.samples import TRAIN as STORIES
+
+    fail_writes_under(monkeypatch, tmp_path, code, probes=False)
+    assert main(["data", "prepare", str(STORIES), "--out", str(tmp_path / "data"), "-q",
+                 "--vocab-size", "300", "--tokenizer-sample-mb", "0.05"]) == 2
+    line = error_line(capsys)
+    assert f"cannot write {tmp_path / 'data'}" in line and NEEDS[code] in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@CODES
+def test_export_configs_on_a_full_disk(tmp_path, capsys, monkeypatch, code):
+    fail_writes_under(monkeypatch, tmp_path, code, probes=False)
+    assert main(["export-configs", "--output-dir", str(tmp_path / "yml"), "--model", "tiny"]) == 2
+    line = error_line(capsys)
+    assert line.startswith(f"parallax: error: cannot write {tmp_path / 'yml'}") and NEEDS[code] in line
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+@CODES
+def test_results_pack_and_unpack_of_a_folder_that_cannot_take_files(results_dir, capsys, monkeypatch, code):
+    before = {p: p.read_bytes() for p in results_dir.rglob("*") if p.is_file()}
+    with monkeypatch.context() as patch:
+        fail_writes_under(patch, results_dir, code)
+        assert main(["results", "pack", str(results_dir)]) == 2
+        assert f"folder '{results_dir}' is not writable" in one_error_line(capsys)
+    assert {p: p.read_bytes() for p in results_dir.rglob("*") if p.is_file()} == before
+    assert main(["results", "pack", str(results_dir)]) == 0
+    capsys.readouterr()
+    with monkeypatch.context() as patch:
+        fail_writes_under(patch, results_dir, code)
+        assert main(["results", "unpack", str(results_dir)]) == 2
+        assert f"folder '{results_dir}' is not writable" in one_error_line(capsys)
+    assert (results_dir / "records.tar.xz").exists()
+
+
+def test_unpack_of_a_folder_without_an_archive_is_one_line(tmp_path, capsys):
+    assert main(["results", "unpack", str(tmp_path)]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: {tmp_path} holds no records.tar.xz; nothing to unpack "
+                                      "(name a folder 'parallax results pack' packed)")
