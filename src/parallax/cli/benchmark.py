@@ -16,7 +16,7 @@ from parallax.cli.train import WARMUP_HELP, default_warmup
 from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
-from parallax.spec import registry
+from parallax.spec import config_schema, registry
 from parallax.run.progress import TenthsGate, step_line
 from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
 from parallax.store.results import writable_output_dir
@@ -169,6 +169,7 @@ def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, 
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
                     max_loss_gap, concurrent, split_gpus(gpus, device or "auto"),
                     "convergence" if convergence else "throughput").validate()
+    config_schema.check_option("timeout_per_run", timeout_per_run)
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     if convergence and len(matrix.seeds) < 2:

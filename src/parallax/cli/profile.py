@@ -17,6 +17,7 @@ import click
 from parallax.cli import defaults
 from parallax.cli.train import DATA_OPTIONS, DEVICE_OPTIONS, SHAPE_OPTIONS, build_run, load_config
 from parallax.errors import ParallaxError
+from parallax.spec import config_schema
 
 DEFAULT_OUTPUT = "runs/profile"
 DEFAULT_WARMUP, DEFAULT_STEPS = 15, 5
@@ -57,6 +58,8 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
         raise ParallaxError("--cross-machine goes with --compare; drop it")
     if warmup < 1 or steps < 1:
         raise ParallaxError(f"--warmup and --steps must be at least 1, got {warmup} and {steps}")
+    config_schema.check_option("profile_warmup", warmup)
+    config_schema.check_option("profile_steps", steps)
     plan, note = _plan(options, config_file, from_run, warmup, steps)
     defaults.say(note)
     record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace)

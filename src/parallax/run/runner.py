@@ -63,7 +63,7 @@ from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
-from parallax.spec import registry
+from parallax.spec import config_schema, registry
 from parallax.store.results import (  # noqa: F401 (the layout constants, re-exported for callers)
     CELL_FIELDS,
     CONFIG_FILE,
@@ -152,17 +152,16 @@ class Matrix:
             check_engine(fw)
         if not self.recipe_list():
             raise ParallaxError(f"no recipe of {', '.join(self.recipes)} exists for {', '.join(self.frameworks)}")
-        if not self.max_loss_gap > 0:
-            raise ParallaxError(f"--max-loss-gap must be positive, got {self.max_loss_gap}")
+        for name in ("max_loss_gap", "repeats", "concurrent"):  # spec/config_schema.RANGES
+            config_schema.check_option(name, getattr(self, name))
         if not self.seeds:
             raise ParallaxError("--seeds is empty; give at least one seed, e.g. --seeds 0")
         _no_duplicates("--seeds", self.seeds)
         if any(s < 0 for s in self.seeds):
             raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
-        if self.repeats < 1:
-            raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
-        if self.concurrent < 1:
-            raise ParallaxError(f"--concurrent must be at least 1, got {self.concurrent}")
+        too_large = next((s for s in self.seeds if config_schema.RANGES["seed"].above(s)), None)
+        if too_large is not None:
+            raise ParallaxError(f"--seeds {config_schema.RANGES['seed'].above(too_large)}, got {too_large}")
         if not self.gpus:
             raise ParallaxError("--gpus is empty; give at least one count, e.g. --gpus 1")
         _no_duplicates("--gpus", self.gpus)
@@ -589,8 +588,7 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     tests substitute a fake trainer); ``environment()`` gives environment.json's content.
     """
     matrix.validate()
-    if timeout_s is not None and timeout_s <= 0:
-        raise ParallaxError(f"--timeout-per-run must be positive, got {timeout_s:g}")
+    config_schema.check_option("timeout_per_run", timeout_s)
     display = display or NullDisplay()
     command_for = command_for or train_command
     output_dir = make_folder(Path(output_dir).resolve(), "--output-dir")

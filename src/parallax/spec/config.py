@@ -189,7 +189,7 @@ class OptimConfig:
 # RunConfig fields whose range ``validate`` checks; ``gpus`` is counted, and its range checked, by
 # ``plan.world.resolve_gpus``.
 RANGED_OPTIONS = ("batch_size", "seq_len", "steps", "warmup", "eval_every", "eval_batches", "epochs",
-                  "peak_tflops", "dist_timeout_s")
+                  "peak_tflops", "dist_timeout_s", "seed")
 
 
 @dataclass(frozen=True)
