@@ -113,21 +113,22 @@ def load_run(folder: str, options: dict):
     import json
     from pathlib import Path
 
+    from parallax.spec import config_schema
     from parallax.spec.config import RunConfig
+    from parallax.store.files import read_text
 
     given = [k for k, v in options.items() if v not in (None, False)]
     if given:
         raise ParallaxError(f"--from-run carries the whole run; drop --{given[0].replace('_', '-')}")
     path = Path(folder) / "run.json"
+    text = read_text(path, f"--from-run {folder}:", "pass a run's output folder")
     try:
-        config = json.loads(path.read_text())["config"]
-    except OSError as exc:
-        raise ParallaxError(f"--from-run {folder}: {path} {exc.strerror.lower()}; pass a run's output folder") from None
+        config = json.loads(text)["config"]
     except (ValueError, KeyError, TypeError):
         raise ParallaxError(f"--from-run {folder}: {path} has no run configuration; pass a folder parallax train "
                             "wrote") from None
     try:
-        return RunConfig.from_dict(config)
+        return RunConfig.from_dict(config, required=config_schema.REQUIRED)  # never a default model silently
     except ParallaxError as exc:
         raise ParallaxError(f"--from-run {folder}: {exc}") from None
 

@@ -47,10 +47,10 @@ def load_config(path: str, options: dict) -> RunConfig:
     given = [k for k, v in options.items() if v not in (None, False)]
     if given:
         raise ParallaxError(f"--config carries the whole run; drop --{given[0].replace('_', '-')}")
+    from parallax.store.files import read_text
+
     try:
-        data = json.loads(open(path).read())
-    except OSError as exc:
-        raise ParallaxError(f"--config {path}: {exc.strerror}; pass an existing file") from None
+        data = json.loads(read_text(path, "--config", "pass a run configuration (UTF-8 JSON)"))
     except ValueError as exc:
         raise ParallaxError(f"--config {path} is not JSON ({exc}); write it with RunConfig.to_dict") from None
     try:

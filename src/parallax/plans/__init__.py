@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 SUFFIX = ".toml"
 PROTOCOLS = ("throughput", "convergence")
@@ -123,7 +124,7 @@ def find(name_or_file: str) -> Path:
 def load(name_or_file: str) -> Plan:
     path = find(name_or_file)
     try:
-        values = tomllib.loads(path.read_text())
+        values = tomllib.loads(files.read_text(path, "plan", f"pass a {SUFFIX} file (UTF-8 TOML)"))
     except tomllib.TOMLDecodeError as exc:
         line = re.search(r"line (\d+)", str(exc))
         raise ParallaxError(f"{path}:{line.group(1) if line else 1}: not valid TOML ({exc})") from None

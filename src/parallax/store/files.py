@@ -9,7 +9,8 @@
 - A full disk, a read-only file system, a missing permission or a path that cannot be a folder
   is a one-line ParallaxError naming the path and what it needs (``refusal``); the partial file
   is removed.
-- ``refuse_input(path, inputs, option)``: a command never writes onto a file it reads.
+- ``refuse_input(path, inputs, option)``: a command never writes onto a file it reads;
+  ``read_text``: a file the user names is UTF-8 text, or one line saying why not.
 
 A new writer takes these functions; a command that writes a file the user names proves its
 folder before the work (``prove_writable``), so a refusal costs nothing.
@@ -155,6 +156,17 @@ def write_text(path, text: str, option: str | None = None) -> Path:
 def write_json(path, value, option: str | None = None, **dumps_options) -> Path:
     """``value`` as indented JSON with a final newline."""
     return write_text(path, json.dumps(value, indent=2, **dumps_options) + "\n", option)
+
+
+def read_text(path, what: str, fix: str) -> str:
+    """The UTF-8 text of a file the user names (``what``: '--config', 'plan'...), or one line
+    saying why it cannot be read, and ``fix``."""
+    try:
+        return Path(path).read_bytes().decode()
+    except OSError as exc:
+        raise ParallaxError(f"{what} {path}: {exc.strerror or exc}; {fix}") from None
+    except UnicodeDecodeError as exc:
+        raise ParallaxError(f"{what} {path} is not UTF-8 text (byte {exc.start}); {fix}") from None
 
 
 def refuse_input(path, inputs, option: str) -> None:
