@@ -17,6 +17,7 @@ from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISI
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
 from parallax.spec import config_schema, registry
+from parallax.run import interrupt
 from parallax.run.progress import TenthsGate, step_line
 from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
 from parallax.store.results import writable_output_dir
@@ -175,9 +176,16 @@ def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, 
     if convergence and len(matrix.seeds) < 2:
         console.print("warning: one seed: the convergence penalty will have no interval (give --seeds 0,1 or more)",
                       highlight=False)
-    with LiveDisplay(console, steps, note) as display:
-        results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
-                             display=display)
+    try:
+        with interrupt.catching(), LiveDisplay(console, steps, note) as display:
+            results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
+                                 display=display)
+    except KeyboardInterrupt as exc:  # the running cell is recorded as interrupted; --resume runs it again
+        stop = interrupt.of(exc)
+        error = ParallaxError(f"interrupted by {stop.name}: the cells that finished are kept in {output_dir}; "
+                              "'parallax benchmark --resume' with the same options runs the rest")
+        error.exit_code = stop.exit_code
+        raise error from None
     summarise(Path(output_dir), report)
     failing = [r for r in results if r.status in FAILING]
     return 1 if failing else 0

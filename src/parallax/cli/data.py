@@ -56,8 +56,11 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
         if not quiet:
             click.echo(f"parallax: {message}", err=True)
 
-    result = prepare(list(corpus), out, options, force=force, show_progress=not quiet and sys.stderr.isatty(),
-                     log=log)
+    from parallax.run import interrupt
+
+    with interrupt.catching():  # Ctrl-C, SIGTERM: the staging folder goes, exit 130/143
+        result = prepare(list(corpus), out, options, force=force,
+                         show_progress=not quiet and sys.stderr.isatty(), log=log)
     for warning in result.warnings:
         click.echo(f"parallax: warning: {warning}", err=True)
     click.echo(summary(result))

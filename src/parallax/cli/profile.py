@@ -60,9 +60,13 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
         raise ParallaxError(f"--warmup and --steps must be at least 1, got {warmup} and {steps}")
     config_schema.check_option("profile_warmup", warmup)
     config_schema.check_option("profile_steps", steps)
+    from parallax.run import interrupt
+
     plan, note = _plan(options, config_file, from_run, warmup, steps)
     defaults.say(note)
-    record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace)
+    with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, no profile.* written
+        record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
+                                    lambda text: click.echo(f"parallax: {text}", err=True))
     click.echo(summary_line(record, Path(output_dir)))
     return 0
 

@@ -456,8 +456,10 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
             return CellResult(cell, status, run_dir, error, 0.0)
         try:
             timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop)
-        except BaseException:
-            _kill_group(proc)
+        except BaseException as exc:  # Ctrl-C, SIGTERM (run/interrupt.py) or the matrix ending: the cell stops
+            _kill_group(proc)  # SIGTERM first: a cell that had started keeps its steps in its own run.json
+            progress_path.unlink(missing_ok=True)
+            _record_stop(run_dir, run, exc, started, t0, proc.returncode)
             raise
     elapsed = time.monotonic() - t0
     progress_path.unlink(missing_ok=True)
@@ -481,6 +483,20 @@ def _log_file(path: Path):
         raise refusal(path, exc, "--output-dir") from None
     with log:
         yield log
+
+
+def _record_stop(run_dir: Path, run: RunConfig, exc: BaseException, started: str, t0: float, code) -> None:
+    """The run.json of a cell stopped with the matrix: its own where it wrote one (an interrupted
+    ``train`` keeps its steps), else one of status ``interrupted``; ``scan`` runs it again on
+    --resume."""
+    if _try_load(run_dir) is not None:
+        return
+    name = getattr(exc, "name", None) if isinstance(exc, KeyboardInterrupt) else None
+    name = name or ("SIGINT" if isinstance(exc, KeyboardInterrupt) else None)
+    reason = f"interrupted by {name}" if name else "interrupted: the benchmark stopped"
+    write_run(run_dir, {"status": "interrupted", "error": f"{reason} before the cell finished",
+                        **({"signal": name} if name else {}), "config": run.to_dict(), "started_at": started,
+                        "finished_at": utc_now(), "elapsed_s": round(time.monotonic() - t0, 3), "exit_code": code})
 
 
 def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop=None):
@@ -625,10 +641,19 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
             else:
                 for i in todo:
                     finish(i, start(i))
-        finally:
+        finally:  # a cell stopped with the matrix (Ctrl-C, SIGTERM) is counted as its run.json says
+            results[:] = [_as_recorded(r) for r in results]
             write_index(output_dir, matrix, results)
         display.matrix_finished(results)
     return results
+
+
+def _as_recorded(result: CellResult) -> CellResult:
+    """A pending cell as its run.json records it, where it has one."""
+    run = _try_load(result.run_dir) if result.status == "pending" else None
+    if run is None:
+        return result
+    return CellResult(result.cell, run["status"], result.run_dir, run.get("error"), run.get("elapsed_s"))
 
 
 def run_concurrently(todo: list[int], slots: int, start, finish) -> None:
