@@ -49,7 +49,7 @@ def test_torch_tiny_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "torch"
     assert main(["profile", "--framework", "torch", *SMALL, "--no-compile", "--output-dir", str(out),
                  "--keep-trace"]) == 0
-    line = capsys.readouterr().out
+    line = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal
     assert line.startswith("parallax profile: torch bf16: ") and line.rstrip().endswith(f"-> {out / 'profile.md'}")
     record = check_cpu_profile(out, "torch")
     assert record["config"]["steps"] == 1 + 2 * 2 and record["config"]["compile"] is False

@@ -141,7 +141,15 @@ def command(ctx, plan, list_plans, **options):
     from parallax import plans
 
     if list_plans:
-        click.echo("\n".join(plans.listing()))
+        from rich.table import Table
+        from rich.text import Text
+
+        from parallax.analysis.report.terminal import console_for_output, fit
+
+        console, table = console_for_output(), Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+        for name, description in plans.listing():
+            table.add_row(Text(name), Text(description))
+        console.print(fit(table, console))
         return 0
     if plan is None:
         return benchmark(**options)

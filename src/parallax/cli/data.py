@@ -63,7 +63,9 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
                          show_progress=not quiet and sys.stderr.isatty(), log=log)
     for warning in result.warnings:
         click.echo(f"parallax: warning: {warning}", err=True)
-    click.echo(summary(result))
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(), summary(result))
     return 0
 
 

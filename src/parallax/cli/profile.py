@@ -67,7 +67,9 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
     with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, no profile.* written
         record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
                                     lambda text: click.echo(f"parallax: {text}", err=True))
-    click.echo(summary_line(record, Path(output_dir)))
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(), summary_line(record, Path(output_dir)))
     return 0
 
 

@@ -185,11 +185,9 @@ def check_names(values: dict, path: Path) -> None:
             raise ParallaxError(f"{path}: unknown model preset '{preset}'; choose one of: {', '.join(PRESETS)}")
 
 
-def listing() -> list[str]:
-    """One line per shipped plan: its name and what it answers."""
-    plans = {name: load(str(path)) for name, path in shipped().items()}
-    width = max(map(len, plans), default=0)
-    return [f"{name:<{width}}  {plan.description}" for name, plan in plans.items()]
+def listing() -> list[tuple[str, str]]:
+    """(name, what it answers) of each shipped plan."""
+    return [(name, load(str(path)).description) for name, path in shipped().items()]
 
 
 def benchmark_runs(plan: Plan, options: dict, given: set[str]) -> list[dict]:
