@@ -144,3 +144,52 @@ def test_unpack_of_a_folder_without_an_archive_is_one_line(tmp_path, capsys):
     assert main(["results", "unpack", str(tmp_path)]) == 2
     assert one_error_line(capsys) == (f"parallax: error: {tmp_path} holds no records.tar.xz; nothing to unpack "
                                       "(name a folder 'parallax results pack' packed)")
+
+
+# --- never onto what is there without asking ---
+
+def test_profile_keeps_a_profile_without_overwrite(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("parallax.run.profile.profile_run", lambda *a, **k: pytest.fail("the work started"))
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "profile.json").write_text("{}")
+    assert main(["profile", "--model", "tiny", "--device", "cpu", "--output-dir", str(tmp_path / "p")]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: {tmp_path / 'p'} already holds a profile (profile.json); "
+                                      "pass --overwrite to replace it, or pick a fresh --output-dir")
+
+
+def test_benchmark_into_a_train_runs_folder_is_refused_before_any_cell(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "train_command", lambda *a: pytest.fail("a cell ran"))
+    run = tiny_config()
+    write_ok_run(tmp_path / "run", run, generated_steps(run))
+    assert main([*BENCH, "--output-dir", str(tmp_path / "run")]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: {tmp_path / 'run'} holds a train run (run.json); pick a "
+                                      "fresh --output-dir")
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["run.json", "steps.jsonl"]
+
+
+@pytest.mark.parametrize("value", ["-1", "0", "x"])
+def test_a_bad_process_count_is_one_line(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("PARALLAX_NUM_PROCESSES", value)
+    assert main([*TRAIN, "--output-dir", str(tmp_path / "run")]) == 2
+    assert "PARALLAX_NUM_PROCESSES" in one_error_line(capsys)
+
+
+def test_a_host_of_several_keeps_the_run_there_without_overwrite(tmp_path, capsys, monkeypatch):
+    run = tiny_config()
+    write_ok_run(tmp_path / "run", run, generated_steps(run))
+    before = (tmp_path / "run" / "run.json").read_bytes()
+    monkeypatch.setenv("PARALLAX_NUM_PROCESSES", "2")
+    monkeypatch.setattr("parallax.run.train.run_training", lambda *a, **k: pytest.fail("the run started"))
+    assert main([*TRAIN, "--framework", "jax", "--output-dir", str(tmp_path / "run")]) == 2
+    assert "already holds a run (run.json); pass --overwrite" in one_error_line(capsys)
+    assert (tmp_path / "run" / "run.json").read_bytes() == before
+
+
+def test_results_pack_of_a_train_run_moves_nothing(tmp_path, capsys):
+    run = tiny_config()
+    write_ok_run(tmp_path / "run", run, generated_steps(run))
+    (tmp_path / "run" / "notes.txt").write_text("mine")
+    (tmp_path / "run" / "link").symlink_to(tmp_path / "run" / "notes.txt")
+    assert main(["results", "pack", str(tmp_path / "run")]) == 2
+    assert "holds one train run (run.json), not a benchmark" in one_error_line(capsys)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["link", "notes.txt", "run.json", "steps.jsonl"]

@@ -39,19 +39,21 @@ EPILOG = ("MaxText (--framework maxtext) runs in its own process with its own pr
               help="Steps timed without the profiler, then as many profiled.")
 @click.option("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT, show_default=True,
               help="Where profile.md, profile.json and profile.png (or profile_compare.*) go.")
+@click.option("--overwrite", is_flag=True, help="Replace the profile that --output-dir holds (refused without it).")
 @click.option("--keep-trace", is_flag=True,
               help="Keep the profiler's trace too (torch: trace.json.gz; JAX, MaxText: trace.xplane.tar.gz).")
 @click.option("--compare", is_flag=True,
               help="Put the profile.json files given as arguments side by side instead of profiling.")
 @click.option("--cross-machine", is_flag=True, help="With --compare: allow profiles of different machines.")
 @click.argument("profiles", nargs=-1, metavar="[PROFILE.json ...]")
-def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compare, cross_machine, profiles,
+def command(config_file, from_run, warmup, steps, output_dir, overwrite, keep_trace, compare, cross_machine, profiles,
             **options) -> int:
     """Profile a few training steps: time, share and distance to this GPU's limit of each class of work."""
     from pathlib import Path
 
     from parallax.run import profile as driver
 
+    _check_free(Path(output_dir), "profile_compare.json" if compare or profiles else "profile.json", overwrite)
     if compare or profiles:
         return _compare(compare, profiles, cross_machine, output_dir, options, config_file, from_run)
     if cross_machine:
@@ -71,6 +73,13 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
 
     paragraph(console_for_output(), summary_line(record, Path(output_dir)))
     return 0
+
+
+def _check_free(out, name: str, overwrite: bool) -> None:
+    """One line, before any work, when ``out`` holds a profile (``name``) and --overwrite is not given."""
+    if (out / name).exists() and not overwrite:
+        raise ParallaxError(f"{out} already holds a profile ({name}); pass --overwrite to replace it, or pick a "
+                            "fresh --output-dir")
 
 
 def _compare(compare: bool, profiles: tuple, cross_machine: bool, output_dir: str, options: dict,

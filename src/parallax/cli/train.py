@@ -179,7 +179,7 @@ def command(config_file, overwrite, **options) -> int:
     from parallax.plan.resolve import resolve
     from parallax.run import distributed, interrupt, progress_file
     from parallax.run.progress import LiveProgress, print_summary
-    from parallax.run.train import claimed, exit_code, run_training
+    from parallax.run.train import check_free, claimed, exit_code, run_training
 
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
     if config_file:
@@ -193,6 +193,10 @@ def command(config_file, overwrite, **options) -> int:
     rank = world.rank_info() if run.gpus > 1 else None
     if rank is not None or world.process_count_from_env() > 1:
         defaults.say(note)  # one process of several: the folder is its launcher's, or its hosts' to share
+        if rank is None:  # a host of several, started as the user asked: their folder, held to --overwrite
+            from parallax.store.results import writable_output_dir
+
+            check_free(writable_output_dir(run.output_dir), overwrite)
         return _one_of_several(plan, rank)
     with claimed(run.output_dir, overwrite):
         defaults.say(note)

@@ -607,7 +607,11 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     config_schema.check_option("timeout_per_run", timeout_s)
     display = display or NullDisplay()
     command_for = command_for or train_command
-    output_dir = make_folder(Path(output_dir).resolve(), "--output-dir")
+    output_dir = Path(output_dir).resolve()
+    held = next((name for name in (RUN_FILE, STEPS_FILE) if (output_dir / name).exists()), None)
+    if held:  # before any cell: a train run's folder is not a benchmark's
+        raise ParallaxError(f"{output_dir} holds a train run ({held}); pick a fresh --output-dir")
+    output_dir = make_folder(output_dir, "--output-dir")
     with locked(output_dir, "parallax benchmark"):
         check_matrix_file(output_dir, matrix, resume, display)
         if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files

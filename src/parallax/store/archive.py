@@ -98,6 +98,9 @@ def pack(root: Path) -> dict:
     """Pack ``root``'s run records into ``root/records.tar.xz`` (adding to the one there)."""
     root = Path(root)
     archive = root / ARCHIVE_FILE
+    if (root / KEPT_PLAIN[0]).exists():  # its other files are the user's, not records: never moved or deleted
+        raise ParallaxError(f"{root} holds one train run ({KEPT_PLAIN[0]}), not a benchmark; nothing to pack "
+                            "(name a benchmark's --output-dir)")
     prove_writable(root, what="folder", fix="make it writable, or copy it to a writable place first")
     files, links = packable(root)
     if not files and not archive.exists():
