@@ -193,3 +193,12 @@ def test_results_pack_of_a_train_run_moves_nothing(tmp_path, capsys):
     assert main(["results", "pack", str(tmp_path / "run")]) == 2
     assert "holds one train run (run.json), not a benchmark" in one_error_line(capsys)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["link", "notes.txt", "run.json", "steps.jsonl"]
+
+
+def test_a_benchmark_whose_every_cell_train_refuses_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(runner, "train_command", fake_command)
+    monkeypatch.setattr(runner, "collect_environment", lambda: {"python": "3.x", "gpus": []})
+    monkeypatch.setenv("FAKE_TRAIN_PLAN", '{"*": "skip"}')
+    assert main([*BENCH, "--output-dir", str(tmp_path / "b")]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("parallax: error: every cell was refused, nothing was measured; the first: torch")

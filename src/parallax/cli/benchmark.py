@@ -195,6 +195,10 @@ def benchmark(frameworks, precisions, recipes, max_loss_gap, model, batch_size, 
         error.exit_code = stop.exit_code
         raise error from None
     summarise(Path(output_dir), report)
+    if results and all(r.status == "skipped" for r in results):  # train refused every cell: so does benchmark
+        reason = (results[0].error or "no reason recorded").splitlines()[0]
+        raise ParallaxError(f"every cell was refused, nothing was measured; the first: {results[0].cell.label}: "
+                            f"{reason}")
     failing = [r for r in results if r.status in FAILING]
     return 1 if failing else 0
 
