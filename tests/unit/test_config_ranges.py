@@ -78,3 +78,10 @@ def test_a_changed_range_changes_both_paths(monkeypatch):
         RunConfig.from_dict({**BASE, "steps": 4})
     with pytest.raises(ParallaxError, match=r"^--steps must be at least 5, got 4$"):
         RunConfig.for_preset("tiny", steps=4, warmup=1).validate()
+
+
+def test_a_file_naming_a_preset_without_its_sizes_takes_the_presets():
+    run = RunConfig.from_dict({"framework": "torch", "precision": "bf16", "model": "tiny", "seq_len": 64})
+    assert (run.batch_size, run.seq_len) == (8, 64)  # tiny's batch, the file's sequence length
+    run = RunConfig.from_dict({"framework": "torch", "precision": "bf16", "model": "tiny"})
+    assert (run.batch_size, run.seq_len) == (8, 128)

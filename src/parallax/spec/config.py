@@ -252,8 +252,12 @@ class RunConfig:
     def from_dict(cls, data: dict, required: tuple[str, ...] = ()) -> "RunConfig":
         """The run of a configuration file's ``data``, its fields' types and ranges checked
         (``spec/config_schema.py``): a one-line ParallaxError for the first bad field, or for a
-        field of ``required`` missing."""
-        return cls(**config_schema.check(cls, data, required))
+        field of ``required`` missing. A file that names a preset and leaves out its batch size or
+        sequence length gets the preset's, as the command line does (``for_preset``)."""
+        checked = config_schema.check(cls, data, required)
+        if checked.get("model") in PRESET_SIZES:
+            return cls.for_preset(**checked)
+        return cls(**checked)
 
     def validate(self, timed: bool = True, recipe: Recipe | None = None) -> "RunConfig":
         """Raise ParallaxError for the first bad field; return the run with its recipe named
