@@ -5,6 +5,7 @@ the terminal. In-process; the work of the slow commands is stubbed or made tiny.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -114,3 +115,11 @@ def test_results_pack_fits(tmp_path, capsys):
     assert main(["results", "pack", "r"]) == 0
     fits(capsys)
     assert json.loads((tmp_path / "r" / "runs" / "torch-bf16" / "run.json").read_text())["status"] == "ok"
+
+
+def test_the_profilers_own_log_lines_are_dropped(capfd):
+    from parallax.engines.profiler import native_log_filtered
+
+    with native_log_filtered():
+        os.write(2, b"USDT:2026-12-04 16:25:50 SyncActivityProfilerHandler.cpp:52] profiler_start\nkept\n")
+    assert capfd.readouterr().err == "kept\n"

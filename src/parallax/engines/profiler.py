@@ -16,8 +16,11 @@ JAX: the xplane folder as .tar.gz), when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import shutil
+import sys
 import tarfile
 import tempfile
 import time
@@ -70,11 +73,36 @@ def _torch_events(step, steps: int, trace_dir: Path | None):
 
     on_gpu = step.plan.handles["device"].type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with torch_profile(activities=activities) as prof:
+    with native_log_filtered(), torch_profile(activities=activities) as prof:
         step.run(steps)
     trace = _gzip_chrome_trace(prof, _made(trace_dir) / "trace.json.gz") if trace_dir else None
     events = profiling.torch_kernel_events(prof) if on_gpu else profiling.torch_cpu_events(prof)
     return events, on_gpu, trace
+
+
+# Lines the profilers' native libraries (Kineto) write on stderr about their own start and stop:
+# not Parallax's output, so they are dropped; every other line written meanwhile is passed on.
+NATIVE_LOG_PREFIXES = ("USDT:", "STAGE:")
+
+
+@contextlib.contextmanager
+def native_log_filtered():
+    """File descriptor 2 into a temporary file while the body runs; then its lines, less the
+    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(NATIVE_LOG_PREFIXES)]
+            sys.stderr.write("".join(kept))
 
 
 def _gzip_chrome_trace(prof, path: Path) -> Path:
