@@ -104,3 +104,20 @@ def test_profile_stops_in_its_warm_up_with_one_line(tmp_path):
     assert proc.returncode == 143, err
     assert [row for row in err.splitlines() if row.strip()] == ["parallax: error: interrupted by SIGTERM"]
     assert not list(out.glob("profile.*"))
+
+
+def test_train_stopped_while_jax_compiles_exits_143_not_a_crash(tmp_path):
+    """SIGTERM while XLA compiles: the run is recorded, then the process ends without the
+    interpreter's teardown, where the cut compilation crashed it (exit 139)."""
+    pytest.importorskip("jax")
+    out, progress = tmp_path / "run", tmp_path / "progress.jsonl"
+    env = dict(os.environ, PARALLAX_PROGRESS_JSONL=str(progress))
+    proc = subprocess.Popen([sys.executable, "-m", "parallax", "train", "--framework", "jax", "--model", "tiny",
+                             "--device", "cpu", "--steps", "100000", "--warmup", "2", "--output-dir", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(proc, lambda: progress.exists() and "compiling" in progress.read_text())
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=START_S)
+    assert proc.returncode == 143, err
+    assert results.load_run(out)["status"] == "interrupted"
+    assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.jsonl"]

@@ -98,4 +98,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code > 128:  # stopped by a signal, its record written: end now, not through the interpreter's
+        sys.stdout.flush()  # teardown, where a JAX compilation cut short can crash it (exit 139)
+        sys.stderr.flush()
+        import os
+
+        os._exit(code)
+    sys.exit(code)
