@@ -85,7 +85,7 @@ def test_compare_report_on_a_full_disk_leaves_no_empty_plot(tmp_path, results_di
                  "--bootstraps", "100"]) == 2
     line = error_line(capsys)
     assert line.startswith(f"parallax: error: cannot write {out}") and NEEDS[code] in line
-    assert [p for p in out.rglob("*") if p.is_file()] == []
+    assert not out.exists()  # no empty plots/ and no 0-byte PNG: the folders made for it went with it
 
 
 def test_compare_never_writes_onto_what_it_reads(results_dir, capsys):
@@ -121,6 +121,25 @@ def test_export_configs_on_a_full_disk(tmp_path, capsys, monkeypatch, code):
     line = error_line(capsys)
     assert line.startswith(f"parallax: error: cannot write {tmp_path / 'yml'}") and NEEDS[code] in line
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+    assert not (tmp_path / "yml").exists()
+
+
+def test_export_configs_whose_disk_fills_half_way_leaves_no_file(tmp_path, capsys, monkeypatch):
+    from parallax.store import files
+
+    real, seen = files._sync, []
+
+    def third_fails(fd, path):  # two files go through, the third finds the disk full
+        if not path.rsplit("/", 1)[-1].startswith(".parallax-probe."):
+            seen.append(path)
+            if len(seen) == 3:
+                raise OSError(errno.ENOSPC, "No space left on device", path)
+        real(fd, path)
+
+    monkeypatch.setattr(files, "_sync", third_fails)
+    assert main(["export-configs", "--output-dir", str(tmp_path / "yml"), "--model", "tiny"]) == 2
+    assert "the disk is full" in error_line(capsys)
+    assert not (tmp_path / "yml").exists()
 
 
 @CODES

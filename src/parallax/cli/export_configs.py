@@ -43,7 +43,7 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
-    from parallax.store.files import write_text
+    from parallax.store.files import folder_for_writing, write_text
     from parallax.store.results import writable_output_dir
 
     rendered = []
@@ -56,7 +56,16 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
         name = mt.file_name(run, recipe)
         rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
-    return [write_text(out / name, text, "--output-dir") for name, text in rendered]
+    written = []
+    with folder_for_writing(out, "--output-dir"):
+        try:
+            for name, text in rendered:
+                written.append(write_text(out / name, text, "--output-dir"))
+        except ParallaxError:  # a disk that fills half way: all the files or none
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
+    return written
 
 
 @click.command("export-configs")

@@ -119,11 +119,32 @@ def make_folder(path, option: str | None = None) -> Path:
 
 
 @contextlib.contextmanager
+def folder_for_writing(path, option: str | None = None):
+    """``path`` made as a folder (``make_folder``) for the body's writes; when the body fails,
+    the folders made here that stayed empty are removed: a failed write leaves no empty folder."""
+    path = Path(path)
+    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    try:
+        yield make_folder(path, option)
+    except BaseException:
+        for folder in made:
+            with contextlib.suppress(OSError):  # not empty: something was written, keep it
+                folder.rmdir()
+        raise
+
+
+@contextlib.contextmanager
 def replacing(path, option: str | None = None):
     """A temporary path beside ``path`` for a writer that writes by name; renamed over ``path``
-    when the body ends well, removed when it does not. Its folder is made."""
+    when the body ends well, removed when it does not. Its folder is made (and removed again
+    when the write fails and it stayed empty)."""
     path = Path(path)
-    make_folder(path.parent, option)
+    with folder_for_writing(path.parent, option), _replacing(path, option) as tmp:
+        yield tmp
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, option: str | None):
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=path.suffix, dir=path.parent)
         os.close(fd)

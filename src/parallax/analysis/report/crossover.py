@@ -7,16 +7,16 @@ from pathlib import Path
 from parallax.errors import require_module
 from parallax.analysis.report import format as f
 from parallax.analysis.report.markdown import table
-from parallax.store.files import make_folder, replacing
+from parallax.store.files import folder_for_writing, replacing
 from parallax.store.results import atomic_write_json, atomic_write_text
 
 
 def write(record: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir = make_folder(out_dir, "--output-dir")
-    paths = {"plot": plot(record, out_dir / "crossover.png"),
-             "report": out_dir / "crossover.md", "json": out_dir / "crossover.json"}
-    atomic_write_text(paths["report"], markdown(record, "crossover.png"))
-    atomic_write_json(paths["json"], record)
+    with folder_for_writing(out_dir, "--output-dir") as out_dir:
+        paths = {"plot": plot(record, out_dir / "crossover.png"),
+                 "report": out_dir / "crossover.md", "json": out_dir / "crossover.json"}
+        atomic_write_text(paths["report"], markdown(record, "crossover.png"))
+        atomic_write_json(paths["json"], record)
     return paths
 
 

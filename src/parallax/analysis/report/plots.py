@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parallax.errors import require_module
-from parallax.store.files import make_folder, replacing
+from parallax.store.files import folder_for_writing, replacing
 from parallax.spec.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.analysis.report.format import gpus_text, precision_label
 
@@ -20,15 +20,15 @@ def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never open a window
-    out_dir = make_folder(out_dir)
     paths, skip = {}, skipped(record)
-    for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
-        if name in skip:
-            (out_dir / f"{name}.png").unlink(missing_ok=True)
-        else:
-            paths[name] = _save(draw, record, out_dir / f"{name}.png")
-    if record.get("scaling"):
-        paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
+    with folder_for_writing(out_dir) as out_dir:
+        for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
+            if name in skip:
+                (out_dir / f"{name}.png").unlink(missing_ok=True)
+            else:
+                paths[name] = _save(draw, record, out_dir / f"{name}.png")
+        if record.get("scaling"):
+            paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
     return paths
 
 
