@@ -367,7 +367,8 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
         "maxtext-llama-100m-fp8.yml", "maxtext-llama-100m-te_fp8_delayedscaling.yml",
         "maxtext-llama-100m-te_fp8_currentscaling.yml", "maxtext-llama-100m-te_nvfp4.yml",
         "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
-    assert captured.err == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}\n"
+    said = " ".join(captured.err.split())  # wrapped to the terminal's width
+    assert said == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}"
     fp8 = yaml.safe_load((out / "maxtext-llama-100m-fp8_gpu.yml").read_text())
     assert (fp8["quantization"], fp8["use_qwix_quantization"], fp8["base_emb_dim"]) == ("fp8_gpu", True, 768)
     # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings

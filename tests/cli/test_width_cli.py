@@ -123,3 +123,12 @@ def test_the_profilers_own_log_lines_are_dropped(capfd):
     with native_log_filtered():
         os.write(2, b"USDT:2026-12-04 16:25:50 SyncActivityProfilerHandler.cpp:52] profiler_start\nkept\n")
     assert capfd.readouterr().err == "kept\n"
+
+
+def test_export_configs_and_unpack_fit(tmp_path, capsys):
+    assert main(["export-configs", "--output-dir", "y", "--model", "tiny"]) == 0
+    fits(capsys)
+    results(tmp_path / "r", ("torch",), ("bf16",))
+    assert main(["results", "pack", "r"]) == 0
+    assert main(["results", "unpack", "r"]) == 0
+    fits(capsys)

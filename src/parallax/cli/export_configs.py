@@ -96,5 +96,7 @@ def command(output_dir, model, recipes, batch_size, seq_len, steps, seed, tuning
     for path in paths:
         click.echo(str(path))
     checked = f"keys checked against {check}" if check else "keys not checked: MaxText is not installed here"
-    click.echo(f"parallax: wrote {len(paths)} MaxText config(s) for {model}; {checked}", err=True)
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(stderr=True), f"parallax: wrote {len(paths)} MaxText config(s) for {model}; {checked}")
     return 0
