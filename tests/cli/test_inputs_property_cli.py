@@ -38,6 +38,7 @@ def stubbed(monkeypatch):
     monkeypatch.setattr("parallax.run.profile.profile_run", accept)
     monkeypatch.setattr("parallax.data.prepare.prepare", accept)
     monkeypatch.setattr("parallax.cli.export_configs.export", accept)
+    monkeypatch.setattr("parallax.analysis.parity.init_weights", accept)
 
 
 def outcome(argv: list[str]) -> None:
@@ -69,6 +70,7 @@ BENCH_OPTIONS = ["--batch-size", "--seq-len", "--steps", "--warmup", "--epochs",
 PROFILE_OPTIONS = ["--batch-size", "--seq-len", "--warmup", "--steps", "--seed"]
 DATA_OPTIONS = ["--valid-fraction", "--vocab-size", "--tokenizer-sample-mb"]
 EXPORT_OPTIONS = ["--batch-size", "--seq-len", "--steps", "--seed"]
+PARITY_OPTIONS = ["--batch-size", "--seq-len", "--steps", "--seed"]
 BASE = ["--model", "tiny", "--device", "cpu"]
 
 
@@ -114,6 +116,12 @@ def test_data_prepare_options(stubbed, chosen):
 def test_export_configs_options(stubbed, chosen):
     with tempfile.TemporaryDirectory() as out:
         outcome(["export-configs", "--model", "tiny", *argv_of(chosen), "--output-dir", str(Path(out) / "y")])
+
+
+@SETTINGS
+@given(chosen=options(PARITY_OPTIONS))
+def test_parity_options(stubbed, chosen):
+    outcome(["parity", *argv_of(chosen)])
 
 
 JSON_VALUES = st.recursive(

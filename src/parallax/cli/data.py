@@ -50,7 +50,8 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
                          tokenizer_sample_mb=tokenizer_sample_mb, hf=hf, hf_train_split=hf_train_split,
                          hf_valid_split=hf_valid_split)
 
-    writable_output_dir(out, "--out")  # before reading or tokenizing anything
+    options.validate()  # the numbers, then the folder: before reading or tokenizing anything
+    writable_output_dir(out, "--out")
 
     def log(message: str) -> None:
         if not quiet:

@@ -161,12 +161,13 @@ class DataConfig:
     hf_valid_split: str = "validation"
 
     def validate(self) -> "DataConfig":
-        if not 2 <= self.vocab_size <= 65536:
+        """The ranges of config_schema.RANGES, in the command line's words."""
+        ranges = config_schema.RANGES
+        if ranges["vocab_size"].refusal(self.vocab_size):
             raise ParallaxError(f"--vocab-size must be in [2, 65536] (uint16 tokens), got {self.vocab_size}")
-        if not 0 < self.valid_fraction <= 0.5:
+        if ranges["valid_fraction"].refusal(self.valid_fraction):
             raise ParallaxError(f"--valid-fraction must be in (0, 0.5], got {self.valid_fraction}")
-        if self.tokenizer_sample_mb <= 0:
-            raise ParallaxError(f"--tokenizer-sample-mb must be positive, got {self.tokenizer_sample_mb}")
+        config_schema.check_option("tokenizer_sample_mb", self.tokenizer_sample_mb)
         if self.hf and self.valid:
             raise ParallaxError("--valid names local files; with --hf the dataset's validation split is used")
         return self

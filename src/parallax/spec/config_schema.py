@@ -82,6 +82,9 @@ RANGES: dict[str, Range] = {
     "repeats": Range(1, high=10**4), "concurrent": Range(1, high=256), "max_loss_gap": Range(0, False, high=MAX_FLOAT),
     "timeout_per_run": Range(0, False, high=MAX_SECONDS), "profile_warmup": Range(1, high=10**6),
     "profile_steps": Range(1, high=10**6),
+    # data prepare (DataConfig): uint16 token files; a hold-out of at most half; a finite sample
+    "vocab_size": Range(2, high=65536), "valid_fraction": Range(0, False, high=0.5),
+    "tokenizer_sample_mb": Range(0, False, high=MAX_FLOAT),
 }
 # The command line's words for a bound (a configuration file says the bound itself: 'at least 1').
 BOUND_WORDS = {(1, True): "must be positive", (0, False): "must be positive", (0, True): "must not be negative"}
