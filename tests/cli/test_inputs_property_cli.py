@@ -3,7 +3,7 @@ read: each ends in exit 0, or exit 2 with one ``parallax: error:`` line, never a
 
 The work behind a command (training, the matrix, profiling, tokenizing) is replaced by a stub
 that raises ``Accepted``: what is tested is everything a command decides before its work.
-Derandomized and bounded, so the examples are the same on every run."""
+Derandomized and bounded (100 examples each), so the examples are the same on every run."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from parallax.cli import main
 
-SETTINGS = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
