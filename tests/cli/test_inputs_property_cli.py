@@ -174,3 +174,28 @@ def test_a_base_yml_that_is_not_one_is_not_blamed_on_maxtext(tmp_path, capsys):
     line = capsys.readouterr().err.strip()
     assert "holds no top-level YAML key: it is not a base.yml" in line and "has no config key" not in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_config_that_streams_the_hub_without_network_fails_at_once(tmp_path, capsys, monkeypatch):
+    """'synthetic': false without 'data' streams TinyStories from the hub: without a network, one
+    connection attempt and one line, not the hub client's retries."""
+    import socket
+
+    attempts = []
+
+    def unreachable(address, timeout=None):
+        attempts.append((address, timeout))
+        raise OSError(-2, "Name or service not known")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    pytest.importorskip("datasets")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**CONFIG, "synthetic": False, "output_dir": str(tmp_path / "run")}))
+    assert main(["train", "--config", str(path)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("parallax: error: cannot stream Hugging Face dataset roneneldan/TinyStories: the hub "
+                           "(huggingface.co) cannot be reached (Name or service not known)")
+    assert attempts == [(("huggingface.co", 443), 5.0)]
+    assert not (tmp_path / "run").exists()
