@@ -121,3 +121,22 @@ def test_train_stopped_while_jax_compiles_exits_143_not_a_crash(tmp_path):
     assert proc.returncode == 143, err
     assert results.load_run(out)["status"] == "interrupted"
     assert sorted(p.name for p in out.iterdir()) == ["run.json", "steps.jsonl"]
+
+
+def test_parity_stops_with_one_line(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("jax")
+    proc = subprocess.Popen([sys.executable, "-m", "parallax", "parity", "--steps", "200", "--json",
+                             str(tmp_path / "parity.json")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    said = []
+
+    def building() -> bool:
+        said.append(proc.stderr.readline())
+        return said[-1].startswith("parallax: building torch and jax")
+
+    wait_until(proc, building)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=START_S)
+    assert proc.returncode == 130, err
+    assert [row for row in err.splitlines() if row.strip()] == ["parallax: error: interrupted by SIGINT"]
+    assert list(tmp_path.iterdir()) == []
