@@ -9,7 +9,6 @@ followed by the tokens as uint16. Its checksum is the SHA-256 of the whole file
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from pathlib import Path
 
