@@ -221,3 +221,14 @@ def test_a_benchmark_whose_every_cell_train_refuses_is_refused(tmp_path, capsys,
     assert main([*BENCH, "--output-dir", str(tmp_path / "b")]) == 2
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("parallax: error: every cell was refused, nothing was measured; the first: torch")
+
+
+def test_a_full_disk_met_outside_the_writer_is_still_one_line(results_dir, capsys, monkeypatch):
+    """A write that a new helper makes without store/files.py (the net in parallax.cli.main)."""
+    def full(root):
+        raise OSError(errno.ENOSPC, "No space left on device", str(root / "new.bin"))
+
+    monkeypatch.setattr("parallax.store.archive.pack", full)
+    assert main(["results", "pack", str(results_dir)]) == 2
+    assert one_error_line(capsys) == (f"parallax: error: cannot write {results_dir / 'new.bin'}: the disk is full; "
+                                      "free space there or choose another folder")

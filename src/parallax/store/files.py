@@ -5,7 +5,8 @@
   on a read-only or full file system, and under ``/proc``.
 - A file is written beside its target and renamed over it (``write_text``, ``write_bytes``,
   ``write_json``; ``replacing`` for a writer that wants a path, e.g. matplotlib or tarfile), so
-  a reader sees the old file or the new one, never half of one.
+  a reader sees the old file or the new one, never half of one. ``folder_for_writing``: the
+  folders made for a write that fails are removed again when empty.
 - A full disk, a read-only file system, a missing permission or a path that cannot be a folder
   is a one-line ParallaxError naming the path and what it needs (``refusal``); the partial file
   is removed.
@@ -38,9 +39,9 @@ NEEDS = {
     errno.ENOTDIR: "a file stands where a folder must be; choose another path",
     errno.EISDIR: "a folder stands where the file must go; choose another name",
 }
-# The errors of a place that cannot take files: ``parallax.cli.main`` turns one that escaped a
-# writer into a one-line refusal too.
-WRITE_ERRNOS = frozenset(NEEDS)
+# The errors only a write meets (a full or read-only disk): ``parallax.cli.main`` turns one that
+# escaped a writer into a one-line refusal too; a read's ENOENT or EACCES is not taken for one.
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
 
 
 def refusal(path, exc: OSError, option: str | None = None) -> ParallaxError:
