@@ -5,6 +5,7 @@ The failure is injected at the one writer's flush (``fixtures/full_disk.py``); C
 from __future__ import annotations
 
 import errno
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from fixtures.full_disk import fail_writes_under
 from fixtures.matrix import fake_command
 
 from parallax.cli import main
+from parallax.errors import ParallaxError
 from parallax.run import runner
 
 TRAIN = ["train", "--model", "tiny", "--device", "cpu", "--no-compile", "--batch-size", "2", "--seq-len", "16",
@@ -232,3 +234,34 @@ def test_a_full_disk_met_outside_the_writer_is_still_one_line(results_dir, capsy
     assert main(["results", "pack", str(results_dir)]) == 2
     assert one_error_line(capsys) == (f"parallax: error: cannot write {results_dir / 'new.bin'}: the disk is full; "
                                       "free space there or choose another folder")
+
+
+PROC = "/proc/parallax-cannot-be-made"  # os.access says root may write there; a write says no
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("argv", [
+    [*TRAIN, "--output-dir", PROC],
+    [*BENCH, "--output-dir", PROC],
+    ["profile", "--model", "tiny", "--device", "cpu", "--output-dir", PROC],
+    ["crossover", ".", "--output-dir", PROC],
+    ["data", "prepare", "corpus.txt", "--out", PROC],
+    ["export-configs", "--model", "tiny", "--output-dir", PROC],
+    ["parity", "--json", f"{PROC}/parity.json"],
+], ids=["train", "benchmark", "profile", "crossover", "data", "export-configs", "parity"])
+def test_a_folder_under_proc_is_one_line(argv, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert PROC in one_error_line(capsys)
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("variable", ["PARALLAX_CACHE_DIR", "XDG_CACHE_HOME", "HOME"])
+def test_a_cache_folder_that_cannot_be_made_is_one_line(variable, monkeypatch):
+    from parallax.store.cache import cache_root
+
+    for name in ("PARALLAX_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(variable, PROC)
+    with pytest.raises(ParallaxError, match=rf"^the cache folder {PROC}\S* \(from {variable}\) is not writable"):
+        cache_root()
