@@ -34,14 +34,17 @@ def fit(table: Table, console: Console):
 
 
 def stacked(table: Table) -> Group:
-    """Each row of ``table`` as its first cell, then '  column: value' for the others."""
+    """Each row of ``table`` as its first cell, then a 'column: value' line for each other cell,
+    the values wrapped under themselves."""
     heads = [Text.from_markup(c.header) if isinstance(c.header, str) else Text(str(c.header)) for c in table.columns]
     blocks = [Text.from_markup(table.title, style="italic")] if isinstance(table.title, str) else []
     for row in zip(*(column._cells for column in table.columns)):
-        blocks.append(_cell_text(row[0], "bold"))
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
         for head, value in zip(heads[1:], row[1:]):
-            line = Text("  ") + head + Text(": ") + _cell_text(value)
-            blocks.append(line)
+            grid.add_row(Text("  ") + head + Text(":"), _cell_text(value))
+        blocks += [_cell_text(row[0], "bold"), grid]
     if isinstance(table.caption, str):
         blocks.append(Text.from_markup(table.caption))
     return Group(*blocks)
