@@ -225,8 +225,8 @@ def test_a_corrupt_cell_is_shown_corrupt_warned_and_exits_2(tmp_path, capsys, fa
     assert len(warnings) == 1 and warnings[0].startswith(f"parallax: warning: {corrupt}: corrupt or truncated JSON")
     assert err[-1] == ("parallax: error: 1 corrupt result file(s), named above, were left out of the report; "
                        "re-run those cells with 'parallax benchmark --resume' (or delete the files)")
-    jax_row = next(line for line in captured.out.splitlines() if line.startswith("│ jax"))
-    assert "corrupt" in jax_row and "pending" not in captured.out
+    blocks = captured.out.split("\n" + "jax\n")  # 80 columns: the table is stacked, a block per cell
+    assert "runs: corrupt" in " ".join(blocks[1].split("\ntorch")[0].split()) and "pending" not in captured.out
     saved = json.loads(report.with_suffix(".json").read_text())
     assert [(c["framework"], c["status"]) for c in saved["cells"]] == [("torch", "ok"), ("jax", "corrupt")]
     assert saved["corrupt"] == [warnings[0].removeprefix("parallax: warning: ")]

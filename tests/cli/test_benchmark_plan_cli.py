@@ -48,14 +48,20 @@ def tiny_plan(tmp_path: Path, model: str = 'model = "tiny"', steps: int = 6) -> 
     return path
 
 
-def test_list_plans_prints_one_line_each(capsys):
+def test_list_plans_prints_each_plan_wrapped_to_the_terminal(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "160")
     assert main(["benchmark", "--list-plans"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
     assert [line.split()[0] for line in lines] == ["convergence", "crossover", "curves", "fp8-attention",
                                                      "fp8-attn-long", "fp8-matrix", "nvfp4-emulation", "nvfp4-long",
                                                      "three-frameworks", "tuning"]
     assert lines[1] == ("crossover         torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m: where fp8 "
                         "starts to pay")
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["benchmark", "--list-plans"]) == 0
+    lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    assert lines[2:4] == ["crossover         torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m:",
+                          "                  where fp8 starts to pay"]
 
 
 @pytest.mark.parametrize("args, message", [

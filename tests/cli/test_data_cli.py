@@ -28,7 +28,7 @@ def test_prepare_writes_the_directory_and_a_summary(prepared, capsys):
     assert meta["tokenizer"]["vocab_size"] == 10_000
     # Re-running is a no-op that says so.
     assert main(["data", "prepare", str(TRAIN), str(VALID), "-o", str(prepared)]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal
     assert out.strip() == f"{prepared}: up to date (same inputs and settings; files verified), nothing to do"
 
 
@@ -38,7 +38,7 @@ def test_summary_reports_counts_and_speed(prepared, tmp_path, capsys):
                  "--tokenizer", str(prepared / "tokenizer.json"), "--valid-fraction", "0.5", "-q"])
     assert code == 0
     meta = json.loads((out / "meta.json").read_text())
-    line = capsys.readouterr().out.strip()
+    line = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal
     train, valid = meta["splits"]["train"], meta["splits"]["validation"]
     assert valid["documents"] == (400 + 100) // 2
     # train.txt and valid.txt: 330,538 + 83,967 bytes, 0.4 MB

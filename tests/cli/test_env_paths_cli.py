@@ -4,9 +4,12 @@ to set: the cache root (PARALLAX_CACHE_DIR, XDG_CACHE_HOME, HOME), PARALLAX_PROG
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from fixtures.cli import one_error_line
+from fixtures.full_disk import fail_writes_under
 
 from parallax.cli import main
 from parallax.store.cache import cache_root
@@ -43,9 +46,9 @@ def test_a_home_that_cannot_hold_a_cache_names_the_variables_to_set(corpus, monk
 def test_a_read_only_cache_folder_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("PARALLAX_CACHE_DIR", str(tmp_path / "cache"))
     assert cache_root() == tmp_path / "cache"  # not created by asking
-    monkeypatch.setattr("os.access", lambda path, mode: False)  # as a read-only HOME answers (root ignores chmod)
+    fail_writes_under(monkeypatch, tmp_path, errno.EROFS)  # a read-only HOME (root ignores chmod)
     with pytest.raises(Exception, match=rf"the cache folder {tmp_path}/cache \(from PARALLAX_CACHE_DIR\) "
-                                        rf"is not writable \({tmp_path}\); point PARALLAX_CACHE_DIR"):
+                                        r"is not writable \(Read-only file system\); point PARALLAX_CACHE_DIR"):
         cache_root()
 
 

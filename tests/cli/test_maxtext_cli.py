@@ -394,7 +394,8 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
         "maxtext-llama-100m-fp8.yml", "maxtext-llama-100m-te_fp8_delayedscaling.yml",
         "maxtext-llama-100m-te_fp8_currentscaling.yml", "maxtext-llama-100m-te_nvfp4.yml",
         "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
-    assert captured.err == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}\n"
+    said = " ".join(captured.err.split())  # wrapped to the terminal's width
+    assert said == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}"
     fp8 = yaml.safe_load((out / "maxtext-llama-100m-fp8_gpu.yml").read_text())
     assert (fp8["quantization"], fp8["use_qwix_quantization"], fp8["base_emb_dim"]) == ("fp8_gpu", True, 768)
     # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings
@@ -421,7 +422,7 @@ def test_export_configs_any_preset_and_recipe_subset(tmp_path, capsys):
     out = tmp_path / "c"
     assert main(["export-configs", "--output-dir", str(out), "--model", "llama-860m", "--recipes", "fp8",
                  "--steps", "500", "--batch-size", "8", "--tuning", "defaults"]) == 0
-    assert capsys.readouterr().err.endswith("keys not checked: MaxText is not installed here\n")
+    assert " ".join(capsys.readouterr().err.split()).endswith("keys not checked: MaxText is not installed here")
     (only,) = out.iterdir()
     keys = yaml.safe_load(only.read_text())
     assert (only.name, keys["base_emb_dim"], keys["base_num_decoder_layers"], keys["head_dim"], keys["steps"],

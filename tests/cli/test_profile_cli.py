@@ -49,7 +49,7 @@ def test_torch_tiny_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "torch"
     assert main(["profile", "--framework", "torch", *SMALL, "--no-compile", "--output-dir", str(out),
                  "--keep-trace"]) == 0
-    line = capsys.readouterr().out
+    line = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal
     assert line.startswith("parallax profile: torch bf16: ") and line.rstrip().endswith(f"-> {out / 'profile.md'}")
     record = check_cpu_profile(out, "torch")
     assert record["config"]["steps"] == 1 + 2 * 2 and record["config"]["compile"] is False
@@ -128,7 +128,7 @@ def test_compare_refuses_two_machines_unless_asked(tmp_path, capsys):
     (["--warmup", "0"], "--warmup and --steps must be at least 1, got 0 and 5"),
     (["--recipe", "te-fp9"], "unknown recipe 'te-fp9' for torch"),
     (["--config", "c.json", "--from-run", "r"], "--config and --from-run both give the whole run; pass one of them"),
-    (["--from-run", "nowhere"], "--from-run nowhere: nowhere/run.json no such file or directory; pass a run's output "
+    (["--from-run", "nowhere"], "--from-run nowhere: nowhere/run.json: No such file or directory; pass a run's output "
                                 "folder"),
     (["--from-run", "nowhere", "--model", "tiny"], "--from-run carries the whole run; drop --model"),
     (["--model", "tiny", "--device", "cpu", "--precision", "fp8"], "recipe 'te-fp8-delayed'"),

@@ -35,7 +35,8 @@ def test_a_child_killed_before_writing_runs_again(tmp_path):
     child = Child(out, [(-6, False), (0, True)])
     assert profile_child.profile(RUN, 3, 2, out, runner=child, say=lines.append) == (0, {"title": "attempt 2"})
     cmd, env = child.calls[0]
-    assert cmd[3:] == ["profile", "--config", cmd[5], "--warmup", "3", "--steps", "2", "--output-dir", str(out)]
+    assert cmd[3:] == ["profile", "--config", cmd[5], "--warmup", "3", "--steps", "2", "--output-dir", str(out),
+                       "--overwrite"]
     assert env["TEARDOWN_CUPTI"] == "0" and env[profile_child.CHILD_ENV] == "1"
     assert lines == ["parallax profile: the profiling process died by signal 6 before writing its files (a crash in "
                      "torch.profiler/CUPTI; attempt 1 of 2); running it again"]

@@ -341,7 +341,7 @@ def test_resume_after_sigkill_runs_only_the_missing_cells(tmp_path, monkeypatch)
     assert json.loads((out / "index.json").read_text())["counts"]["ok"] == 4
 
 
-def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
+def test_interrupt_records_the_running_cell_as_interrupted(tmp_path, monkeypatch):
     class Interrupt(Recorder):
         def cell_progress(self, cell, record):
             if cell.id == "torch-te-fp8-delayed-seed0-rep0" and "step" in record:
@@ -350,7 +350,9 @@ def test_interrupt_leaves_the_running_cell_pending(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run(tmp_path, small_matrix(), {"torch-fp8": "hang"}, monkeypatch, display=Interrupt())
     index = json.loads((tmp_path / "index.json").read_text())
-    assert [c["status"] for c in index["cells"]] == ["ok", "pending", "pending", "pending"]
+    assert [c["status"] for c in index["cells"]] == ["ok", "interrupted", "pending", "pending"]
+    record = json.loads((tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "run.json").read_text())
+    assert (record["status"], record["signal"]) == ("interrupted", "SIGINT")  # scan() runs it again on --resume
     pid = int((tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").read_text()) \
         if (tmp_path / "runs" / "torch-te-fp8-delayed-seed0-rep0" / "fake.pid").exists() else None
     assert pid is None or not _alive(pid)
@@ -576,7 +578,7 @@ def test_interrupt_stops_every_concurrent_cell(tmp_path, monkeypatch):
     pids = [int(p.read_text()) for p in tmp_path.glob("runs/*/fake.pid")]
     assert pids and not any(_alive(pid) for pid in pids)
     index = json.loads((tmp_path / "index.json").read_text())
-    assert index["counts"]["pending"] == 4
+    assert (index["counts"]["interrupted"], index["counts"]["pending"]) == (2, 2)  # the two running, recorded
 
 
 def test_a_matrix_file_from_before_concurrent_resumes(tmp_path, monkeypatch):

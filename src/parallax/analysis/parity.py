@@ -151,8 +151,9 @@ def parity_run(model: str, batch_size: int, seq_len: int, steps: int, seed: int,
 
 
 def run_parity(model: str = "tiny", batch_size: int = 2, seq_len: int = 32, steps: int = 3, seed: int = 0,
-               dtype: str = "float32", device: str = "cpu") -> ParityReport:
-    """Build both engines' reference trainers from the same weights and batches and compare."""
+               dtype: str = "float32", device: str = "cpu", say=lambda text: None) -> ParityReport:
+    """Build both engines' reference trainers from the same weights and batches and compare;
+    ``say(text)`` is told when the checked run starts its work."""
     from parallax.engines import get_engine
 
     if dtype not in DTYPES:
@@ -160,6 +161,7 @@ def run_parity(model: str = "tiny", batch_size: int = 2, seq_len: int = 32, step
     if device not in DEVICES:
         raise ParallaxError(f"unknown --device '{device}'; choose one of: {', '.join(DEVICES)}")
     run = parity_run(model, batch_size, seq_len, steps, seed, device)
+    say(f"building torch and jax from the same {model} weights, then {steps} steps each")
     config = run.model_config
     weights = init_weights(config, seed)
     batches = [synthetic_batch(seed, k, batch_size, seq_len, config.vocab_size) for k in range(steps)]

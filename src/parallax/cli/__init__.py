@@ -14,6 +14,7 @@ import click
 
 from parallax import __version__
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 # command name -> module defining ``command``
 COMMANDS = {
@@ -89,8 +90,19 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"interrupted by {stop.name}" if hasattr(stop, "name") else "aborted", code)
     except ParallaxError as exc:
         return fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a write that escaped the one writer (store/files.py): still one line
+        if exc.errno not in files.WRITE_ERRNOS or exc.filename is None:
+            raise
+        return fail(str(files.refusal(exc.filename, exc)))
     return result if isinstance(result, int) else 0
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    if code > 128:  # stopped by a signal, its record written: end now, not through the interpreter's
+        sys.stdout.flush()  # teardown, where a JAX compilation cut short can crash it (exit 139)
+        sys.stderr.flush()
+        import os
+
+        os._exit(code)
+    sys.exit(code)

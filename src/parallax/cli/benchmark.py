@@ -17,7 +17,8 @@ from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISI
 from parallax.spec.recipe import DEFAULT_FORMATS
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
 from parallax.errors import ParallaxError
-from parallax.spec import registry
+from parallax.spec import config_schema, registry
+from parallax.run import interrupt
 from parallax.run.progress import TenthsGate, step_line
 from parallax.run.runner import DEFAULT_MAX_LOSS_GAP, Matrix, run_matrix
 from parallax.store.results import writable_output_dir
@@ -146,7 +147,15 @@ def command(ctx, plan, list_plans, log, **options):
     from parallax import plans
 
     if list_plans:
-        click.echo("\n".join(plans.listing()))
+        from rich.table import Table
+        from rich.text import Text
+
+        from parallax.analysis.report.terminal import console_for_output, fit
+
+        console, table = console_for_output(), Table(box=None, show_header=False, padding=(0, 2, 0, 0))
+        for name, description in plans.listing():
+            table.add_row(Text(name), Text(description))
+        console.print(fit(table, console))
         return 0
     watch(log)  # each cell its own TensorBoard/W&B run, named by the cell
     if plan is None:
@@ -176,15 +185,27 @@ def benchmark(frameworks, precisions, recipes, tunings, max_loss_gap, model, bat
     matrix = Matrix(split_list(frameworks, "--frameworks"), selectors, split_seeds(seeds), repeats, base,
                     max_loss_gap, concurrent, split_gpus(gpus, device or "auto"),
                     "convergence" if convergence else "throughput", split_list(tunings, "--tunings")).validate()
+    config_schema.check_option("timeout_per_run", timeout_per_run)
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     if convergence and len(matrix.seeds) < 2:
         console.print("warning: one seed: the convergence penalty will have no interval (give --seeds 0,1 or more)",
                       highlight=False)
-    with LiveDisplay(console, steps, note) as display:
-        results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
-                             display=display)
+    try:
+        with interrupt.catching(), LiveDisplay(console, steps, note) as display:
+            results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
+                                 display=display)
+    except KeyboardInterrupt as exc:  # the running cell is recorded as interrupted; --resume runs it again
+        stop = interrupt.of(exc)
+        error = ParallaxError(f"interrupted by {stop.name}: the cells that finished are kept in {output_dir}; "
+                              "'parallax benchmark --resume' with the same options runs the rest")
+        error.exit_code = stop.exit_code
+        raise error from None
     summarise(Path(output_dir), report)
+    if results and all(r.status == "skipped" for r in results):  # train refused every cell: so does benchmark
+        reason = (results[0].error or "no reason recorded").splitlines()[0]
+        raise ParallaxError(f"every cell was refused, nothing was measured; the first: {results[0].cell.label}: "
+                            f"{reason}")
     failing = [r for r in results if r.status in FAILING]
     return 1 if failing else 0
 

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from parallax import __version__
+from parallax.analysis.report.terminal import fit
 from parallax.plan import envinfo, hardware, machine
 from parallax.native import topology
 from parallax.spec.config import PRECISIONS, RunConfig
@@ -190,7 +191,7 @@ def _render_gpus_compact(report: dict, console: Console) -> None:
         table.add_row(str(dev["index"]), escape(dev["name"]), hw["key"] or "[red]unknown[/]",
                       _gib(dev.get("memory_total_bytes")), peaks)
         notes += [escape(f"GPU {dev['index']}: {w}") for w in hw["warnings"] + hw["notes"]]
-    console.print(table)
+    console.print(fit(table, console))
     for note in notes:
         console.print(f"[yellow]note:[/] {note}")
 
@@ -212,7 +213,7 @@ def _render_capability_compact(report: dict, console: Console) -> None:
         recipe = c["recipe"] + (" *" if c.get("default") else "")
         table.add_row(c["framework"], c["precision"], escape(recipe),
                       f"[{colour[c['status']]}]{c['status']}[/]", ",".join(map(str, marks)))
-    console.print(table)
+    console.print(fit(table, console))
     for clause, mark in notes.items():
         console.print(escape(f"{mark}: {clause}"), highlight=False)
 
@@ -270,7 +271,7 @@ def _render_gpus(report: dict, console: Console) -> None:
         )
         warnings += [escape(f"GPU {dev['index']}: {w}") for w in hw["warnings"] + hw["notes"]]
         uncertain = uncertain or bool(spec and spec["uncertain"])
-    console.print(table)
+    console.print(fit(table, console))
     if uncertain:
         console.print("~ uncertain figure: shown, never used for MFU (use --peak-tflops)")
     for w in warnings:
@@ -291,7 +292,7 @@ def _render_interconnect(report: dict, console: Console) -> None:
         table.add_column(f"GPU {index}", justify="center")
     for index, row in zip(link["gpus"], link["matrix"]):
         table.add_row(f"GPU {index}", *row)
-    console.print(table)
+    console.print(fit(table, console))
     for code, words in link["legend"].items():
         console.print(escape(f"  {code}: {words}"), highlight=False)
 
@@ -303,7 +304,7 @@ def _render_versions(env: dict, console: Console) -> None:
     table.add_column("version")
     for name, version in env["packages"].items():
         table.add_row(name, escape(version) if version else "[dim]not installed[/]")
-    console.print(table)
+    console.print(fit(table, console))
 
 
 def _render_capability(report: dict, console: Console) -> None:
@@ -318,7 +319,7 @@ def _render_capability(report: dict, console: Console) -> None:
         recipe = c["recipe"] + (" *" if c.get("default") else "")
         table.add_row(c["framework"], c["precision"], escape(recipe), status, escape(c["backend"] or "–"),
                       escape(c["reason"]))
-    console.print(table)
+    console.print(fit(table, console))
 
 
 def _render_ceilings(report: dict, console: Console) -> None:
@@ -336,7 +337,7 @@ def _render_ceilings(report: dict, console: Console) -> None:
     for prec, summary in ceilings.get("summary", {}).items():
         table.add_row(prec, "all model GEMMs (count-weighted)", "", _num(summary.get("model_shapes_tflops"), "{:.1f}"),
                       _num(percent.get(prec, {}).get("model_shapes"), "{:.1f} %"), "")
-    console.print(table)
+    console.print(fit(table, console))
     if ceilings.get("hbm"):
         console.print(escape(hbm_line(ceilings["hbm"])))
 

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from parallax.analysis import stats
 from parallax.errors import ParallaxError
+from parallax.store import files
 from parallax.store.results import writable_output_dir, writable_report
 
 FORMATS = ("table", "json", "github-benchmark")
@@ -44,6 +45,7 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_m
     from parallax.analysis.report import github_benchmark, terminal, write_report
 
     if output_report:  # before the work, as `train` checks its --output-dir
+        check_report_name(Path(output_report), [Path(results_dir), *([Path(baseline)] if baseline else [])])
         writable_report(Path(output_report), "--output-report")
         if plots_dir:
             writable_output_dir(plots_dir, "--plots-dir")
@@ -71,6 +73,22 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_m
         raise ParallaxError(f"{corrupt} corrupt result file(s), named above, were left out of the report; "
                             "re-run those cells with 'parallax benchmark --resume' (or delete the files)")
     return 0
+
+
+# What compare reads in a results folder: a report must not take one of these names there.
+READ_NAMES = ("run.json", "steps.jsonl", "config.json", "index.json", "matrix.json", "environment.json",
+              "records.tar.xz", "run.log")
+
+
+def check_report_name(report: Path, folders: list[Path]) -> None:
+    """One line when the report, or its CSV/JSON export beside it, would replace a file that
+    compare reads, or when the report is named .csv/.json (its export would replace it)."""
+    reads = [p for folder in folders for name in READ_NAMES for p in folder.rglob(name)]
+    for path in (report, report.with_suffix(".csv"), report.with_suffix(".json")):
+        files.refuse_input(path, reads, "--output-report")
+    if report.suffix in (".csv", ".json"):
+        raise ParallaxError(f"--output-report {report}: its {report.suffix} export would replace it; name the "
+                            f"report {report.with_suffix('.md').name}")
 
 
 def warn_problems(record: dict) -> int:

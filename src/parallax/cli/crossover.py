@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from rich.console import Console
-
 from parallax.analysis import stats
 from parallax.store.results import writable_output_dir
 
@@ -30,7 +28,10 @@ def command(results_dirs, output_dir, bootstraps, cross_machine):
     record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)
     for problem in record["problems"]:
         click.echo(f"parallax: warning: {problem}", err=True)
+    from parallax.analysis.report.terminal import console_for_output
+
     paths = render.write(record, out)
-    click.echo(render.markdown(record))
-    Console(stderr=True).print("wrote " + ", ".join(str(p) for p in paths.values()), highlight=False, soft_wrap=True)
+    render.terminal(record, console_for_output())  # the Markdown goes to crossover.md, not to the terminal
+    for path in paths.values():  # whole, to be copied: a path is never wrapped
+        click.echo(f"wrote {path}", err=True)
     return 0

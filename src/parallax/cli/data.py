@@ -50,17 +50,23 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
                          tokenizer_sample_mb=tokenizer_sample_mb, hf=hf, hf_train_split=hf_train_split,
                          hf_valid_split=hf_valid_split)
 
-    writable_output_dir(out, "--out")  # before reading or tokenizing anything
+    options.validate()  # the numbers, then the folder: before reading or tokenizing anything
+    writable_output_dir(out, "--out")
 
     def log(message: str) -> None:
         if not quiet:
             click.echo(f"parallax: {message}", err=True)
 
-    result = prepare(list(corpus), out, options, force=force, show_progress=not quiet and sys.stderr.isatty(),
-                     log=log)
+    from parallax.run import interrupt
+
+    with interrupt.catching():  # Ctrl-C, SIGTERM: the staging folder goes, exit 130/143
+        result = prepare(list(corpus), out, options, force=force,
+                         show_progress=not quiet and sys.stderr.isatty(), log=log)
     for warning in result.warnings:
         click.echo(f"parallax: warning: {warning}", err=True)
-    click.echo(summary(result))
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(), summary(result))
     return 0
 
 

@@ -43,6 +43,7 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
     """Write one file per run; every key checked against ``base_yml`` first (when given).
     ``tuning`` None: each recipe's own (``bf16-defaults``: defaults, the others: tuned)."""
     from parallax.engines.maxtext import config as mt
+    from parallax.store.files import folder_for_writing, write_text
     from parallax.store.results import writable_output_dir
 
     rendered = []
@@ -55,12 +56,16 @@ def export(plans: list[RunPlan], output_dir: Path, tuning: str | None, base_yml:
         name = mt.file_name(run, recipe)
         rendered.append((name, mt.render(sections, mt.header(run, recipe, name, chosen))))
     out = writable_output_dir(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in rendered:
-        (out / name).write_text(text)
-        paths.append(out / name)
-    return paths
+    written = []
+    with folder_for_writing(out, "--output-dir"):
+        try:
+            for name, text in rendered:
+                written.append(write_text(out / name, text, "--output-dir"))
+        except ParallaxError:  # a disk that fills half way: all the files or none
+            for path in written:
+                path.unlink(missing_ok=True)
+            raise
+    return written
 
 
 @click.command("export-configs")
@@ -91,5 +96,7 @@ def command(output_dir, model, recipes, batch_size, seq_len, steps, seed, tuning
     for path in paths:
         click.echo(str(path))
     checked = f"keys checked against {check}" if check else "keys not checked: MaxText is not installed here"
-    click.echo(f"parallax: wrote {len(paths)} MaxText config(s) for {model}; {checked}", err=True)
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(stderr=True), f"parallax: wrote {len(paths)} MaxText config(s) for {model}; {checked}")
     return 0

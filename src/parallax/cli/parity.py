@@ -35,7 +35,11 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
         from parallax.store.results import writable_report
 
         writable_report(json_path, "--json")
-    report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device)
+    from parallax.run import interrupt
+
+    with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, nothing written
+        report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device,
+                            lambda text: click.echo(f"parallax: {text}", err=True))
     print_report(report)
     if json_path is not None:
         from parallax.store.results import atomic_write_json

@@ -17,6 +17,7 @@ import click
 from parallax.cli import defaults
 from parallax.cli.train import DATA_OPTIONS, DEVICE_OPTIONS, SHAPE_OPTIONS, build_run, load_config
 from parallax.errors import ParallaxError
+from parallax.spec import config_schema
 
 DEFAULT_OUTPUT = "runs/profile"
 DEFAULT_WARMUP, DEFAULT_STEPS = 15, 5
@@ -38,13 +39,14 @@ EPILOG = ("MaxText (--framework maxtext) runs in its own process with its own pr
               help="Steps timed without the profiler, then as many profiled.")
 @click.option("--output-dir", metavar="DIR", default=DEFAULT_OUTPUT, show_default=True,
               help="Where profile.md, profile.json, profile.png and profile.html (or profile_compare.*) go.")
+@click.option("--overwrite", is_flag=True, help="Replace the profile that --output-dir holds (refused without it).")
 @click.option("--keep-trace", is_flag=True,
               help="Keep the profiler's trace too (torch: trace.json.gz; JAX, MaxText: trace.xplane.tar.gz).")
 @click.option("--compare", is_flag=True,
               help="Put the profile.json files given as arguments side by side instead of profiling.")
 @click.option("--cross-machine", is_flag=True, help="With --compare: allow profiles of different machines.")
 @click.argument("profiles", nargs=-1, metavar="[PROFILE.json ...]")
-def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compare, cross_machine, profiles,
+def command(config_file, from_run, warmup, steps, output_dir, overwrite, keep_trace, compare, cross_machine, profiles,
             **options) -> int:
     """Profile a few training steps: time, share and distance to this GPU's limit of each class of work."""
     from pathlib import Path
@@ -53,21 +55,37 @@ def command(config_file, from_run, warmup, steps, output_dir, keep_trace, compar
     from parallax.plan import machine
     from parallax.run import profile_child
 
+    _check_free(Path(output_dir), "profile_compare.json" if compare or profiles else "profile.json", overwrite)
     if compare or profiles:
         return _compare(compare, profiles, cross_machine, output_dir, options, config_file, from_run)
     if cross_machine:
         raise ParallaxError("--cross-machine goes with --compare; drop it")
     if warmup < 1 or steps < 1:
         raise ParallaxError(f"--warmup and --steps must be at least 1, got {warmup} and {steps}")
+    config_schema.check_option("profile_warmup", warmup)
+    config_schema.check_option("profile_steps", steps)
+    from parallax.run import interrupt
+
     plan, note = _plan(options, config_file, from_run, warmup, steps)
     defaults.say(note)
-    if profile_child.wanted(plan.run.framework, machine.gpu_of(plan.run.device) is not None):
-        code, record = profile_child.profile(plan.run.to_dict(), warmup, steps, Path(output_dir), keep_trace,
-                                             say=lambda line: click.echo(line, err=True))
-        return code  # the child printed its summary line, or its error
-    record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace)
-    click.echo(summary_line(record, Path(output_dir)))
+    with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, no profile.* written
+        if profile_child.wanted(plan.run.framework, machine.gpu_of(plan.run.device) is not None):
+            code, record = profile_child.profile(plan.run.to_dict(), warmup, steps, Path(output_dir), keep_trace,
+                                                 say=lambda line: click.echo(line, err=True))
+            return code  # the child printed its summary line, or its error
+        record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
+                                    lambda text: click.echo(f"parallax: {text}", err=True))
+    from parallax.analysis.report.terminal import console_for_output, paragraph
+
+    paragraph(console_for_output(), summary_line(record, Path(output_dir)))
     return 0
+
+
+def _check_free(out, name: str, overwrite: bool) -> None:
+    """One line, before any work, when ``out`` holds a profile (``name``) and --overwrite is not given."""
+    if (out / name).exists() and not overwrite:
+        raise ParallaxError(f"{out} already holds a profile ({name}); pass --overwrite to replace it, or pick a "
+                            "fresh --output-dir")
 
 
 def _compare(compare: bool, profiles: tuple, cross_machine: bool, output_dir: str, options: dict,
@@ -116,21 +134,22 @@ def load_run(folder: str, options: dict):
     import json
     from pathlib import Path
 
+    from parallax.spec import config_schema
     from parallax.spec.config import RunConfig
+    from parallax.store.files import read_text
 
     given = [k for k, v in options.items() if v not in (None, False)]
     if given:
         raise ParallaxError(f"--from-run carries the whole run; drop --{given[0].replace('_', '-')}")
     path = Path(folder) / "run.json"
+    text = read_text(path, f"--from-run {folder}:", "pass a run's output folder")
     try:
-        config = json.loads(path.read_text())["config"]
-    except OSError as exc:
-        raise ParallaxError(f"--from-run {folder}: {path} {exc.strerror.lower()}; pass a run's output folder") from None
+        config = json.loads(text)["config"]
     except (ValueError, KeyError, TypeError):
         raise ParallaxError(f"--from-run {folder}: {path} has no run configuration; pass a folder parallax train "
                             "wrote") from None
     try:
-        return RunConfig.from_dict(config)
+        return RunConfig.from_dict(config, required=config_schema.REQUIRED)  # never a default model silently
     except ParallaxError as exc:
         raise ParallaxError(f"--from-run {folder}: {exc}") from None
 

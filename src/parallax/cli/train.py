@@ -47,10 +47,10 @@ def load_config(path: str, options: dict) -> RunConfig:
     given = [k for k, v in options.items() if v not in (None, False)]
     if given:
         raise ParallaxError(f"--config carries the whole run; drop --{given[0].replace('_', '-')}")
+    from parallax.store.files import read_text
+
     try:
-        data = json.loads(open(path).read())
-    except OSError as exc:
-        raise ParallaxError(f"--config {path}: {exc.strerror}; pass an existing file") from None
+        data = json.loads(read_text(path, "--config", "pass a run configuration (UTF-8 JSON)"))
     except ValueError as exc:
         raise ParallaxError(f"--config {path} is not JSON ({exc}); write it with RunConfig.to_dict") from None
     try:
@@ -203,7 +203,7 @@ def command(config_file, overwrite, log, **options) -> int:
     from parallax.plan.resolve import resolve
     from parallax.run import distributed, interrupt, progress_file
     from parallax.run.progress import LiveProgress, print_summary
-    from parallax.run.train import claimed, exit_code, run_training
+    from parallax.run.train import check_free, claimed, exit_code, run_training
 
     watch(log)
     asked = options.get("device") or "auto"  # what --gpus counts against (build_run may pick the CPU)
@@ -218,6 +218,10 @@ def command(config_file, overwrite, log, **options) -> int:
     rank = world.rank_info() if run.gpus > 1 else None
     if rank is not None or world.process_count_from_env() > 1:
         defaults.say(note)  # one process of several: the folder is its launcher's, or its hosts' to share
+        if rank is None:  # a host of several, started as the user asked: their folder, held to --overwrite
+            from parallax.store.results import writable_output_dir
+
+            check_free(writable_output_dir(run.output_dir), overwrite)
         return _one_of_several(plan, rank)
     with claimed(run.output_dir, overwrite):
         defaults.say(note)

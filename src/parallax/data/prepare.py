@@ -35,6 +35,7 @@ from parallax.data.tokenfile import TokenWriter, file_sha256, verify_token_file
 from parallax.data.tokenizer import (EOT, check_tokenizer, eos_id, load_tokenizer, reserved_tokens,
                                      train_tokenizer)
 from parallax.store.timestamps import utc_now
+from parallax.store import files
 from parallax.errors import ParallaxError, require_module
 
 FORMAT = "parallax.tokens/1"
@@ -411,14 +412,16 @@ def prepare(inputs: list[str], out: str | Path, options: DataConfig = DataConfig
     made = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
     staging = out / STAGING
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
     try:
+        files.make_folder(staging, "--out")
         return _build(out, staging, corpus, source, options, inputs_identity, digest, list(inputs), show_progress, log)
-    except BaseException:
+    except BaseException as exc:  # a refusal, a full disk, Ctrl-C or SIGTERM (parallax.run.interrupt)
         shutil.rmtree(staging, ignore_errors=True)
         for folder in made:
             with contextlib.suppress(OSError):  # not empty: leave it
                 folder.rmdir()
+        if isinstance(exc, OSError) and exc.errno in files.WRITE_ERRNOS:
+            raise files.refusal(exc.filename or out, exc, "--out") from None
         raise
 
 

@@ -217,6 +217,28 @@ class ParquetFile(Source):
                 yield from document_pieces(text)
 
 
+HUB_PROBE_S = 5.0  # one connection attempt, instead of the hub client's retries (about 25 s offline)
+
+
+def check_hub_reachable(dataset: str) -> None:
+    """One line, at once, when the Hugging Face hub cannot be reached (no network): unless
+    HF_HUB_OFFLINE asks ``datasets`` to use its local cache."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_S).close()
+    except OSError as exc:
+        raise ParallaxError(f"cannot stream Hugging Face dataset {dataset}: the hub ({host}) cannot be reached "
+                            f"({exc.strerror or exc}); check the network, set HF_HUB_OFFLINE=1 to use the local "
+                            "cache, or prepare local files (parallax data prepare) and pass --data") from None
+
+
 class HFDataset(Source):
     """A split of a Hugging Face dataset, streamed with ``datasets`` (hub id or local directory)."""
 
@@ -227,6 +249,8 @@ class HFDataset(Source):
 
     def _open(self):
         datasets = require_module("datasets", "data")
+        if not Path(self.dataset).is_dir():
+            check_hub_reachable(self.dataset)
         try:
             stream = datasets.load_dataset(self.dataset, split=self.split, streaming=True)
         except ValueError as exc:  # an unknown split

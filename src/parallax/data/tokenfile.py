@@ -9,13 +9,13 @@ followed by the tokens as uint16. Its checksum is the SHA-256 of the whole file
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 MAGIC = b"PLXTOKNS"
 VERSION = 1
@@ -55,7 +55,7 @@ class TokenWriter:
         self._file.seek(0)
         self._file.write(self._header())
         self._file.flush()
-        os.fsync(self._file.fileno())
+        files._sync(self._file.fileno(), str(self.path))
         self._file.close()
         return self.n_tokens
 

@@ -16,8 +16,11 @@ JAX: the xplane folder as .tar.gz), when asked for.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import shutil
+import sys
 import tarfile
 import tempfile
 import time
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from parallax.engines import get_engine, profiling
 from parallax.plan.resolve import RunPlan
+from parallax.store.files import make_folder, replacing
 
 
 @dataclass
@@ -69,18 +73,43 @@ def _torch_events(step, steps: int, trace_dir: Path | None):
 
     on_gpu = step.plan.handles["device"].type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
-    with torch_profile(activities=activities) as prof:
+    with native_log_filtered(), torch_profile(activities=activities) as prof:
         step.run(steps)
     trace = _gzip_chrome_trace(prof, _made(trace_dir) / "trace.json.gz") if trace_dir else None
     events = profiling.torch_kernel_events(prof) if on_gpu else profiling.torch_cpu_events(prof)
     return events, on_gpu, trace
 
 
+# Lines the profilers' native libraries (Kineto) write on stderr about their own start and stop:
+# not Parallax's output, so they are dropped; every other line written meanwhile is passed on.
+NATIVE_LOG_PREFIXES = ("USDT:", "STAGE:")
+
+
+@contextlib.contextmanager
+def native_log_filtered():
+    """File descriptor 2 into a temporary file while the body runs; then its lines, less the
+    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                    if not line.startswith(NATIVE_LOG_PREFIXES)]
+            sys.stderr.write("".join(kept))
+
+
 def _gzip_chrome_trace(prof, path: Path) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(trace))
-        with open(trace, "rb") as src, gzip.open(path, "wb") as dst:
+        with open(trace, "rb") as src, replacing(path) as tmp, gzip.open(tmp, "wb") as dst:
             shutil.copyfileobj(src, dst)
     return path
 
@@ -99,7 +128,7 @@ def _jax_events(step, steps: int, trace_dir: Path | None):
 
 
 def _tar(folder: Path, path: Path) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
+    with replacing(path) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
     return path
 
@@ -123,5 +152,4 @@ def attention_rates(framework: str, plan: RunPlan, device) -> list[dict]:
 
 def _made(folder: Path) -> Path:
     """The output folder, made now: the first file written into it is the trace."""
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return make_folder(folder)

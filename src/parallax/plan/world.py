@@ -131,10 +131,14 @@ def process_count_from_env(environ=None) -> int:
     """How many processes this run has, from the environment alone (``distributed_args``):
     1 unless a several-process launch is set up. The CLI multiplies the visible GPUs by it."""
     environ = os.environ if environ is None else environ
-    if environ.get(NUM_PROCESSES_ENV):
-        return max(1, int_env(environ, NUM_PROCESSES_ENV))
-    if all(name in environ for name in SLURM_STEP_ENV):
-        return max(1, int_env(environ, "SLURM_NTASKS"))
+    for name, given in ((NUM_PROCESSES_ENV, bool(environ.get(NUM_PROCESSES_ENV))),
+                        ("SLURM_NTASKS", all(n in environ for n in SLURM_STEP_ENV))):
+        if given:
+            count = int_env(environ, name)
+            if not 1 <= count <= 2**16:
+                raise ParallaxError(f"{name}={count} must be a process count from 1 to 65536; unset it for one "
+                                    "process")
+            return count
     return 1
 
 

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 SUFFIX = ".toml"
 PROTOCOLS = ("throughput", "convergence")
@@ -124,7 +125,7 @@ def find(name_or_file: str) -> Path:
 def load(name_or_file: str) -> Plan:
     path = find(name_or_file)
     try:
-        values = tomllib.loads(path.read_text())
+        values = tomllib.loads(files.read_text(path, "plan", f"pass a {SUFFIX} file (UTF-8 TOML)"))
     except tomllib.TOMLDecodeError as exc:
         line = re.search(r"line (\d+)", str(exc))
         raise ParallaxError(f"{path}:{line.group(1) if line else 1}: not valid TOML ({exc})") from None
@@ -193,11 +194,9 @@ def check_names(values: dict, path: Path) -> None:
             raise ParallaxError(f"{path}: unknown model preset '{preset}'; choose one of: {', '.join(PRESETS)}")
 
 
-def listing() -> list[str]:
-    """One line per shipped plan: its name and what it answers."""
-    plans = {name: load(str(path)) for name, path in shipped().items()}
-    width = max(map(len, plans), default=0)
-    return [f"{name:<{width}}  {plan.description}" for name, plan in plans.items()]
+def listing() -> list[tuple[str, str]]:
+    """(name, what it answers) of each shipped plan."""
+    return [(name, load(str(path)).description) for name, path in shipped().items()]
 
 
 def benchmark_runs(plan: Plan, options: dict, given: set[str]) -> list[dict]:

@@ -1,9 +1,11 @@
-"""Ctrl-C and SIGTERM during ``parallax train``: the run stops and keeps what it did.
+"""Ctrl-C and SIGTERM during a long command: it stops and keeps what it did.
 
-Inside ``catching()`` both signals raise ``Interrupted`` in the main thread; the driver
-(``run.train``) then writes the run.json of status ``interrupted`` with the steps done, and the
-command exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, the shell's
-convention). The first signal puts the previous handlers back, so a second one ends the process
+Inside ``catching()`` both signals raise ``Interrupted`` in the main thread, and the command
+exits 128 + the signal's number (130 for SIGINT, 143 for SIGTERM, the shell's convention) with
+one line. ``train``'s driver (``run.train``) writes the run.json of status ``interrupted`` with
+the steps done; ``benchmark``'s runner stops the running cell and records it ``interrupted``
+(``--resume`` runs it again); ``data prepare`` removes its staging folder; ``profile`` and
+``parity`` write nothing. Every long command enters ``catching()`` in its ``cli/`` module. The first signal puts the previous handlers back, so a second one ends the process
 as it would have without this module (the result files are written atomically: never half).
 """
 

@@ -32,9 +32,10 @@ def run_steps(framework: str, warmup: int, steps: int) -> int:
 NO_PROBE = "unknown: the native probe sees no GPU here (parallax check-env says why)"
 
 
-def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False) -> dict:
+def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False,
+                say=lambda text: None) -> dict:
     """Profile ``plan`` (``steps`` timed, then as many profiled, after ``warmup``) and write its
-    files into ``out``; the record (profile.json)."""
+    files into ``out``; the record (profile.json). ``say(text)``: where its phases are told."""
     out = writable_output_dir(out)
     run, model = plan.run, plan.run.model_config
     gpu = machine.gpu_of(run.device)
@@ -42,9 +43,11 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
     gemm, hbm = {}, {}
 
     def measure_gemms():  # once the engine has accepted the run, before its steps
+        say("measuring the GEMM limits")
         gemm.update(limits.gemm_limits(gpu, model, run.batch_size, run.seq_len, formats))
         if gpu is not None:
             hbm["limit"] = limits.hbm_limit(gpu)
+        say(f"warming up ({warmup} steps), then {steps} timed and {steps} profiled")
 
     profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms)
     summary = profiling.summarize(profiled.events, steps)

@@ -31,7 +31,8 @@ def wanted(framework: str, on_gpu: bool) -> bool:
 
 def command(config: Path, warmup: int, steps: int, out: Path, keep_trace: bool) -> list[str]:
     return [sys.executable, "-m", "parallax", "profile", "--config", str(config), "--warmup", str(warmup),
-            "--steps", str(steps), "--output-dir", str(out), *(["--keep-trace"] if keep_trace else [])]
+            "--steps", str(steps), "--output-dir", str(out), "--overwrite",  # the parent checked the folder
+            *(["--keep-trace"] if keep_trace else [])]
 
 
 def profile(run: dict, warmup: int, steps: int, out: Path, keep_trace: bool = False, runner=subprocess.run,

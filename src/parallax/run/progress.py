@@ -199,8 +199,10 @@ def _add_ok_rows(table: Table, result: dict, precision: dict, warmup_origin: str
 
 def print_summary(result: dict, run_dir: str | None = None, console: Console | None = None,
                   warmup_origin: str | None = None) -> None:
+    from parallax.analysis.report.terminal import fit
+
     console = console or Console()
-    console.print(summary_table(result, warmup_origin))
+    console.print(fit(summary_table(result, warmup_origin), console))
     if not run_dir:
         return
     where = f"{run_dir}/run.json and steps.jsonl"

@@ -58,11 +58,12 @@ from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
 from parallax.store.archive import ARCHIVE_FILE, unpack
+from parallax.store.files import make_folder, refusal
 from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
-from parallax.spec import registry
+from parallax.spec import config_schema, registry
 from parallax.spec import tuning as tuning_spec
 from parallax.store.results import (  # noqa: F401 (the layout constants, re-exported for callers)
     CELL_FIELDS,
@@ -159,17 +160,16 @@ class Matrix:
             check_engine(fw)
         if not self.recipe_list():
             raise ParallaxError(f"no recipe of {', '.join(self.recipes)} exists for {', '.join(self.frameworks)}")
-        if not self.max_loss_gap > 0:
-            raise ParallaxError(f"--max-loss-gap must be positive, got {self.max_loss_gap}")
+        for name in ("max_loss_gap", "repeats", "concurrent"):  # spec/config_schema.RANGES
+            config_schema.check_option(name, getattr(self, name))
         if not self.seeds:
             raise ParallaxError("--seeds is empty; give at least one seed, e.g. --seeds 0")
         _no_duplicates("--seeds", self.seeds)
         if any(s < 0 for s in self.seeds):
             raise ParallaxError(f"--seeds must not be negative, got {list(self.seeds)}")
-        if self.repeats < 1:
-            raise ParallaxError(f"--repeats must be at least 1, got {self.repeats}")
-        if self.concurrent < 1:
-            raise ParallaxError(f"--concurrent must be at least 1, got {self.concurrent}")
+        too_large = next((s for s in self.seeds if config_schema.RANGES["seed"].above(s)), None)
+        if too_large is not None:
+            raise ParallaxError(f"--seeds {config_schema.RANGES['seed'].above(too_large)}, got {too_large}")
         if not self.gpus:
             raise ParallaxError("--gpus is empty; give at least one count, e.g. --gpus 1")
         _no_duplicates("--gpus", self.gpus)
@@ -469,11 +469,11 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
              stop: threading.Event | None = None) -> CellResult:
     """Run one cell's process to its end (or its timeout) and record the outcome."""
     shutil.rmtree(run_dir, ignore_errors=True)  # leftovers of a killed attempt
-    run_dir.mkdir(parents=True)
+    make_folder(run_dir, "--output-dir")
     write_cell_config(run_dir, run)
     progress_path = run_dir / PROGRESS_FILE
     started, t0 = utc_now(), time.monotonic()
-    with open(run_dir / LOG_FILE, "wb") as log:
+    with _log_file(run_dir / LOG_FILE) as log:
         try:
             proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=child_env(progress_path),
@@ -485,8 +485,10 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
             return CellResult(cell, status, run_dir, error, 0.0)
         try:
             timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop)
-        except BaseException:
-            _kill_group(proc)
+        except BaseException as exc:  # Ctrl-C, SIGTERM (run/interrupt.py) or the matrix ending: the cell stops
+            _kill_group(proc)  # SIGTERM first: a cell that had started keeps its steps in its own run.json
+            progress_path.unlink(missing_ok=True)
+            _record_stop(run_dir, run, exc, started, t0, proc.returncode)
             raise
     elapsed = time.monotonic() - t0
     progress_path.unlink(missing_ok=True)
@@ -499,6 +501,31 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     else:
         status, error = _outcome(proc.returncode, run, run_dir, info)
     return CellResult(cell, status, run_dir, error, round(elapsed, 3))
+
+
+@contextlib.contextmanager
+def _log_file(path: Path):
+    """The cell's run.log, open for its process to write (a stream: not renamed into place)."""
+    try:
+        log = open(path, "wb")
+    except OSError as exc:
+        raise refusal(path, exc, "--output-dir") from None
+    with log:
+        yield log
+
+
+def _record_stop(run_dir: Path, run: RunConfig, exc: BaseException, started: str, t0: float, code) -> None:
+    """The run.json of a cell stopped with the matrix: its own where it wrote one (an interrupted
+    ``train`` keeps its steps), else one of status ``interrupted``; ``scan`` runs it again on
+    --resume."""
+    if _try_load(run_dir) is not None:
+        return
+    name = getattr(exc, "name", None) if isinstance(exc, KeyboardInterrupt) else None
+    name = name or ("SIGINT" if isinstance(exc, KeyboardInterrupt) else None)
+    reason = f"interrupted by {name}" if name else "interrupted: the benchmark stopped"
+    write_run(run_dir, {"status": "interrupted", "error": f"{reason} before the cell finished",
+                        **({"signal": name} if name else {}), "config": run.to_dict(), "started_at": started,
+                        "finished_at": utc_now(), "elapsed_s": round(time.monotonic() - t0, 3), "exit_code": code})
 
 
 def _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop=None):
@@ -606,12 +633,14 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
     tests substitute a fake trainer); ``environment()`` gives environment.json's content.
     """
     matrix.validate()
-    if timeout_s is not None and timeout_s <= 0:
-        raise ParallaxError(f"--timeout-per-run must be positive, got {timeout_s:g}")
+    config_schema.check_option("timeout_per_run", timeout_s)
     display = display or NullDisplay()
     command_for = command_for or train_command
     output_dir = Path(output_dir).resolve()
-    output_dir.mkdir(parents=True, exist_ok=True)
+    held = next((name for name in (RUN_FILE, STEPS_FILE) if (output_dir / name).exists()), None)
+    if held:  # before any cell: a train run's folder is not a benchmark's
+        raise ParallaxError(f"{output_dir} holds a train run ({held}); pick a fresh --output-dir")
+    output_dir = make_folder(output_dir, "--output-dir")
     with locked(output_dir, "parallax benchmark"):
         check_matrix_file(output_dir, matrix, resume, display)
         if (output_dir / ARCHIVE_FILE).exists():  # a packed benchmark runs on as plain files
@@ -645,10 +674,19 @@ def run_matrix(matrix: Matrix, output_dir: Path, *, resume: bool = False,
             else:
                 for i in todo:
                     finish(i, start(i))
-        finally:
+        finally:  # a cell stopped with the matrix (Ctrl-C, SIGTERM) is counted as its run.json says
+            results[:] = [_as_recorded(r) for r in results]
             write_index(output_dir, matrix, results)
         display.matrix_finished(results)
     return results
+
+
+def _as_recorded(result: CellResult) -> CellResult:
+    """A pending cell as its run.json records it, where it has one."""
+    run = _try_load(result.run_dir) if result.status == "pending" else None
+    if run is None:
+        return result
+    return CellResult(result.cell, run["status"], result.run_dir, run.get("error"), run.get("elapsed_s"))
 
 
 def run_concurrently(todo: list[int], slots: int, start, finish) -> None:

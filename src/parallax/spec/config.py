@@ -161,12 +161,13 @@ class DataConfig:
     hf_valid_split: str = "validation"
 
     def validate(self) -> "DataConfig":
-        if not 2 <= self.vocab_size <= 65536:
+        """The ranges of config_schema.RANGES, in the command line's words."""
+        ranges = config_schema.RANGES
+        if ranges["vocab_size"].refusal(self.vocab_size):
             raise ParallaxError(f"--vocab-size must be in [2, 65536] (uint16 tokens), got {self.vocab_size}")
-        if not 0 < self.valid_fraction <= 0.5:
+        if ranges["valid_fraction"].refusal(self.valid_fraction):
             raise ParallaxError(f"--valid-fraction must be in (0, 0.5], got {self.valid_fraction}")
-        if self.tokenizer_sample_mb <= 0:
-            raise ParallaxError(f"--tokenizer-sample-mb must be positive, got {self.tokenizer_sample_mb}")
+        config_schema.check_option("tokenizer_sample_mb", self.tokenizer_sample_mb)
         if self.hf and self.valid:
             raise ParallaxError("--valid names local files; with --hf the dataset's validation split is used")
         return self
@@ -189,7 +190,7 @@ class OptimConfig:
 # RunConfig fields whose range ``validate`` checks; ``gpus`` is counted, and its range checked, by
 # ``plan.world.resolve_gpus``.
 RANGED_OPTIONS = ("batch_size", "seq_len", "steps", "warmup", "eval_every", "eval_batches", "epochs",
-                  "peak_tflops", "dist_timeout_s")
+                  "peak_tflops", "dist_timeout_s", "seed")
 
 
 @dataclass(frozen=True)
@@ -253,8 +254,12 @@ class RunConfig:
     def from_dict(cls, data: dict, required: tuple[str, ...] = ()) -> "RunConfig":
         """The run of a configuration file's ``data``, its fields' types and ranges checked
         (``spec/config_schema.py``): a one-line ParallaxError for the first bad field, or for a
-        field of ``required`` missing."""
-        return cls(**config_schema.check(cls, data, required))
+        field of ``required`` missing. A file that names a preset and leaves out its batch size or
+        sequence length gets the preset's, as the command line does (``for_preset``)."""
+        checked = config_schema.check(cls, data, required)
+        if checked.get("model") in PRESET_SIZES:
+            return cls.for_preset(**checked)
+        return cls(**checked)
 
     def validate(self, timed: bool = True, recipe: Recipe | None = None) -> "RunConfig":
         """Raise ParallaxError for the first bad field; return the run with its recipe named

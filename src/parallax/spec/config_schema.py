@@ -21,32 +21,70 @@ from parallax.errors import ParallaxError
 
 @dataclass(frozen=True)
 class Range:
-    """A numeric field's bound: ``low`` (allowed itself when ``inclusive``), and below 1 as well
-    with ``below_one`` (Adam's betas)."""
+    """A numeric field's bounds: ``low`` (allowed itself when ``inclusive``), below 1 as well with
+    ``below_one`` (Adam's betas), at most ``high`` (what the engines and the machine can take:
+    indices, seeds, timers); every value finite."""
 
     low: float
     inclusive: bool = True
     below_one: bool = False
+    high: float | None = None
 
     def refusal(self, value) -> str | None:
-        """Why ``value`` is out of range ('must be at least 1', ...), or None. NaN is out of every range."""
+        """Why ``value`` is out of range ('must be at least 1', ...), or None. NaN and the
+        infinities are out of every range."""
+        return self.unbounded(value) or self.below(value) or self.above(value)
+
+    @staticmethod
+    def unbounded(value) -> str | None:
+        """'must be a finite number' for NaN and the infinities, else None."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return "must be a finite number"
+        return None
+
+    def below(self, value) -> str | None:
+        """Why ``value`` is under the low bound, or None."""
         if not (value > self.low or (self.inclusive and value == self.low)):
             return f"must be {'at least' if self.inclusive else 'greater than'} {self.low}"
+        return None
+
+    def above(self, value) -> str | None:
+        """Why ``value`` is over the high bound, or None."""
         if self.below_one and value >= 1:
             return "must be below 1"
+        if self.high is not None and value > self.high:
+            return f"must be at most {self.high:g}" if isinstance(self.high, float) else f"must be at most {self.high}"
         return None
 
 
-# The one place that decides every numeric field's range, for a configuration file (``check``)
-# and for the command line (``check_option``, from ``RunConfig.validate``). A field not named has
-# no bound; "optim.x" is OptimConfig's.
+# The largest values the engines take: a step counter and a token index in int32 (XLA, CUDA
+# kernels), a seed in uint32 (numpy's and JAX's generators), a timeout in a C timer.
+MAX_STEPS = 2**31 - 1
+MAX_SEED = 2**32 - 1
+MAX_BATCH = 2**16  # sequences per GPU; batch × sequence length stays an int32 index
+MAX_SECONDS = 10.0**7  # 115 days
+MAX_FLOAT = 10.0**6  # epochs, TFLOP/s, loss gaps: finite and far above any real value
+
+# The one place that decides every numeric field's range, for a configuration file (``check``),
+# for the command line (``check_option``, from ``RunConfig.validate``) and for the options of
+# the commands around a run (benchmark's ``repeats``...: ``check_option`` from their validation).
+# A field not named has no bound but finiteness; "optim.x" is OptimConfig's.
 RANGES: dict[str, Range] = {
-    "batch_size": Range(1), "seq_len": Range(1), "steps": Range(1), "warmup": Range(0),
-    "eval_every": Range(0), "eval_batches": Range(1), "epochs": Range(0, False), "gpus": Range(1),
-    "peak_tflops": Range(0, False), "dist_timeout_s": Range(0, False),
-    "optim.lr": Range(0, False), "optim.min_lr_ratio": Range(0), "optim.beta1": Range(0, below_one=True),
-    "optim.beta2": Range(0, below_one=True), "optim.eps": Range(0, False), "optim.weight_decay": Range(0),
-    "optim.grad_clip": Range(0, False), "optim.lr_warmup_steps": Range(0),
+    "batch_size": Range(1, high=MAX_BATCH), "seq_len": Range(1, high=2**20), "steps": Range(1, high=MAX_STEPS),
+    "warmup": Range(0, high=MAX_STEPS), "eval_every": Range(0, high=MAX_STEPS), "eval_batches": Range(1, high=2**20),
+    "epochs": Range(0, False, high=MAX_FLOAT), "gpus": Range(1, high=2**16), "seed": Range(0, high=MAX_SEED),
+    "peak_tflops": Range(0, False, high=MAX_FLOAT), "dist_timeout_s": Range(0, False, high=MAX_SECONDS),
+    "optim.lr": Range(0, False, high=MAX_FLOAT), "optim.min_lr_ratio": Range(0, high=MAX_FLOAT),
+    "optim.beta1": Range(0, below_one=True), "optim.beta2": Range(0, below_one=True),
+    "optim.eps": Range(0, False, high=MAX_FLOAT), "optim.weight_decay": Range(0, high=MAX_FLOAT),
+    "optim.grad_clip": Range(0, False, high=MAX_FLOAT), "optim.lr_warmup_steps": Range(0, high=MAX_STEPS),
+    # the options around a run (benchmark, profile)
+    "repeats": Range(1, high=10**4), "concurrent": Range(1, high=256), "max_loss_gap": Range(0, False, high=MAX_FLOAT),
+    "timeout_per_run": Range(0, False, high=MAX_SECONDS), "profile_warmup": Range(1, high=10**6),
+    "profile_steps": Range(1, high=10**6),
+    # data prepare (DataConfig): uint16 token files; a hold-out of at most half; a finite sample
+    "vocab_size": Range(2, high=65536), "valid_fraction": Range(0, False, high=0.5),
+    "tokenizer_sample_mb": Range(0, False, high=MAX_FLOAT),
 }
 # The command line's words for a bound (a configuration file says the bound itself: 'at least 1').
 BOUND_WORDS = {(1, True): "must be positive", (0, False): "must be positive", (0, True): "must not be negative"}
@@ -56,6 +94,10 @@ OPTION_WORDING: dict[str, tuple[str | None, str | None, str]] = {
     "eval_every": (None, "must be 0 (never) or positive", ""),
     "eval_batches": (None, None, " (to skip evaluation, use --eval-every 0)"),
     "dist_timeout_s": ("dist_timeout_s", None, ""),
+    "repeats": (None, "must be at least 1", ""),
+    "concurrent": (None, "must be at least 1", ""),
+    "profile_warmup": ("--warmup", None, ""),
+    "profile_steps": ("--steps", None, ""),
 }
 REQUIRED = ("framework", "precision", "model")
 
@@ -64,12 +106,14 @@ def check_option(name: str, value) -> None:
     """A one-line ParallaxError in the command line's words ('--batch-size must be positive, got
     0') when ``value`` of RunConfig field ``name`` is out of RANGES; None passes (an unset option)."""
     bound = RANGES[name]
-    refusal = None if value is None else bound.refusal(value)
-    if refusal is None:
+    if value is None or bound.refusal(value) is None:
         return
     label, words, hint = OPTION_WORDING.get(name, (None, None, ""))
     label = label or f"--{name.replace('_', '-')}"
-    words = words or (refusal if bound.below_one else BOUND_WORDS.get((bound.low, bound.inclusive), refusal))
+    low = None if bound.unbounded(value) else bound.below(value)
+    if low is None:  # not finite, or too large
+        raise ParallaxError(f"{label} {bound.unbounded(value) or bound.above(value)}, got {value}")
+    words = words or BOUND_WORDS.get((bound.low, bound.inclusive), low)
     raise ParallaxError(f"{label} {words}, got {value}{hint}")
 
 

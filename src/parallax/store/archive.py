@@ -26,6 +26,7 @@ import tarfile
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.store.files import prove_writable, write_bytes
 
 ARCHIVE_FILE = "records.tar.xz"
 KEPT_PLAIN = ("run.json", "config.json")  # results.RUN_FILE, results.CONFIG_FILE (results imports us)
@@ -97,6 +98,10 @@ def pack(root: Path) -> dict:
     """Pack ``root``'s run records into ``root/records.tar.xz`` (adding to the one there)."""
     root = Path(root)
     archive = root / ARCHIVE_FILE
+    if (root / KEPT_PLAIN[0]).exists():  # its other files are the user's, not records: never moved or deleted
+        raise ParallaxError(f"{root} holds one train run ({KEPT_PLAIN[0]}), not a benchmark; nothing to pack "
+                            "(name a benchmark's --output-dir)")
+    prove_writable(root, what="folder", fix="make it writable, or copy it to a writable place first")
     files, links = packable(root)
     if not files and not archive.exists():
         raise ParallaxError(f"{root} holds no run records to pack; name a benchmark's --output-dir")
@@ -118,6 +123,10 @@ def unpack(root: Path) -> dict:
     delete the archive."""
     root = Path(root)
     archive = root / ARCHIVE_FILE
+    if not archive.is_file():
+        raise ParallaxError(f"{root} holds no {ARCHIVE_FILE}; nothing to unpack (name a folder 'parallax results "
+                            "pack' packed)")
+    prove_writable(root, what="folder", fix="make it writable, or copy it to a writable place first")
     members = read_archive(archive)
     outside = next((n for n in members if ".." in Path(n).parts or Path(n).is_absolute()), None)
     if outside is not None:
@@ -126,8 +135,7 @@ def unpack(root: Path) -> dict:
     for name, data in members.items():
         path = root / name
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
+            write_bytes(path, data)
             written += 1
     archive.unlink()
     return {"archive": archive, "written": written, "members": len(members)}
@@ -142,12 +150,7 @@ def _write_archive(path: Path, members: dict[str, bytes]) -> None:
             info.size, info.mode, info.mtime = len(members[name]), 0o644, 0
             tar.addfile(info, io.BytesIO(members[name]))
     data = lzma.compress(buffer.getvalue(), format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes(path, data)
 
 
 def _remove_empty_folders(root: Path, folders: set[Path]) -> None:

@@ -3,18 +3,20 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 CACHE_DIR_ENV = "PARALLAX_CACHE_DIR"
 
 
 def cache_root() -> Path:
     """$PARALLAX_CACHE_DIR, else $XDG_CACHE_HOME/parallax, else ~/.cache/parallax; a one-line
-    ParallaxError naming the variable to set when it is a file or cannot be written (checked on
-    its nearest existing folder, so nothing is created here)."""
+    ParallaxError naming the variable to set when it is a file or cannot be written (proved by a
+    probe file in its nearest existing folder, so nothing is created here)."""
     if os.environ.get(CACHE_DIR_ENV):
         root, source = Path(os.environ[CACHE_DIR_ENV]), CACHE_DIR_ENV
     elif os.environ.get("XDG_CACHE_HOME"):
@@ -28,10 +30,9 @@ def cache_root() -> Path:
 def _check_writable(root: Path, source: str) -> None:
     fix = (f"point {CACHE_DIR_ENV} at a writable folder" if source == CACHE_DIR_ENV
            else f"set {CACHE_DIR_ENV} (or XDG_CACHE_HOME) to a writable folder")
-    existing = root
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ParallaxError(f"the cache folder {root} (from {source}) cannot be made: {existing} is a file; {fix}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ParallaxError(f"the cache folder {root} (from {source}) is not writable ({existing}); {fix}")
+    failure = files.probe_failure(root)
+    if failure is not None and failure.errno == errno.ENOTDIR:
+        raise ParallaxError(f"the cache folder {root} (from {source}) cannot be made: "
+                            f"{files.nearest_existing(root)} is a file; {fix}")
+    if failure is not None:
+        raise ParallaxError(f"the cache folder {root} (from {source}) is not writable ({failure.strerror}); {fix}")

@@ -50,10 +50,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
+from parallax.store import files
 from parallax.store.archive import read_record
 from parallax.errors import ParallaxError
 
@@ -77,35 +76,15 @@ LOG_FILE = "run.log"
 CELL_FIELDS = ("framework", "precision", "recipe", "seed", "output_dir", "gpus", "tuning")
 
 
-def _default_file_mode() -> int:
-    """The mode ``open()`` would give a new file: 0666 less the process umask (0644 under umask 022)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half.
-
-    ``mkstemp`` creates its file 0600; it is given the mode a plain ``open()`` would, so results stay shareable."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, _default_file_mode())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write ``text`` to ``path`` through the one writer (``store/files.py``): readers see the old
+    file or the new one, never half; a full or read-only disk is one line naming the path."""
+    files.write_text(path, text)
 
 
 def atomic_write_json(path: Path, value, **dumps_options) -> None:
     """``value`` as indented JSON with a final newline, written with ``atomic_write_text``."""
-    atomic_write_text(path, json.dumps(value, indent=2, **dumps_options) + "\n")
+    files.write_json(path, value, **dumps_options)
 
 
 def _json_safe(value):
@@ -124,11 +103,17 @@ def write_run(run_dir: Path, run: dict, steps: list[dict] | None = None) -> Path
     run = {"schema": SCHEMA, **run}
     validate_run(run, source=str(run_dir))
     run_dir = Path(run_dir)
-    if steps is not None:
-        lines = "".join(json.dumps(_json_safe(s)) + "\n" for s in steps)
-        atomic_write_text(run_dir / STEPS_FILE, lines)
     path = run_dir / RUN_FILE
-    atomic_write_json(path, _json_safe(run))
+    if steps is None:
+        atomic_write_json(path, _json_safe(run))
+        return path
+    lines = "".join(json.dumps(_json_safe(s)) + "\n" for s in steps)
+    atomic_write_text(run_dir / STEPS_FILE, lines)
+    try:
+        atomic_write_json(path, _json_safe(run))
+    except ParallaxError:  # steps without their run.json would be half a record
+        (run_dir / STEPS_FILE).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -206,23 +191,10 @@ def differences(a: dict, b: dict, prefix: str = "") -> list[str]:
 
 
 def writable_output_dir(path: str | Path, option: str = "--output-dir") -> Path:
-    """Prove that ``path`` can hold new files, creating nothing: an existing folder must take
-    one, else the nearest folder that exists above it must (a command creates its folder when it
-    first writes, so a refusal leaves no empty folder behind). ParallaxError naming ``path`` and
-    the ``option`` that set it."""
-    run_dir = Path(path)
-    existing = run_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    reason = None
-    if not existing.is_dir():
-        reason = "Not a directory"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        reason = "Permission denied"
-    if reason:
-        raise ParallaxError(
-            f"output directory '{path}' is not writable ({reason}); pass {option} with a writable path")
-    return run_dir
+    """Prove that ``path`` can hold new files, creating nothing (``files.prove_writable``: a
+    probe file is written and removed): a command creates its folder when it first writes, so a
+    refusal leaves no empty folder behind. ParallaxError naming ``path`` and the ``option``."""
+    return files.prove_writable(path, option)
 
 
 def writable_report(path: str | Path, option: str) -> Path:
@@ -232,7 +204,7 @@ def writable_report(path: str | Path, option: str) -> Path:
     if path.is_dir():
         raise ParallaxError(f"{option} '{path}' is a directory; pass a file name, e.g. {path / 'report.md'}")
     try:
-        writable_output_dir(path.parent, option)
+        files.prove_writable(path.parent, option)
     except ParallaxError:
         raise ParallaxError(f"{option} '{path}' cannot be written (its folder '{path.parent}' is not writable); "
                             f"pass {option} with a writable path") from None

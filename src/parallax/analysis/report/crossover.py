@@ -9,28 +9,57 @@ from parallax.errors import require_module
 from parallax.analysis.report import format as f
 from parallax.analysis.report import html
 from parallax.analysis.report.markdown import table
+from parallax.store.files import folder_for_writing, replacing
 from parallax.store.results import atomic_write_json, atomic_write_text
 
 
 def write(record: dict, out_dir: Path) -> dict[str, Path]:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"plot": plot(record, out_dir / "crossover.png"),
-             "report": out_dir / "crossover.md", "json": out_dir / "crossover.json", "html": out_dir / "crossover.html"}
-    text = markdown(record, "crossover.png")
-    atomic_write_text(paths["report"], text)
-    atomic_write_json(paths["json"], record)
-    html.write_markdown_page(paths["html"], "Where low precision starts to pay", text)  # the plot inlined
+    with folder_for_writing(out_dir, "--output-dir") as out_dir:
+        paths = {"plot": plot(record, out_dir / "crossover.png"), "report": out_dir / "crossover.md",
+                 "json": out_dir / "crossover.json", "html": out_dir / "crossover.html"}
+        text = markdown(record, "crossover.png")
+        atomic_write_text(paths["report"], text)
+        atomic_write_json(paths["json"], record)
+        html.write_markdown_page(paths["html"], "Where low precision starts to pay", text)  # the plot inlined
     return paths
+
+
+HEADER = ["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "Data", "Machine",
+          "From"]
+
+
+def rows(record: dict, marked: str = " **cross-machine**") -> list[list[str]]:
+    """The crossover table's rows (HEADER's columns), for Markdown and for the terminal."""
+    source = {d: i + 1 for i, d in enumerate(record["results_dirs"])}
+    return [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
+             f.value_ci(r["ratio"], r["ci"], f.ratio) + (marked if r.get("cross_machine") else ""),
+             f.verdict(r), r.get("data") or f.NA, r.get("machine") or f.NA, str(source[r["results_dir"]])]
+            for r in record["rows"]]
+
+
+def terminal(record: dict, console) -> None:
+    """The crossover table for the terminal (fitted to its width), the benchmarks it came from and
+    the rows kept out: what the Markdown report says, without its prose."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from parallax.analysis.report.terminal import fit, paragraph
+
+    table = Table(title="Speedup over bf16 against model size", title_justify="left")
+    for name in HEADER:
+        table.add_column(name, justify="right" if name in ("Parameters", "Speedup (CI)", "From") else "left")
+    for row in rows(record, " (cross-machine)"):
+        table.add_row(*(Text(c) for c in row))
+    console.print(fit(table, console))
+    for i, folder in enumerate(record["results_dirs"], start=1):
+        paragraph(console, f"{i}. {folder}")
+    for e in record.get("excluded") or []:
+        paragraph(console, f"kept out: {e['cell']} in {e['results_dir']}: {e['reason']}")
 
 
 def markdown(record: dict, plot_name: str | None = None) -> str:
     sizes = ", ".join(f"`{m['model']}` ({m['parameters']:,} parameters)" for m in record["models"])
     source = {d: i + 1 for i, d in enumerate(record["results_dirs"])}
-    rows = [[r["framework"] + f.gpus_text(r.get("gpus")), r["recipe"], r["baseline"], r["model"], f"{r['parameters']:,}",
-             f.value_ci(r["ratio"], r["ci"], f.ratio) + (" **cross-machine**" if r.get("cross_machine") else ""),
-             f.verdict(r), r.get("data") or f.NA, r.get("machine") or f.NA, str(source[r["results_dir"]])]
-            for r in record["rows"]]
     text = ["# Where low precision starts to pay", "",
             f"Tokens/s of each recipe over its framework's bf16 recipe, per model size: {sizes}. "
             f"Intervals are each benchmark's own {round(100 * record['level'])}% bootstrap CIs. "
@@ -40,8 +69,7 @@ def markdown(record: dict, plot_name: str | None = None) -> str:
             "and its interval includes the spread measured between the machines. Different sizes may come "
             "from different machines (column 'Machine'). Data 'synthetic': random tokens, whose loss says "
             "nothing; speed does not depend on the token values in this model.", ""]
-    text += [table(["Framework", "Recipe", "Over", "Model", "Parameters", "Speedup (CI)", "Reading", "Data",
-                    "Machine", "From"], rows)]
+    text += [table(HEADER, rows(record))]
     text += ["", "Benchmarks, as named on the command line:", ""] + [f"{i}. `{d}`" for d, i in source.items()]
     excluded = record.get("excluded") or []
     if excluded:
@@ -95,7 +123,8 @@ def plot(record: dict, path: Path) -> Path:
         ax.set_title("Low-precision speedup against model size")
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
-        fig.savefig(path)
+        with replacing(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parallax.errors import require_module
+from parallax.store.files import folder_for_writing, replacing
 from parallax.spec.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.analysis.report.format import gpus_text, precision_label
 
@@ -19,16 +20,15 @@ def write_plots(record: dict, out_dir: Path) -> dict[str, Path]:
     import matplotlib
 
     matplotlib.use("Agg")  # files only; never open a window
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     paths, skip = {}, skipped(record)
-    for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
-        if name in skip:
-            (out_dir / f"{name}.png").unlink(missing_ok=True)
-        else:
-            paths[name] = _save(draw, record, out_dir / f"{name}.png")
-    if record.get("scaling"):
-        paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
+    with folder_for_writing(out_dir) as out_dir:
+        for name, draw in (("loss", _loss), ("throughput", _throughput), ("memory", _memory), ("mfu", _mfu)):
+            if name in skip:
+                (out_dir / f"{name}.png").unlink(missing_ok=True)
+            else:
+                paths[name] = _save(draw, record, out_dir / f"{name}.png")
+        if record.get("scaling"):
+            paths["scaling"] = _save(_scaling, record, out_dir / "scaling.png")
     return paths
 
 
@@ -71,14 +71,16 @@ def _save(draw, record: dict, path: Path) -> Path:
 
 def save_figure(draw, path: Path, size: tuple[float, float] = (8, 4.5)) -> Path:
     """One axes of ``size`` inches drawn by ``draw(ax)`` into the file ``path`` (matplotlib's Agg
-    backend chosen by the caller), its figure closed even when drawing fails."""
+    backend chosen by the caller) through the one writer (never a 0-byte PNG), its figure closed
+    even when drawing fails."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=size, dpi=120)
     try:
         draw(ax)
         fig.tight_layout()
-        fig.savefig(path)
+        with replacing(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
     return path

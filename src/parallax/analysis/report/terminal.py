@@ -1,44 +1,98 @@
-"""The comparison record as rich tables in the terminal."""
+"""The comparison record as rich tables in the terminal, and the one way any command prints a
+table or a paragraph so that it fits the terminal it is on, 80 columns included (``fit``,
+``paragraph``, ``console_for_output``).
+
+A table keeps its columns while they fit, its cells wrapped at spaces (never cut with …); when
+even the narrowest layout is wider than the console, it is printed stacked: one block per row,
+each value under its column's name. Piped output takes $COLUMNS, else 80 columns (rich's rule).
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from parallax.spec.flops import PRIMARY_ACCOUNTING as PRIMARY
 from parallax.analysis.report import format as f
 
 
-def console_for_output() -> Console:
-    """stdout; wide enough for the tables when it is a file or a pipe (not a terminal)."""
-    console = Console()
-    return console if console.is_terminal else Console(width=160)
+def console_for_output(stderr: bool = False) -> Console:
+    """stdout (or stderr): a terminal's width, else $COLUMNS, else 80 columns."""
+    return Console(stderr=stderr)
+
+
+def fit(table: Table, console: Console):
+    """``table`` as wide as ``console`` allows, its cells wrapped, never cut; stacked (one block per
+    row: 'column: value' lines) when its narrowest layout is still wider."""
+    for column in table.columns:
+        column.overflow = "fold"
+    narrowest = Measurement.get(console, console.options.update_width(10**4), table).minimum
+    return table if narrowest <= console.width else stacked(table)
+
+
+def stacked(table: Table) -> Group:
+    """Each row of ``table`` as its first cell, then a 'column: value' line for each other cell,
+    the values wrapped under themselves."""
+    heads = [Text.from_markup(c.header) if isinstance(c.header, str) else Text(str(c.header)) for c in table.columns]
+    blocks = [Text.from_markup(table.title, style="italic")] if isinstance(table.title, str) else []
+    for row in zip(*(column._cells for column in table.columns)):
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
+        for head, value in zip(heads[1:], row[1:]):
+            grid.add_row(Text("  ") + head + Text(":"), _cell_text(value))
+        blocks += [_cell_text(row[0], "bold"), grid]
+    if isinstance(table.caption, str):
+        blocks.append(Text.from_markup(table.caption))
+    return Group(*blocks)
+
+
+def _cell_text(value, style: str = "") -> Text:
+    if isinstance(value, Text):
+        return value
+    return Text.from_markup(str(value), style=style) if isinstance(value, str) else Text(str(value), style=style)
+
+
+def paragraph(console: Console, text: str, markup: bool = False) -> None:
+    """``text`` wrapped at spaces to the console's width (a summary or a note, never one line of 200
+    columns); a word longer than the width (a path) stays whole, to be copied."""
+    import textwrap
+
+    plain = Text.from_markup(text).plain if markup else text
+    lines = textwrap.wrap(plain, console.width, break_long_words=False, break_on_hyphens=False) or [""]
+    if markup and len(lines) == 1:  # keeps its colours where it fits on one line
+        console.print(text, highlight=False, soft_wrap=True)
+        return
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def render(record: dict, console: Console | None = None) -> None:
     """The tables and the failed runs. The record's problems are not printed here: the command
     says them on stderr, one warning line each (``parallax.cli.compare.warn_problems``)."""
     console = console or console_for_output()
-    console.print(_cells(record))
+    console.print(fit(_cells(record), console))
     if record.get("scaling"):
-        console.print(_scaling(record))
+        console.print(fit(_scaling(record), console))
         for g in record["scaling"]:
             if g["note"]:
-                console.print(f"note: {escape(g['note'])}", highlight=False, soft_wrap=True)
+                paragraph(console, f"note: {g['note']}")
     if record["speedups"]:
-        console.print(_speedups(record))
+        console.print(fit(_speedups(record), console))
     if record.get("eval_deltas"):
-        console.print(_penalties(record))
+        console.print(fit(_penalties(record), console))
     cross = record.get("cross_machine") or {}
     if cross.get("speedups"):
-        console.print(_cross_machine(cross))
+        console.print(fit(_cross_machine(cross), console))
     if record.get("baseline"):
-        console.print(_baseline(record["baseline"]))
+        console.print(fit(_baseline(record["baseline"]), console))
         for line in _baseline_notes(record["baseline"]):
-            console.print(line, highlight=False, soft_wrap=True)
+            paragraph(console, line)
     for line in _notes(record):
-        console.print(line, highlight=False, soft_wrap=True)
+        paragraph(console, line, markup=True)
 
 
 def _cells(record: dict) -> Table:

@@ -302,12 +302,13 @@ _TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\s*:", re.MULTILINE)
 
 def base_yml_keys(path: Path) -> set[str]:
     """The top-level keys of a MaxText ``base.yml`` (every key of the file starts a line)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ParallaxError(f"MaxText base.yml {path}: {exc.strerror}; reinstall MaxText "
-                            "(pip install 'slm-parallax[maxtext]')") from None
-    return set(_TOP_LEVEL_KEY.findall(text))
+    from parallax.store.files import read_text
+
+    fix = "pass MaxText's configs/base.yml, or reinstall MaxText (pip install 'slm-parallax[maxtext]')"
+    keys = set(_TOP_LEVEL_KEY.findall(read_text(path, "MaxText base.yml", fix)))
+    if not keys:
+        raise ParallaxError(f"MaxText base.yml {path} holds no top-level YAML key: it is not a base.yml; {fix}")
+    return keys
 
 
 def check_keys(keys: dict, base_yml: Path, version: str | None = None) -> None:
