@@ -52,20 +52,21 @@ def test_list_plans_prints_each_plan_wrapped_to_the_terminal(capsys, monkeypatch
     monkeypatch.setenv("COLUMNS", "160")
     assert main(["benchmark", "--list-plans"]) == 0
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert [line.split()[0] for line in lines] == ["convergence", "crossover", "curves", "fp8-attention",
-                                                     "fp8-attn-long", "fp8-matrix", "nvfp4-emulation", "nvfp4-long",
-                                                     "three-frameworks", "tuning"]
-    assert lines[1] == ("crossover         torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m: where fp8 "
+    assert [line.split()[0] for line in lines] == ["blackwell-formats", "convergence", "crossover", "curves",
+                                                     "fp8-attention", "fp8-attn-long", "fp8-matrix", "nvfp4-emulation",
+                                                     "nvfp4-long", "three-frameworks", "tuning"]
+    assert lines[2] == ("crossover          torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m: where fp8 "
                         "starts to pay")
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["benchmark", "--list-plans"]) == 0
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert lines[2:4] == ["crossover         torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m:",
-                          "                  where fp8 starts to pay"]
+    assert lines[5:7] == ["crossover          torch TE bf16 vs TE fp8 at llama-100m, -330m and -860m:",
+                          "                   where fp8 starts to pay"]
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--plan", "fp9"], "parallax: error: unknown plan 'fp9'; choose one of: convergence, crossover, curves, "
+    (["--plan", "fp9"], "parallax: error: unknown plan 'fp9'; choose one of: blackwell-formats, convergence, "
+                        "crossover, curves, "
                         "fp8-attention, fp8-attn-long, fp8-matrix, nvfp4-emulation, nvfp4-long, three-frameworks, "
                         "tuning (or give a .toml file)"),
     (["--plan", "fp8-matrix"], "parallax: error: plan 'fp8-matrix' trains on a prepared token folder; give --data DIR "

@@ -387,15 +387,15 @@ def test_export_configs_writes_one_checked_yaml_per_maxtext_recipe(tmp_path, cap
     captured = capsys.readouterr()
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(f"maxtext-llama-100m-{r}.yml" for r in (
-        "bf16", "bf16-defaults", "fp8", "fp8_gpu", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_nvfp4",
-        "te_nvfp4_no_rht"))
+        "bf16", "bf16-defaults", "fp8", "fp8_gpu", "te_fp8_delayedscaling", "te_fp8_currentscaling", "te_mxfp8",
+        "te_nvfp4", "te_nvfp4_no_rht"))
     assert captured.out.split() == [str(out / n) for n in (
         "maxtext-llama-100m-bf16.yml", "maxtext-llama-100m-bf16-defaults.yml", "maxtext-llama-100m-fp8_gpu.yml",
         "maxtext-llama-100m-fp8.yml", "maxtext-llama-100m-te_fp8_delayedscaling.yml",
-        "maxtext-llama-100m-te_fp8_currentscaling.yml", "maxtext-llama-100m-te_nvfp4.yml",
-        "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
+        "maxtext-llama-100m-te_fp8_currentscaling.yml", "maxtext-llama-100m-te_mxfp8.yml",
+        "maxtext-llama-100m-te_nvfp4.yml", "maxtext-llama-100m-te_nvfp4_no_rht.yml")]
     said = " ".join(captured.err.split())  # wrapped to the terminal's width
-    assert said == f"parallax: wrote 8 MaxText config(s) for llama-100m; keys checked against {base}"
+    assert said == f"parallax: wrote 9 MaxText config(s) for llama-100m; keys checked against {base}"
     fp8 = yaml.safe_load((out / "maxtext-llama-100m-fp8_gpu.yml").read_text())
     assert (fp8["quantization"], fp8["use_qwix_quantization"], fp8["base_emb_dim"]) == ("fp8_gpu", True, 768)
     # each recipe's own tuning: bf16-defaults is bf16 with base.yml's performance settings

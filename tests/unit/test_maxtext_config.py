@@ -19,7 +19,8 @@ BASE_KEYS = Path(__file__).parent.parent / "fixtures" / "maxtext_0_2_5_base_yml_
 MODES = {"bf16": ("", False), "bf16-defaults": ("", False), "fp8": ("fp8", False), "fp8_gpu": ("fp8_gpu", True),
          "te_fp8_delayedscaling": ("te_fp8_delayedscaling", False),
          "te_fp8_currentscaling": ("te_fp8_currentscaling", False),
-         "te_nvfp4": ("te_nvfp4", False), "te_nvfp4_no_rht": ("te_nvfp4_no_rht", False)}
+         "te_mxfp8": ("te_mxfp8", False), "te_nvfp4": ("te_nvfp4", False),
+         "te_nvfp4_no_rht": ("te_nvfp4_no_rht", False)}
 # The performance settings each recipe runs with: base.yml's own for bf16-defaults.
 # Grain's feeding of real tokens: eight workers, 16 samples ahead each; base.yml's 1 and 1.
 TUNED = {"scan_layers": False, "remat_policy": "minimal", "attention": "cudnn_flash_jax", "grain_worker_count": 8,
@@ -42,7 +43,7 @@ def parsed(run: RunConfig, tuning: str | None = None) -> dict:
     return yaml.safe_load(mt.render(sections, mt.header(run, spec, mt.file_name(run, spec), tuning)))
 
 
-def test_the_registry_has_maxtexts_seven_modes_and_the_defaults_cell_all_runnable_by_the_engine():
+def test_the_registry_has_maxtexts_modes_and_the_defaults_cell_all_runnable_by_the_engine():
     assert {r.name for r in registry.of_framework("maxtext")} == set(MODES)
     assert all(r.implemented for r in registry.of_framework("maxtext"))
     assert {r.name: mt.recipe_tuning(r) for r in registry.of_framework("maxtext")} == {

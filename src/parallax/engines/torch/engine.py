@@ -48,6 +48,7 @@ from parallax.engines.base import (
 )
 from parallax.native.gpu import gpu_uuid
 from parallax.plan.resolve import RunPlan
+from parallax.spec import tuning
 from parallax.spec.recipe import Recipe
 from parallax.errors import ParallaxError, missing_dependency
 from parallax.engines.schedule import lr_at
@@ -499,7 +500,8 @@ class TorchEngine(Engine):
             torch.cuda.set_device(device)
             torch.cuda.reset_peak_memory_stats(device)
         progress.phase("building the model" + (", capturing CUDA graphs" if plan.cuda_graphs else ""))
-        knobs = plan.handles["knobs"]  # --tuning: the compile mode and inductor's options
+        # --tuning: the compile mode and inductor's options (a Plan made without check: the default)
+        knobs = plan.handles.get("knobs") or tuning.get("torch", tuning.DEFAULT)
         trainer = Trainer(run, init_weights(run.model_config, run.seed), precision, device, attention, run.compile,
                           compile_mode=knobs.compile_mode or "default", cuda_graphs=plan.cuda_graphs, group=group,
                           inductor=knobs.inductor)
