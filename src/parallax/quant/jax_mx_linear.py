@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from parallax.quant import jax_ffi
 from parallax.quant.jax_nvfp4_linear import EmulatedNvfp4DotGeneral
 from parallax.spec import mx_scheme
-from parallax.spec import nvfp4_scheme as seeds_scheme
 
 COLLECTION = "mx_counter"
 
@@ -82,20 +80,10 @@ class EmulatedMxDotGeneral(EmulatedNvfp4DotGeneral):
     site lookup, its bf16 blocks) with the MX linear; ``scheme`` is set by ``dot_general_class``."""
 
     scheme = mx_scheme.MXFP8
+    collection = COLLECTION
 
-    @nn.compact
-    def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
-        layer, linear = self.site()
-        if layer not in self.quantized_layers:
-            return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                                       preferred_element_type=preferred_element_type)
-        if dimension_numbers != (((lhs.ndim - 1,), (0,)), ((), ())) or rhs.ndim != 2:
-            raise ValueError(f"EmulatedMxDotGeneral: only Dense's x[..., K] · kernel[K, N], got {dimension_numbers}")
-        counter = self.variable(COLLECTION, "counter", jnp.zeros, (), jnp.float32)
-        seeds = (seeds_scheme.operand_seed(self.run_seed, layer, linear, seeds_scheme.DGRAD_DY),
-                 seeds_scheme.operand_seed(self.run_seed, layer, linear, seeds_scheme.WGRAD_DY),
-                 seeds_scheme.rht_seed(self.run_seed))
-        return mx_linear(lhs, rhs, counter.value, seeds, self.scheme)
+    def quantized(self, lhs, rhs, counter, seeds):
+        return mx_linear(lhs, rhs, counter, seeds, self.scheme)
 
 
 def dot_general_class(run_seed: int, quantized_layers: tuple[int, ...], scheme: mx_scheme.MxScheme):

@@ -74,6 +74,7 @@ class EmulatedNvfp4DotGeneral(nn.Module):
 
     run_seed = 0
     quantized_layers = ()  # class attributes, not fields: Dense constructs the op with no arguments
+    collection = COLLECTION  # where the step counters live (the MX op keeps its own)
 
     @nn.compact
     def __call__(self, lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
@@ -82,12 +83,16 @@ class EmulatedNvfp4DotGeneral(nn.Module):
             return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
                                        preferred_element_type=preferred_element_type)
         if dimension_numbers != (((lhs.ndim - 1,), (0,)), ((), ())) or rhs.ndim != 2:
-            raise ValueError(f"EmulatedNvfp4DotGeneral: only Dense's x[..., K] · kernel[K, N], got {dimension_numbers}")
-        counter = self.variable(COLLECTION, "counter", jnp.zeros, (), jnp.float32)
+            raise ValueError(f"{type(self).__name__}: only Dense's x[..., K] · kernel[K, N], got {dimension_numbers}")
+        counter = self.variable(self.collection, "counter", jnp.zeros, (), jnp.float32)
         seeds = (scheme.operand_seed(self.run_seed, layer, linear, scheme.DGRAD_DY),
                  scheme.operand_seed(self.run_seed, layer, linear, scheme.WGRAD_DY),
                  scheme.rht_seed(self.run_seed))
-        return nvfp4_linear(lhs, rhs, counter.value, seeds)
+        return self.quantized(lhs, rhs, counter.value, seeds)
+
+    def quantized(self, lhs, rhs, counter, seeds):
+        """The emulated GEMM of a quantized layer (the MX op overrides it)."""
+        return nvfp4_linear(lhs, rhs, counter, seeds)
 
     def site(self) -> tuple[int, str]:
         path = self.scope.path

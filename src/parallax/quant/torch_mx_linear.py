@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import parallax.quant.torch_ops  # noqa: F401  (registers torch.ops.parallax.*)
-from parallax.quant.torch_nvfp4_linear import BLOCK_LINEARS
+from parallax.quant.torch_nvfp4_linear import BLOCK_LINEARS, EmulatedNvfp4Linear
 from parallax.spec import mx_scheme
 from parallax.spec import nvfp4_scheme as seeds_scheme
 
@@ -74,31 +74,16 @@ class MxLinearFunction(torch.autograd.Function):
         return dx.reshape(ctx.x_shape).to(ctx.x_dtype), dw.to(ctx.w_dtype), None, None, None, None
 
 
-class EmulatedMxLinear(nn.Module):
-    """A bias-free linear whose GEMMs run emulated MX. Holds the replaced ``nn.Linear``'s weight
-    Parameter (state-dict names unchanged) and a non-persistent int32 step counter that every
-    forward pass under autograd advances after reading it (as EmulatedNvfp4Linear)."""
+class EmulatedMxLinear(EmulatedNvfp4Linear):
+    """A bias-free linear whose GEMMs run emulated MX: EmulatedNvfp4Linear (the replaced
+    ``nn.Linear``'s weight Parameter, the per-part seeds, the step counter) with the MX GEMM."""
 
     def __init__(self, linear: nn.Linear, layer: int, parts: tuple[str, ...], run_seed: int,
                  scheme: mx_scheme.MxScheme):
-        super().__init__()
-        if linear.bias is not None:
-            raise ValueError("EmulatedMxLinear: the model's linears have no bias")
-        if linear.out_features % len(parts):
-            raise ValueError(f"EmulatedMxLinear: {linear.out_features} outputs do not split into {parts}")
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.weight = linear.weight
-        self.layer, self.parts, self.scheme = layer, tuple(parts), scheme
-        self.seeds = tuple((seeds_scheme.operand_seed(run_seed, layer, p, seeds_scheme.DGRAD_DY),
-                            seeds_scheme.operand_seed(run_seed, layer, p, seeds_scheme.WGRAD_DY)) for p in parts)
-        self.rht_seed = seeds_scheme.rht_seed(run_seed)
-        self.register_buffer("counter", torch.zeros(1, dtype=torch.int32, device=linear.weight.device),
-                             persistent=False)
+        super().__init__(linear, layer, parts, run_seed)
+        self.scheme = scheme
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        counter = self.counter.clone()
-        if torch.is_grad_enabled():
-            self.counter.add_(1)
+    def quantized(self, x: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
         return MxLinearFunction.apply(x, self.weight, counter, self.seeds, self.rht_seed, self.scheme)
 
     def extra_repr(self) -> str:

@@ -77,9 +77,9 @@ class EmulatedNvfp4Linear(nn.Module):
     def __init__(self, linear: nn.Linear, layer: int, parts: tuple[str, ...], run_seed: int):
         super().__init__()
         if linear.bias is not None:
-            raise ValueError("EmulatedNvfp4Linear: the model's linears have no bias")
+            raise ValueError(f"{type(self).__name__}: the model's linears have no bias")
         if linear.out_features % len(parts):
-            raise ValueError(f"EmulatedNvfp4Linear: {linear.out_features} outputs do not split into {parts}")
+            raise ValueError(f"{type(self).__name__}: {linear.out_features} outputs do not split into {parts}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.weight = linear.weight
         self.layer, self.parts = layer, tuple(parts)
@@ -93,6 +93,10 @@ class EmulatedNvfp4Linear(nn.Module):
         counter = self.counter.clone()
         if torch.is_grad_enabled():
             self.counter.add_(1)
+        return self.quantized(x, counter)
+
+    def quantized(self, x: torch.Tensor, counter: torch.Tensor) -> torch.Tensor:
+        """The emulated GEMM (the MX linear overrides it)."""
         return Nvfp4LinearFunction.apply(x, self.weight, counter, self.seeds, self.rht_seed)
 
     def extra_repr(self) -> str:
