@@ -228,3 +228,36 @@ def test_wandb_that_cannot_start_is_one_line_and_no_result(tmp_path, offline, mo
     assert one_error_line(capsys) == (f"parallax: error: --log wandb: W&B did not start its run (wandb-core exited); "
                                       f"see {out / 'wandb'}/debug.log, or drop wandb from --log")
     assert not (out / "run.json").exists()
+
+
+def test_a_tensorboard_writer_that_stops_on_a_full_disk_never_blocks_the_run(tmp_path, capsys):
+    """tensorboardX writes from a thread that a failed write (ENOSPC) ends; an event sent after that
+    would block on the thread's full queue forever. The sink stops at the first sign, says so once,
+    and closes without waiting, so that the run's own files still decide how the command ends."""
+    import errno
+
+    sink = live_log.TensorBoard(tmp_path, {"model": "tiny"})
+    events = sink.writer.file_writer.event_writer
+
+    def full(event):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    events._ev_writer.write_event = full
+    sink.scalars(1, {"train/loss": 9.0})  # the thread meets the full disk and ends
+    events._worker.join(timeout=10)
+    assert not events._worker.is_alive()
+    def rest():
+        for step in range(2, 40):  # more than the queue holds (10): each would have blocked
+            sink.scalars(step, {"train/loss": 9.0})
+        sink.summary({"tokens_per_s": 1.0})
+        sink.close()
+
+    import threading
+
+    done = threading.Thread(target=rest, daemon=True)  # a regression hangs this thread, not the suite
+    done.start()
+    done.join(timeout=30)
+    assert not done.is_alive(), "the TensorBoard sink blocked after its writer thread ended"
+    warned = [line for line in capsys.readouterr().err.splitlines() if line.startswith("parallax: warning:")]
+    assert warned == [f"parallax: warning: TensorBoard's event writer stopped writing to {tmp_path / 'tensorboard'} "
+                      "(a full disk?); the TensorBoard view of this run ends there, run.json and steps.jsonl do not"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -201,6 +202,8 @@ class TensorBoard:
         self.writer.add_text("run/config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
+        if not self.writing():
+            return
         for tag, value in values.items():
             self.writer.add_scalar(tag, value, step)
 
@@ -209,14 +212,31 @@ class TensorBoard:
         HPARAMS tab), in this run's own folder."""
         from tensorboardX.summary import hparams as hparams_summary
 
+        if not self.writing():
+            return
         metrics = {f"summary/{k}": v for k, v in summary.items() if isinstance(v, (int, float))}
         for part in hparams_summary(self.config, metrics):
             self.writer.file_writer.add_summary(part)
         for tag, value in metrics.items():
             self.writer.add_scalar(tag, value, 0)
 
+    def writing(self) -> bool:
+        """Whether tensorboardX's writer thread still runs. A write it cannot make (a full disk)
+        ends that thread, and every later event would then block on its full queue forever:
+        the run's own files come first, so the TensorBoard view stops there, said once."""
+        worker = getattr(getattr(self.writer.file_writer, "event_writer", None), "_worker", None)
+        if worker is None or worker.is_alive():
+            return True
+        if not getattr(self, "stopped", False):
+            self.stopped = True
+            print(f"parallax: warning: TensorBoard's event writer stopped writing to {self.writer.logdir} "
+                  "(a full disk?); the TensorBoard view of this run ends there, run.json and steps.jsonl "
+                  "do not", file=sys.stderr)
+        return False
+
     def close(self) -> None:
-        self.writer.close()
+        if self.writing():  # closing a stopped writer would block on its queue
+            self.writer.close()
 
 
 class WandB:
