@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "probe/gemm.h"  // summarize_times
+#include "probe/try.h"
 
 namespace parallax {
 
@@ -11,16 +12,6 @@ namespace {
 
 using cuda::CUdeviceptr;
 
-#define PX_TRY(expr)                     \
-  do {                                   \
-    std::string error_ = (expr);         \
-    if (!error_.empty()) return error_;  \
-  } while (0)
-#define PX_TRY_CU(call, expr)                                               \
-  do {                                                                      \
-    const cuda::CUresult rc_ = (expr);                                      \
-    if (rc_ != cuda::CUDA_SUCCESS) return cuda::call_error(cu_, call, rc_); \
-  } while (0)
 
 std::string check_request(const CopyRequest& r) {
   if (r.bytes <= 0) return "copy size must be positive, got " + std::to_string(r.bytes) + " bytes";
@@ -100,8 +91,6 @@ class CopySession {
   std::vector<std::function<void()>> cleanup_;
 };
 
-#undef PX_TRY
-#undef PX_TRY_CU
 
 }  // namespace
 

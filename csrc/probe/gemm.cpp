@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "probe/gemm_inputs.h"
+#include "probe/try.h"
 
 namespace parallax {
 
@@ -65,16 +66,6 @@ std::string check_request(const GemmRequest& r, const PrecisionSpec* spec) {
   return "";
 }
 
-#define PX_TRY(expr)                     \
-  do {                                   \
-    std::string error_ = (expr);         \
-    if (!error_.empty()) return error_;  \
-  } while (0)
-#define PX_TRY_CU(call, expr)                                                       \
-  do {                                                                              \
-    const cuda::CUresult rc_ = (expr);                                              \
-    if (rc_ != cuda::CUDA_SUCCESS) return cuda::call_error(cu_, call, rc_);         \
-  } while (0)
 #define PX_TRY_LT(call, expr)                                                       \
   do {                                                                              \
     const lt::cublasStatus_t rc_ = (expr);                                          \
@@ -353,8 +344,6 @@ std::string check_device(const cuda::Api& cu, const PrecisionSpec& spec, int ord
   return "";
 }
 
-#undef PX_TRY
-#undef PX_TRY_CU
 #undef PX_TRY_LT
 
 }  // namespace
