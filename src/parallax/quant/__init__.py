@@ -57,12 +57,7 @@ def check_shape(shape: tuple[int, ...], mode: str, what: str = "nvfp4") -> tuple
     it (no padding)."""
     if mode not in MODES:
         raise ValueError(f"{what}: mode must be one of {MODES}, got {mode!r}")
-    if len(shape) == 0:
-        raise ValueError(f"{what}: needs a tensor of at least one dimension, got a scalar")
-    cols = int(shape[-1])
-    rows = 1
-    for d in shape[:-1]:
-        rows *= int(d)
+    rows, cols = _rows_cols(shape, what)
     if mode == "16x1":
         if rows % 16 or cols % 2:
             raise ValueError(f"{what}: 16x1 blocks need the leading dimensions' product ({rows}) to be a multiple "
@@ -105,13 +100,18 @@ def check_mx(shape: tuple[int, ...], elem: str, rule: str, what: str = "mx") -> 
         raise ValueError(f"{what}: elem must be one of {tuple(MX_ELEMS)}, got {elem!r}")
     if rule not in MX_RULES:
         raise ValueError(f"{what}: rule must be one of {tuple(MX_RULES)}, got {rule!r}")
-    if len(shape) == 0:
-        raise ValueError(f"{what}: needs a tensor of at least one dimension, got a scalar")
-    cols = int(shape[-1])
-    rows = 1
-    for d in shape[:-1]:
-        rows *= int(d)
+    rows, cols = _rows_cols(shape, what)
     if cols % MX_BLOCK:
         raise ValueError(f"{what}: the last dimension ({cols}, shape {tuple(shape)}) must be a multiple of "
                          f"{MX_BLOCK} (MX blocks are 32 wide; there is no padding)")
     return rows, cols
+
+
+def _rows_cols(shape, what: str) -> tuple[int, int]:
+    """(the product of the leading dimensions, the last one); a ValueError for a scalar."""
+    if len(shape) == 0:
+        raise ValueError(f"{what}: needs a tensor of at least one dimension, got a scalar")
+    rows = 1
+    for d in shape[:-1]:
+        rows *= int(d)
+    return rows, int(shape[-1])
