@@ -344,7 +344,9 @@ def test_a_slow_maxtext_feed_makes_the_run_input_bound(tmp_path, capsys, maxtext
     steps = [json.loads(line) for line in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
     assert all(s["data_wait_ms"] >= 20.0 for s in steps)
     reason = comparability.input_bound(result)
-    assert reason.startswith("input-bound: waited ") and "grain_worker_count" in reason
+    assert reason.startswith("input-bound: waited ") and reason.endswith(comparability.FEED_FASTER_DEFAULT)
+    result["data"]["maxtext_input"] = "grain mmap_npy in Parallax's batch order: /runs/x/maxtext/data"
+    assert comparability.input_bound(result).endswith(comparability.FEED_FASTER_GRAIN)
 
 
 def test_the_defaults_recipe_runs_base_yml_settings_and_records_them(trained_once):
@@ -492,3 +494,51 @@ def test_a_repeat_reuses_the_checkpoint_and_the_cache_keeps_the_newest(tmp_path,
     assert other["load_parameters_path"] != first["load_parameters_path"] and other["cached_from"] is None
     assert sorted(p.name for p in (tmp_path / "cache" / "maxtext-weights").iterdir()) == [
         Path(other["load_parameters_path"]).name]
+
+
+def our_windows(prepared, result: dict, steps: int) -> list[str]:
+    """The SHA-256 of each of the first ``steps`` batches of windows our loader draws for a run
+    (as the torch and JAX engines train on them)."""
+    import hashlib
+
+    import numpy as np
+
+    from parallax.data.loader import TokenBatches
+
+    cfg = result["config"]
+    with TokenBatches(prepared, batch_size=cfg["batch_size"], seq_len=cfg["seq_len"], seed=cfg["seed"],
+                      vocab_size=10_000, pin=False) as batches:
+        drawn = [np.array(w, dtype=np.int32) for w, _ in zip(batches, range(steps))]
+    return [hashlib.sha256(w.tobytes()).hexdigest() for w in drawn]
+
+
+def test_real_tokens_reach_maxtext_as_our_loaders_batches(tmp_path, capsys, maxtext_here, prepared):
+    """By default MaxText trains on the batches our loader draws, handed to its DataLoader in its
+    process (engines/maxtext/feed.py): the fake trainer fingerprints every batch it was given."""
+    import re
+
+    from parallax.engines.maxtext import feed
+
+    assert train(tmp_path, "--data", str(prepared.directory)) == 0
+    run_dir = tmp_path / "run"
+    result = json.loads((run_dir / "run.json").read_text())
+    seen = re.findall(r"fake batch (\d+): (.*)$", (run_dir / "maxtext" / "train.log").read_text(), re.M)
+    assert [int(step) for step, _ in seen] == list(range(6))
+    b, s = result["config"]["batch_size"], result["config"]["seq_len"]
+    tail = f" positions {b * s * (s - 1) // 2} segments {b * s}+{b * s} shape {b}x{s}"
+    assert [text for _, text in seen] == [sha + tail for sha in our_windows(prepared, result, 6)]
+    assert result["data"]["maxtext_input"] == f"{feed.DESCRIPTION}: {prepared.directory}"
+    yml = yaml.safe_load((run_dir / "maxtext" / "maxtext-tiny-bf16.yml").read_text())
+    assert yml["dataset_type"] == "synthetic" and "grain_train_files" not in yml
+    assert not (run_dir / "maxtext" / "data").exists()
+
+
+def test_a_maxtext_whose_loader_cannot_take_our_batches_fails_the_run(tmp_path, capsys, maxtext_here, prepared,
+                                                                       monkeypatch):
+    """A DataLoader without load_next_batch_pre_sharding: the child stops before training, so
+    no run trains on MaxText's own synthetic batch under a real-token label."""
+    monkeypatch.setenv("FAKE_MAXTEXT_MODE", "old-loader")
+    assert train(tmp_path, "--data", str(prepared.directory)) == 1
+    result = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert result["status"] == "failed"
+    assert "has no load_next_batch_pre_sharding" in result["error"] and "--tuning grain" in result["error"]

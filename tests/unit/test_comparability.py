@@ -310,8 +310,12 @@ def test_input_bound_is_a_wait_above_two_percent_of_the_step_and_unknown_without
     assert comparability.input_bound({**run, "timing": {**run["timing"], "data_wait": None}}) is None
     assert comparability.input_bound(above) == (
         f"input-bound: waited 3.1 ms of 52.0 ms a step for its batch (6.0%); feed it faster: {FEED}")
-    maxtext = {**above, "framework": framework("maxtext")}
-    assert "grain_worker_count" in comparability.input_bound(maxtext)
+    fed = {**above, "framework": framework("maxtext"), "data": {"maxtext_input": "Parallax's native loader ..."}}
+    assert comparability.input_bound(fed).endswith(f"feed it faster: {FEED}")
+    grain = {**fed, "data": {"maxtext_input": "grain mmap_npy in Parallax's batch order: /r/maxtext/data"}}
+    assert comparability.input_bound(grain).endswith("instead of Grain (the maxtext engine's default, without a "
+                                                     "grain --tuning), or more Grain workers (grain_worker_count: "
+                                                     "engines/maxtext/config.py)")
     assert comparability.kept_out(above) == comparability.input_bound(above)
 
 

@@ -50,11 +50,9 @@ FIRST_CHOICE_ATTENTION = {"torch": "cudnn", "jax": "cudnn"}
 # Rule: a run whose timed steps waited for their batches more than this fraction of their step
 # time (total wait / total step time) is input-bound; exactly this fraction is not.
 INPUT_BOUND_FRACTION = 0.02
-# How to feed each engine faster, for the input-bound reason.
-FEED_FASTER = {
-    "maxtext": "more Grain workers or a deeper per-worker buffer (MaxText's grain_worker_count, "
-               "grain_per_worker_buffer_size: engines/maxtext/config.py)",
-}
+# How to feed a run faster, for the input-bound reason: by how it was fed.
+FEED_FASTER_GRAIN = ("Parallax's loader instead of Grain (the maxtext engine's default, without a grain "
+                     "--tuning), or more Grain workers (grain_worker_count: engines/maxtext/config.py)")
 FEED_FASTER_DEFAULT = ("prepared tokens (parallax data prepare) through the native loader, on a host with "
                        "CPU cores to spare")
 
@@ -238,11 +236,18 @@ def input_bound(run: dict) -> str | None:
     wait = timing.get("data_wait") if isinstance(timing.get("data_wait"), dict) else None
     if wait is None or wait.get("fraction") is None or wait["fraction"] <= INPUT_BOUND_FRACTION:
         return None
-    fw = run.get("framework") if isinstance(run.get("framework"), dict) else {}
     step = (timing.get("step_ms") or {}).get("mean")
     of_step = f" of {step:.1f} ms" if step is not None else ""
     return (f"input-bound: waited {wait['mean_ms']:.1f} ms{of_step} a step for its batch "
-            f"({wait['fraction']:.1%}); feed it faster: {FEED_FASTER.get(fw.get('name'), FEED_FASTER_DEFAULT)}")
+            f"({wait['fraction']:.1%}); feed it faster: {feed_faster(run)}")
+
+
+def feed_faster(run: dict) -> str:
+    """The advice for an input-bound run: a MaxText run fed through Grain (its record's
+    ``data.maxtext_input``) can take Parallax's loader; any other, the native loader's host."""
+    data = run.get("data") if isinstance(run.get("data"), dict) else {}
+    fed = data.get("maxtext_input")
+    return FEED_FASTER_GRAIN if isinstance(fed, str) and fed.startswith("grain") else FEED_FASTER_DEFAULT
 
 
 def kept_out(run: dict) -> str | None:

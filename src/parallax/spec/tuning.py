@@ -40,6 +40,7 @@ class KnobSet:
     compile_mode: str | None = None  # torch: torch.compile's mode; None: "default"
     inductor: dict = field(default_factory=dict)  # torch: torch._inductor.config options
     maxtext_keys: dict = field(default_factory=dict)  # maxtext: config keys over the recipe's settings
+    maxtext_grain: bool = False  # maxtext: real tokens through MaxText's Grain, not Parallax's loader
     graphs: bool = False  # CUDA graphs of the compiled step: not with a recipe that graphs its blocks
     slow: bool = False  # compiles for minutes: a user's choice, not the shipped plan's
 
@@ -47,7 +48,8 @@ class KnobSet:
     def knobs(self) -> dict:
         """The knobs that are set, as run.json records them."""
         found = {"xla_flags": list(self.xla_flags), "compile_mode": self.compile_mode,
-                 "inductor": dict(self.inductor), "maxtext_keys": dict(self.maxtext_keys)}
+                 "inductor": dict(self.inductor), "maxtext_keys": dict(self.maxtext_keys),
+                 "maxtext_grain": self.maxtext_grain}
         return {k: v for k, v in found.items() if v}
 
 
@@ -84,12 +86,14 @@ KNOB_SETS: tuple[KnobSet, ...] = (
     _set("maxtext", "command-buffers", "XLA command buffers in MaxText's child", xla_flags=(COMMAND_BUFFERS,)),
     _set("maxtext", "remat-full", "remat_policy full (base.yml's: recompute every layer's activations)",
          maxtext_keys={"remat_policy": "full"}),
+    _set("maxtext", "grain", "real tokens through MaxText's own Grain mmap_npy pipeline, 8 worker processes each "
+         "16 samples ahead (engines/maxtext/config.py GRAIN_FEED), not Parallax's loader", maxtext_grain=True),
     _set("maxtext", "grain-in-process", "Grain without worker processes: its 16 read threads prefetch samples "
          "in MaxText's own process, and no sample crosses a process boundary (real tokens only)",
-         maxtext_keys={"grain_worker_count": 0}),
-    _set("maxtext", "grain-16", "sixteen Grain workers, each 32 samples ahead (real tokens only; the engine's "
-         "own feed is 8 workers, 16 ahead: engines/maxtext/config.py GRAIN_FEED)",
-         maxtext_keys={"grain_worker_count": 16, "grain_per_worker_buffer_size": 32}),
+         maxtext_keys={"grain_worker_count": 0}, maxtext_grain=True),
+    _set("maxtext", "grain-16", "sixteen Grain workers, each 32 samples ahead (real tokens only; the grain "
+         "knob set's are 8 workers, 16 ahead: engines/maxtext/config.py GRAIN_FEED)",
+         maxtext_keys={"grain_worker_count": 16, "grain_per_worker_buffer_size": 32}, maxtext_grain=True),
 )
 
 # (framework, recipe name) -> the knob set a tuning sweep chose (``tuned``). Filled from the

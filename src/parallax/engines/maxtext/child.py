@@ -16,6 +16,10 @@ synthetic iterator, then ``jax.device_put``), and neither its metrics file nor i
 how long that took. When MaxText imports that module, this one wraps the method (an import
 hook: nothing is imported early) so that every call prints ``DATA_WAIT_TAG`` + the call's host
 milliseconds, one line per training step in step order, which ``metrics.LogFacts`` reads.
+
+Real tokens (feed.py): where the engine sets ``feed.FEED_ENV``, the same hook makes the
+DataLoader take Parallax's batches (the loader opened before MaxText starts), and after training
+one line (``feed.FEED_TAG``) counts them.
 """
 
 from __future__ import annotations
@@ -53,7 +57,11 @@ def timed_loader(loader_class) -> None:
 
 class LoaderTimer(importlib.abc.MetaPathFinder):
     """Finds ``LOADER_MODULE`` as the other finders would and wraps its ``DataLoader`` once the
-    module has run; a MaxText without that class is left as it is (no data wait recorded)."""
+    module has run; a MaxText without that class is left as it is (no data wait recorded). With
+    a ``feed`` (feed.py), the DataLoader takes its batches from it."""
+
+    def __init__(self, feed=None):
+        self.feed = feed
 
     def find_spec(self, fullname, path, target=None):
         if fullname != LOADER_MODULE:
@@ -65,6 +73,10 @@ class LoaderTimer(importlib.abc.MetaPathFinder):
 
         def exec_module(module):
             run_module(module)
+            if self.feed is not None and hasattr(module, "DataLoader"):
+                from parallax.engines.maxtext import feed
+
+                feed.install(module.DataLoader, self.feed)
             if hasattr(getattr(module, "DataLoader", None), "load_next_batch"):
                 timed_loader(module.DataLoader)
 
@@ -108,7 +120,7 @@ def main(argv: list[str]) -> None:
     if os.environ.get(TENSORBOARD_ENV):
         point_tensorboard(os.environ[TENSORBOARD_ENV])
     sys.argv = [TRAIN_MODULE, *argv]  # argv[0] becomes the module's file, as with python -m
-    timer = LoaderTimer()
+    timer = LoaderTimer(our_feed())
     sys.meta_path.insert(0, timer)
     try:
         runpy.run_module(TRAIN_MODULE, run_name="__main__", alter_sys=True)
@@ -117,7 +129,18 @@ def main(argv: list[str]) -> None:
             raise
     finally:
         sys.meta_path.remove(timer)
+    if timer.feed is not None:
+        from parallax.engines.maxtext.feed import FEED_TAG
+
+        print(FEED_TAG + json.dumps(timer.feed.record()), flush=True)
     print(MEMORY_TAG + json.dumps(peak_memory()), flush=True)
+
+
+def our_feed():
+    """Parallax's batches for MaxText (feed.py) when the engine asked for them, else None."""
+    from parallax.engines.maxtext.feed import from_environment
+
+    return from_environment()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ fails raises ``MaxTextFailed`` carrying the log's tail, which the result records
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,7 +27,7 @@ from pathlib import Path
 from parallax.spec.config import RunConfig
 from parallax.spec.recipe import Recipe
 from parallax.engines.base import EngineOutput, Plan, Progress, StepRecord
-from parallax.engines.maxtext import config, metrics
+from parallax.engines.maxtext import config, feed, metrics
 from parallax.engines.maxtext.child import TENSORBOARD_ENV
 from parallax.native.gpu import pip_cudnn_folder
 from parallax.engines.maxtext.recipes import MAXTEXT_TE
@@ -112,17 +113,22 @@ def verify_cache_hit(spec: str, num_samples: int, seq_len: int, seed: int) -> No
                            "differs from the one computed); it would train in its own order")
 
 
-def data_keys(run: RunConfig, batches, where: Layout) -> tuple[dict, dict]:
-    """(MaxText data keys, what the result records about them)."""
+def data_keys(run: RunConfig, batches, where: Layout, grain: bool) -> tuple[dict, dict, dict]:
+    """(MaxText data keys, what the result records about them, the child's environment for them):
+    real tokens from Parallax's loader (feed.py), or through MaxText's Grain where ``grain``."""
     from parallax.engines.maxtext import data
 
     if run.synthetic:
         return config.synthetic_keys(), {
             "maxtext_input": "dataset_type=synthetic: MaxText's own generated batch, the same one every step, "
-                             "not Parallax's synthetic(seed) batches"}
+                             "not Parallax's synthetic(seed) batches"}, {}
+    if not grain:
+        spec = feed.spec(batches, run)
+        return config.synthetic_keys(), {"maxtext_input": f"{feed.DESCRIPTION}: {spec['directory']}"}, \
+            {feed.FEED_ENV: json.dumps(spec)}
     keys = data.write(batches.data.path("train"), where.data, run, maxtext_index_hash)
     verify_cache_hit(keys["grain_train_files"], run.steps * run.batch_size, run.seq_len, run.seed)
-    return keys, {"maxtext_input": f"grain mmap_npy in Parallax's batch order: {where.data}"}
+    return keys, {"maxtext_input": f"grain mmap_npy in Parallax's batch order: {where.data}"}, {}
 
 
 def child_env(device_index: int) -> dict:
@@ -176,11 +182,11 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     where.root.mkdir(parents=True, exist_ok=True)
     where.metrics.unlink(missing_ok=True)
     progress.phase("writing the MaxText config")
-    data, data_facts = data_keys(run, batches, where)
+    knobs = plan.handles["knobs"]  # --tuning: config keys, the child's XLA flags, Grain or our loader
+    data, data_facts, feed_env = data_keys(run, batches, where, knobs.maxtext_grain)
     tuning = plan.details["tuning"]
     recipe = plan.recipe
     checkpoint = weights_cache_dir(run, recipe, tuning)
-    knobs = plan.handles["knobs"]  # --tuning: config keys and the child's XLA flags
     sections = config.sections(run, recipe, tuning, data=data, output=output_keys(run),
                                weights=config.weights_keys(checkpoint), knobs=knobs.maxtext_keys)
     name = config.file_name(run, recipe)
@@ -194,7 +200,9 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     progress.phase(f"writing parallax.engines.weights (seed {run.seed}) as MaxText's checkpoint")
     initial = cached_initial_weights(run, recipe, yml, where, checkpoint, env)
     command = [sys.executable, "-m", CHILD_MODULE, str(yml)]  # MaxText's trainer, then its peak memory
-    facts = stream(command, env, where.log, progress)
+    facts = stream(command, {**env, **feed_env}, where.log, progress)
+    if feed_env and (why := feed.fed(facts.fed, run.steps)):
+        raise MaxTextFailed(f"{why}; the run is not kept", log_tail(where.log))
     progress.phase("counting MaxText's parameters")
     counted = cached_count(run, recipe, lambda: count_parameters(yml, env, where.root / "count_params.log"))
     return output(run, plan, where, facts, command, data_facts, counted, initial)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parallax.engines.maxtext.child import DATA_WAIT_TAG, MEMORY_TAG
+from parallax.engines.maxtext.feed import FEED_TAG
 
 STEP_LINE = re.compile(
     r"completed step: (?P<step>\d+), seconds: (?P<seconds>[0-9.eE+-]+)"
@@ -46,6 +47,8 @@ MEMSTATS_LINE = re.compile(r"Using \(GB\) (?P<used>[0-9.]+) / (?P<limit>[0-9.]+)
 PEAK_LINE = re.compile(re.escape(MEMORY_TAG) + r"(?P<stats>\{.*\})\s*$")
 # child.DATA_WAIT_TAG: one step's host milliseconds in MaxText's DataLoader.load_next_batch
 DATA_WAIT_LINE = re.compile(re.escape(DATA_WAIT_TAG) + r"(?P<ms>[0-9.eE+-]+)\s*$")
+# child.FEED_TAG and its JSON: how many of Parallax's batches MaxText took (feed.py)
+FEED_LINE = re.compile(re.escape(FEED_TAG) + r"(?P<record>\{.*\})\s*$")
 ESTIMATED_MEMORY_LINE = re.compile(r"\[train\] Total estimated memory size: (?P<gb>[0-9.]+) GB")
 # absl's prefix of a line logged from Python: I1201 16:11:53.585438 139826773982080 checkpointing.py:803] ...
 # (XLA's C++ lines, such as dump.cc's, name a .cc file and are not MaxText's).
@@ -115,6 +118,7 @@ class LogFacts:
     peak: dict | None = None  # child.STATS after training: peak_bytes_in_use, peak_pool_bytes, bytes_limit
     step_arrivals: list[tuple[int, float]] = field(default_factory=list)  # (step, our clock at the line)
     data_waits: list[float] = field(default_factory=list)  # each step's data wait, ms, in step order
+    fed: dict | None = None  # feed.Feed.record(): Parallax's batches MaxText took, where it was fed them
     compile_s: float | None = None  # COMPILE_METHOD
     compile_from: str | None = None  # the line compile_s starts at
     _last_py_line: tuple[float, str] | None = None
@@ -129,6 +133,8 @@ class LogFacts:
             self.peak = json.loads(m["stats"])
         if m := DATA_WAIT_LINE.search(line):
             self.data_waits.append(float(m["ms"]))
+        if m := FEED_LINE.search(line):
+            self.fed = json.loads(m["record"])
         self._read_compile(line)
         m = STEP_LINE.search(line)
         if m is None:
