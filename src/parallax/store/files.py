@@ -260,10 +260,12 @@ def symlink(path, target, option: str | None = None) -> Path:
 def append(path, data: bytes, option: str | None = None) -> None:
     """``data`` (whole lines) added at the end of ``path``, made if missing, in one write: a
     file that a reader follows while it grows (a progress file), so it is not renamed into
-    place. A reader takes only lines that end; a write that fails is the one-line refusal."""
+    place. A reader takes only lines that end; a write that fails is the one-line refusal.
+    ``append(path, b"")`` makes the file (or proves it can be opened) and writes nothing."""
     fd = open_in_place(path, option, append=True)
     try:
-        _write_all(fd, data, str(path))
+        if data:
+            _write_all(fd, data, str(path))
     except OSError as exc:
         raise refusal(path, exc, option) from None
     finally:
