@@ -507,7 +507,7 @@ def _tokenize_into(staging: Path, corpus: Corpus, tokenizer, vocab_size: int, eo
                    show_progress: bool) -> tuple[list[TokenWriter], float]:
     """Tokenize every document into staging's train and validation token files; (the finished
     writers, seconds). Both files are removed when tokenization fails."""
-    writers = [TokenWriter(staging / SPLIT_FILES[s], vocab_size, eos) for s in ("train", "validation")]
+    writers = [TokenWriter(staging / SPLIT_FILES[s], vocab_size, eos, "--out") for s in ("train", "validation")]
     totals = [s.total_bytes for s in corpus.train + corpus.valid]
     start = time.perf_counter()
     try:
