@@ -128,14 +128,28 @@ def prove_writable(path, option: str = "--output-dir", what: str = "output direc
 
 
 def make_folder(path, option: str | None = None) -> Path:
-    """``path`` as a folder (parents made), proved to take files."""
+    """``path`` as a folder (parents made), proved to take files; where it cannot, the folders
+    made for it are removed again."""
     path = Path(path)
+    made = _missing(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         _probe(path)
     except OSError as exc:
+        _remove_empty(made)
         raise refusal(path, exc, option) from None
     return path
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and the folders above it that do not exist yet, deepest first."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):  # not empty: something was written, keep it
+            folder.rmdir()
 
 
 @contextlib.contextmanager
@@ -143,13 +157,11 @@ def folder_for_writing(path, option: str | None = None):
     """``path`` made as a folder (``make_folder``) for the body's writes; when the body fails,
     the folders made here that stayed empty are removed: a failed write leaves no empty folder."""
     path = Path(path)
-    made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
+    made = _missing(path)
     try:
         yield make_folder(path, option)
     except BaseException:
-        for folder in made:
-            with contextlib.suppress(OSError):  # not empty: something was written, keep it
-                folder.rmdir()
+        _remove_empty(made)
         raise
 
 
