@@ -56,8 +56,8 @@ def test_an_unwritable_progress_file_is_one_line(corpus, monkeypatch, capsys):
     monkeypatch.setenv("PARALLAX_PROGRESS_JSONL", str(corpus / "a_file" / "p.jsonl"))
     assert main([*RUN, "--batch-size", "2", "--seq-len", "16", "--output-dir", "out"]) == 2
     assert one_error_line(capsys) == (
-        f"parallax: error: PARALLAX_PROGRESS_JSONL={corpus}/a_file/p.jsonl: Not a directory; "
-        "point it at a writable file or unset it")
+        f"parallax: error: cannot write {corpus}/a_file/p.jsonl (from PARALLAX_PROGRESS_JSONL): a file stands "
+        "where a folder must be; choose another path")
 
 
 def test_data_prepare_into_an_unwritable_out_is_one_line(corpus, capsys):

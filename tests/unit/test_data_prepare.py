@@ -8,6 +8,7 @@ import os
 import shutil
 import struct
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,6 +213,28 @@ def test_a_failure_leaves_no_staging_folder_and_no_new_directory(given, stage, t
     with pytest.raises(ParallaxError, match="the disk is full"):
         prepare([str(TRAIN)], tmp_path / "kept", given)
     assert (tmp_path / "kept").is_dir() and list((tmp_path / "kept").iterdir()) == []
+
+
+@pytest.mark.parametrize("code, need", [(28, "the disk is full; free space there or choose another folder"),
+                                        (30, "the file system is read-only; choose a writable folder")])
+@pytest.mark.parametrize("trained", [False, True], ids=["given", "trained"])
+def test_a_tokenizer_the_disk_refuses_is_one_line(given, tmp_path, monkeypatch, code, need, trained):
+    """The tokenizer, copied or trained, is written through store/files.py into the staging folder."""
+    from parallax.store import files
+
+    real = files._sync
+
+    def sync(fd, path):
+        if Path(path).name.startswith(".tokenizer.json."):
+            raise OSError(code, os.strerror(code), path)
+        real(fd, path)
+
+    monkeypatch.setattr(files, "_sync", sync)
+    options = DataConfig(vocab_size=300, tokenizer_sample_mb=0.05) if trained else given
+    with pytest.raises(ParallaxError) as refused:
+        prepare([str(TRAIN)], tmp_path / "new", options)
+    assert str(refused.value) == f"cannot write {tmp_path / 'new' / '.staging' / 'tokenizer.json'} (from --out): {need}"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_empty_missing_or_unsplittable_corpora_are_clear_errors(given, tmp_path):

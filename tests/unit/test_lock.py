@@ -3,11 +3,14 @@ dead process; removed on every way out."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
 
 import pytest
+
+from fixtures.full_disk import fail_writes_under
 
 from parallax.errors import ParallaxError
 from parallax.store.lock import LOCK_FILE, locked
@@ -56,3 +59,18 @@ def test_a_lock_held_in_another_process_names_that_process(tmp_path):
         holder.wait()
     with locked(tmp_path, "parallax train"):  # killed: the OS released its lock
         pass
+
+
+@pytest.mark.parametrize("code, need", [
+    (errno.ENOSPC, "the disk is full; free space there or choose another folder"),
+    (errno.EROFS, "the file system is read-only; choose a writable folder"),
+    (errno.EACCES, "permission denied; choose a folder you can write"),
+])
+def test_a_folder_that_cannot_take_the_lock_is_one_line(tmp_path, monkeypatch, code, need):
+    """Made (a read-only folder refuses it) or written (a full disk): the writer's refusal, no lock left."""
+    fail_writes_under(monkeypatch, tmp_path, code, in_place=True)
+    with pytest.raises(ParallaxError) as refused:
+        with locked(tmp_path, "parallax benchmark"):
+            pytest.fail("the lock was taken")
+    assert str(refused.value) == f"cannot write {tmp_path / LOCK_FILE} (from --output-dir): {need}"
+    assert list(tmp_path.iterdir()) == []

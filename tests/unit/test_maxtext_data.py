@@ -4,6 +4,8 @@ batches, in our order, across an epoch boundary too."""
 
 from __future__ import annotations
 
+import errno
+import os
 import struct
 
 import numpy as np
@@ -13,7 +15,9 @@ pytest.importorskip("tokenizers")
 
 from parallax.spec.config import RunConfig  # noqa: E402
 from parallax.data.loader import TokenBatches  # noqa: E402
+from parallax.data.tokenfile import TokenWriter  # noqa: E402
 from parallax.engines.maxtext import data  # noqa: E402
+from parallax.errors import ParallaxError  # noqa: E402
 
 B, S = 4, 32
 
@@ -59,3 +63,39 @@ def test_the_idx_is_a_megatron_index_over_our_file_without_a_copy(prepared, tmp_
     assert pointers[0] == 64 and (np.diff(pointers) == 2 * S).all()
     np.testing.assert_array_equal(doc_idx, np.arange(n + 2))
     assert len(raw) == 34 + 12 * (n + 1) + 8 * (n + 2)  # exactly what MaxText's reader expects
+
+
+def small_token_file(path):
+    """A token file of 1,000 tokens, written by our writer (no tokenizer needed)."""
+    writer = TokenWriter(path, 300, 0)
+    writer.write(np.arange(1000) % 300)
+    writer.finish()
+    return path
+
+
+@pytest.mark.parametrize("failing", ["train.idx", "shuffle_index.npy"])
+@pytest.mark.parametrize("code, need", [(errno.ENOSPC, "the disk is full; free space there or choose another folder"),
+                                        (errno.EROFS, "the file system is read-only; choose a writable folder")],
+                         ids=["ENOSPC", "EROFS"])
+def test_a_data_file_the_disk_refuses_is_one_line_and_the_earlier_stays(tmp_path, monkeypatch, failing, code, need):
+    from parallax.store import files
+
+    train = small_token_file(tmp_path / "train.bin")
+    run = RunConfig(framework="maxtext", model="tiny", batch_size=B, seq_len=S, steps=3, warmup=1, synthetic=False)
+    out = tmp_path / "mt"
+    data.write(train, out, run, fake_hash)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    real = files._sync
+
+    def sync(fd, path):
+        if path.rsplit("/", 1)[-1].startswith(".") and failing in path:
+            raise OSError(code, os.strerror(code), path)
+        real(fd, path)
+
+    monkeypatch.setattr(files, "_sync", sync)
+    with pytest.raises(ParallaxError) as refused:
+        data.write(train, out, run, fake_hash)
+    (target,) = [p for p in before if p.name.endswith(failing)]
+    assert str(refused.value) == f"cannot write {target} (from --output-dir): {need}"
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # no temp file, nothing half
+    assert (out / "train.bin").resolve() == train.resolve()

@@ -5,9 +5,17 @@ The child is faked: no torch, no GPU."""
 
 from __future__ import annotations
 
+import errno
 import json
+import re
 import subprocess
+import tempfile
 
+import pytest
+
+from fixtures.full_disk import fail_writes_under
+
+from parallax.errors import ParallaxError
 from parallax.run import profile_child
 
 RUN = {"framework": "torch", "model": "tiny", "batch_size": 2, "seq_len": 16}
@@ -71,3 +79,28 @@ def test_only_torch_on_a_gpu_and_not_inside_the_child(monkeypatch):
     assert not profile_child.wanted("torch", False) and not profile_child.wanted("jax", True)
     monkeypatch.setenv(profile_child.CHILD_ENV, "1")
     assert not profile_child.wanted("torch", True)
+
+
+@pytest.mark.parametrize("code, need", [(errno.ENOSPC, "the disk is full; free space there or choose another folder"),
+                                        (errno.EROFS, "the file system is read-only; choose a writable folder")])
+def test_a_temporary_folder_that_refuses_the_config_is_one_line(tmp_path, monkeypatch, code, need):
+    """The child's config is written through store/files.py: the writer's one line naming the
+    file and TMPDIR, nothing left in the temporary folder, no child started."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    fail_writes_under(monkeypatch, scratch, code, probes=False)
+    child = Child(tmp_path / "out", [])
+    with pytest.raises(ParallaxError) as refused:
+        profile_child.profile(RUN, 3, 2, tmp_path / "out", runner=child, say=lambda line: None)
+    assert re.fullmatch(rf"cannot write {scratch}/parallax-profile-\w+/run\.json \(from TMPDIR\): {need}",
+                        str(refused.value)), str(refused.value)
+    assert child.calls == [] and list(scratch.iterdir()) == []
+
+
+def test_a_temporary_folder_that_cannot_be_made_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a_file"))
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(ParallaxError, match=rf"^cannot write {tmp_path}/a_file/parallax-profile-\w+ \(from TMPDIR\): "
+                                            "a file stands where a folder must be"):
+        profile_child.profile(RUN, 3, 2, tmp_path / "out", runner=Child(tmp_path / "out", []), say=lambda line: None)

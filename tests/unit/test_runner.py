@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -371,6 +372,47 @@ def test_a_cell_stopped_by_a_signal_is_recorded_and_runs_again_on_resume(tmp_pat
     assert calls.read_text() == "torch bf16 0\n"
 
 
+def test_a_cells_log_is_streamed_beside_it_and_kept_when_the_cell_is_stopped(tmp_path, monkeypatch):
+    seen = []
+
+    class Look(Recorder):
+        def cell_progress(self, cell, record):
+            folder = tmp_path / "runs" / cell.id
+            seen.append(sorted(p.name for p in folder.iterdir() if "run.log" in p.name))
+            if "step" in record:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",)), {"torch-bf16": "hang"}, monkeypatch,
+            display=Look())
+    assert seen[0][0].startswith(".run.log.") and len(seen[0]) == 1  # while the cell runs
+    folder = tmp_path / "runs" / "torch-bf16-seed0-rep0"
+    assert [p.name for p in folder.iterdir() if "run.log" in p.name] == ["run.log"]  # the stopped cell's log
+
+
+@pytest.mark.parametrize("code, need", [(errno.ENOSPC, "the disk is full; free space there or choose another folder"),
+                                        (errno.EROFS, "the file system is read-only; choose a writable folder")])
+def test_a_cells_log_the_disk_refuses_is_one_line(tmp_path, monkeypatch, code, need):
+    """Only the log fails (the child, another process, wrote its result): one line naming it, no
+    temporary file left, the cell's result kept for --resume."""
+    from parallax.store import files
+
+    real = files._sync
+
+    def sync(fd, path):
+        if Path(path).name.startswith(".run.log."):
+            raise OSError(code, os.strerror(code), path)
+        real(fd, path)
+
+    monkeypatch.setattr(files, "_sync", sync)
+    with pytest.raises(ParallaxError) as refused:
+        run(tmp_path, small_matrix(recipes=("bf16",), frameworks=("torch",)), {}, monkeypatch)
+    folder = tmp_path / "runs" / "torch-bf16-seed0-rep0"
+    assert str(refused.value) == f"cannot write {folder / 'run.log'} (from --output-dir): {need}"
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "run.json", "steps.jsonl"]
+    assert load_run(folder)["status"] == "ok"
+
+
 def test_environment_json_is_written_once(tmp_path, monkeypatch):
     calls = []
 
@@ -472,6 +514,38 @@ def test_progress_reader_waits_for_whole_lines(tmp_path):
     records, offset = progress_file.read_new(path, offset)
     assert records == [{"step": 2, "loss": 3.0}] and offset == path.stat().st_size
     assert progress_file.read_new(tmp_path / "missing", 7) == ([], 7)
+
+
+@pytest.mark.parametrize("code, need", [(errno.ENOSPC, "the disk is full; free space there or choose another folder"),
+                                        (errno.EROFS, "the file system is read-only; choose a writable folder")])
+def test_a_progress_file_the_disk_refuses_is_one_line_and_keeps_its_lines(tmp_path, monkeypatch, code, need):
+    """Made by a read-only folder (EROFS) or written on a full disk (ENOSPC): the writer's one
+    line naming the file and its variable; the records before stay whole."""
+    from fixtures.full_disk import fail_writes_under
+    from parallax.run import progress_file
+
+    path = tmp_path / "p.jsonl"
+    progress = progress_file.ProgressFile(path, min_interval_s=0.0)
+    progress.phase("compiling")
+    with monkeypatch.context() as patch:
+        fail_writes_under(patch, tmp_path, code, in_place=True)
+        with pytest.raises(ParallaxError) as refused:
+            progress.step(0, 9.0, 10.0)
+        assert str(refused.value) == f"cannot write {path} (from {progress_file.ENV_VAR}): {need}"
+    assert path.read_text() == '{"phase": "compiling"}\n' and [p.name for p in tmp_path.iterdir()] == ["p.jsonl"]
+
+
+def test_a_progress_file_in_a_read_only_folder_stops_the_run_before_it_starts(tmp_path, monkeypatch):
+    from fixtures.full_disk import fail_writes_under
+    from parallax.run import progress_file
+
+    fail_writes_under(monkeypatch, tmp_path, errno.EROFS, in_place=True)
+    monkeypatch.setenv(progress_file.ENV_VAR, str(tmp_path / "p.jsonl"))
+    with pytest.raises(ParallaxError) as refused:
+        progress_file.attach(None)
+    assert str(refused.value) == (f"cannot write {tmp_path / 'p.jsonl'} (from {progress_file.ENV_VAR}): "
+                                  "the file system is read-only; choose a writable folder")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_cells_start_without_forking_a_process_that_runs_jax(tmp_path):

@@ -65,7 +65,7 @@ def command(results_dir, baseline, output_report, plots_dir, bootstraps, cross_m
         Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False,
                                    soft_wrap=True)
     if output_format == "github-benchmark":
-        export_dir.mkdir(parents=True, exist_ok=True)
+        files.make_folder(export_dir, "--export-dir")
         written = github_benchmark.write(record, export_dir)
         Console(stderr=True).print("wrote " + ", ".join(str(p) for p in written.values()), highlight=False,
                                    soft_wrap=True)

@@ -375,7 +375,7 @@ def _up_to_date(out: Path, inputs: dict, digest: str, force: bool, rebuild_stale
 def _get_tokenizer(corpus: Corpus, options: DataConfig, staging: Path, log: Log) -> tuple[object, dict]:
     if options.tokenizer:
         tokenizer = load_tokenizer(options.tokenizer, options.vocab_size)
-        shutil.copyfile(options.tokenizer, staging / TOKENIZER_FILE)
+        files.write_bytes(staging / TOKENIZER_FILE, Path(options.tokenizer).read_bytes(), "--out")
         return tokenizer, {"origin": str(Path(options.tokenizer).resolve())}
     limit = int(options.tokenizer_sample_mb * 1e6)
     log(f"training a {options.vocab_size:,}-token byte-level BPE on up to {options.tokenizer_sample_mb:g} MB of training text")
@@ -383,7 +383,7 @@ def _get_tokenizer(corpus: Corpus, options: DataConfig, staging: Path, log: Log)
     texts = _TokenizerTexts(corpus, limit)
     tokenizer = train_tokenizer(_non_empty(texts, corpus), options.vocab_size, pad=True)
     check_tokenizer(tokenizer, options.vocab_size, "the trained tokenizer")
-    tokenizer.save(str(staging / TOKENIZER_FILE))
+    files.write_text(staging / TOKENIZER_FILE, tokenizer.to_str(pretty=True), "--out")  # what its save() writes
     return tokenizer, {"origin": "trained", "sample_mb": options.tokenizer_sample_mb,
                        "reserved_tokens": reserved_tokens(tokenizer),
                        "train_seconds": round(time.perf_counter() - start, 3)}
@@ -507,7 +507,7 @@ def _tokenize_into(staging: Path, corpus: Corpus, tokenizer, vocab_size: int, eo
                    show_progress: bool) -> tuple[list[TokenWriter], float]:
     """Tokenize every document into staging's train and validation token files; (the finished
     writers, seconds). Both files are removed when tokenization fails."""
-    writers = [TokenWriter(staging / SPLIT_FILES[s], vocab_size, eos) for s in ("train", "validation")]
+    writers = [TokenWriter(staging / SPLIT_FILES[s], vocab_size, eos, "--out") for s in ("train", "validation")]
     totals = [s.total_bytes for s in corpus.train + corpus.valid]
     start = time.perf_counter()
     try:

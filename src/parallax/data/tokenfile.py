@@ -8,6 +8,7 @@ followed by the tokens as uint16. Its checksum is the SHA-256 of the whole file
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 from pathlib import Path
@@ -32,35 +33,54 @@ def file_sha256(path: str | Path) -> str:
 
 
 class TokenWriter:
-    """Appends uint16 tokens to ``path``; ``finish()`` writes the header with the final count."""
+    """Appends uint16 tokens to ``path``; ``finish()`` writes the header with the final count.
+    ``path`` is a staging path (``data prepare`` writes into ``<out>/.staging`` and moves the
+    files into place once every one is whole, meta.json last), so no reader sees a half file. A
+    write that fails (a full or read-only disk) removes the file and is the one-line refusal
+    naming it (``store/files.refusal``; ``option``: the option that chose the folder)."""
 
-    def __init__(self, path: Path, vocab_size: int, eos_id: int):
+    def __init__(self, path: Path, vocab_size: int, eos_id: int, option: str | None = None):
         if vocab_size > 65536:
             raise ParallaxError(f"a vocabulary of {vocab_size:,} tokens does not fit uint16 token files")
-        self.path, self.vocab_size, self.eos_id = Path(path), vocab_size, eos_id
+        self.path, self.vocab_size, self.eos_id, self.option = Path(path), vocab_size, eos_id, option
         self.n_tokens = 0
         self.documents = 0
-        self._file = open(self.path, "wb")
-        self._file.write(self._header())  # rewritten by finish()
+        try:
+            self._file = open(self.path, "wb")
+        except OSError as exc:
+            raise files.refusal(self.path, exc, option) from None
+        self._writing(lambda: self._file.write(self._header()))  # rewritten by finish()
 
     def _header(self) -> bytes:
         return HEADER.pack(MAGIC, VERSION, 2, self.n_tokens, self.vocab_size, self.eos_id)
 
+    def _writing(self, write) -> None:
+        """``write()``, or the refusal with the file removed when the disk refuses it."""
+        try:
+            write()
+        except OSError as exc:
+            self.abort()
+            raise files.refusal(self.path, exc, self.option) from None
+
     def write(self, tokens: np.ndarray) -> None:
         tokens = np.ascontiguousarray(tokens, dtype="<u2")
-        self._file.write(tokens.tobytes())
+        self._writing(lambda: self._file.write(tokens.tobytes()))
         self.n_tokens += int(tokens.size)
 
     def finish(self) -> int:
+        self._writing(self._finish)
+        return self.n_tokens
+
+    def _finish(self) -> None:
         self._file.seek(0)
         self._file.write(self._header())
         self._file.flush()
         files._sync(self._file.fileno(), str(self.path))
         self._file.close()
-        return self.n_tokens
 
     def abort(self) -> None:
-        self._file.close()
+        with contextlib.suppress(OSError):  # its buffer cannot reach a full disk: the file goes anyway
+            self._file.close()
         self.path.unlink(missing_ok=True)
 
 

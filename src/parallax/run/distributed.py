@@ -35,11 +35,11 @@ import os
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 from parallax.errors import ParallaxError
 from parallax.plan.world import RankInfo, rank_info
+from parallax.store import files
 
 RANKS_DIR = "ranks"  # inside the run's output directory: the launch config, rank errors, rank logs
 RANK_ERRORS_ENV = "PARALLAX_RANK_ERRORS"  # the folder where each rank writes its failure record
@@ -165,7 +165,7 @@ def _clear(folder: Path) -> None:
     import shutil
 
     shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(parents=True)
+    files.make_folder(folder, "--output-dir")
 
 
 def _now() -> str:
@@ -326,13 +326,32 @@ def record_failure(exc: BaseException, rank: RankInfo, step: int | None = None,
               "type": type(exc).__name__, "message": lines[0] if lines else "", "oom": is_out_of_memory(exc),
               "step": step, "time": _now(), "time_unix": time.time(),
               "traceback": "\n".join(tail[-TRACEBACK_LINES:])}
-    path = Path(folder) / f"rank-{rank.rank}.json"
-    tmp = path.with_suffix(f".{uuid.uuid4().hex}.tmp")
     try:
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, path)
-    except OSError as err:
-        print(f"parallax: rank {rank.rank}: cannot write {path}: {err}", file=sys.stderr)
+        files.write_json(Path(folder) / f"rank-{rank.rank}.json", record)
+    except ParallaxError as refused:
+        _cannot_record(rank, refused)
+
+
+def _cannot_record(rank: RankInfo, refused: ParallaxError) -> None:
+    """The writer's one line for a record a failing rank could not write, on stderr: not raised,
+    for the rank's own failure, on its way out, stays the run's error."""
+    print(f"parallax: rank {rank.rank}: {refused}", file=sys.stderr)
+
+
+def _first_failure(ranks_dir: Path, rank: RankInfo) -> bool:
+    """Whether this rank is the first of its launch to fail: the one that makes the marker
+    (O_EXCL, ``files.open_in_place``). A folder that cannot take it is the writer's line on
+    stderr, and this rank writes no run.json."""
+    marker = ranks_dir / f".first-failure-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
+    try:
+        fd = files.open_in_place(marker, "--output-dir", exclusive=True)
+    except ParallaxError as refused:
+        _cannot_record(rank, refused)
+        return False
+    if fd is None:
+        return False  # another rank failed first
+    os.close(fd)
+    return True
 
 
 def outer_failure(plan, rank: RankInfo, exc: BaseException, step: int | None = None) -> None:
@@ -343,17 +362,12 @@ def outer_failure(plan, rank: RankInfo, exc: BaseException, step: int | None = N
     run = plan.run
     ranks_dir = Path(run.output_dir) / RANKS_DIR
     try:
-        ranks_dir.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return
+        files.make_folder(ranks_dir, "--output-dir")
+    except ParallaxError as refused:
+        return _cannot_record(rank, refused)
     record_failure(exc, rank, step, ranks_dir)
-    if isinstance(exc, ParallaxError):
+    if isinstance(exc, ParallaxError) or not _first_failure(ranks_dir, rank):
         return
-    marker = ranks_dir / f".first-failure-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}"
-    try:
-        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except OSError:
-        return  # another rank failed first, or the folder is not writable
     hosts = max(1, rank.world // max(1, rank.local_world))
     try:
         write_launch_failure(plan, Path(run.output_dir), ranks_dir, {rank.rank: {"exitcode": 1, "signal": None}},

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from parallax.store import files
+
 CHILD_ENV = "PARALLAX_PROFILE_CHILD"  # set in the child: it profiles in its own process
 ATTEMPTS = 2
 
@@ -40,9 +42,8 @@ def profile(run: dict, warmup: int, steps: int, out: Path, keep_trace: bool = Fa
     """(exit code, profile.json's record or None) of ``run`` (a RunConfig's dict) profiled in a
     child, as the module docstring says. ``runner``: subprocess.run's stand-in (tests)."""
     env = {**os.environ, CHILD_ENV: "1", "TEARDOWN_CUPTI": "0"}
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "run.json"
-        config.write_text(json.dumps(run))
+    with _scratch() as tmp:
+        config = files.write_json(Path(tmp) / "run.json", run, "TMPDIR")
         for attempt in range(1, ATTEMPTS + 1):
             written = _mtime(out / "profile.json")
             code = runner(command(config, warmup, steps, out, keep_trace), env=env).returncode
@@ -57,6 +58,16 @@ def profile(run: dict, warmup: int, steps: int, out: Path, keep_trace: bool = Fa
                 f"(a crash in torch.profiler/CUPTI; attempt {attempt} of {ATTEMPTS})"
                 + ("; running it again" if attempt < ATTEMPTS else ""))
     return 1, None
+
+
+def _scratch() -> tempfile.TemporaryDirectory:
+    """The temporary folder of the child's config; one that cannot be made is the writer's one
+    line (``store/files.refusal``) naming it and TMPDIR."""
+    try:
+        return tempfile.TemporaryDirectory(prefix="parallax-profile-")
+    except OSError as exc:
+        raise files.refusal(exc.filename or os.environ.get("TMPDIR") or "the temporary folder", exc,
+                            "TMPDIR") from None
 
 
 def _mtime(path: Path) -> int | None:

@@ -7,7 +7,9 @@ Contract: when the environment variable ``PARALLAX_PROGRESS_JSONL`` names a file
     {"step": 37, "loss": 6.12, "step_ms": 142.0}         at most every ``min_interval_s``
 
 ``loss`` and ``step_ms`` may be null. The runner reads only complete lines, so a reader never
-sees half a record. The file is separate from ``steps.jsonl`` (written once, at the end).
+sees half a record. The file is separate from ``steps.jsonl`` (written once, at the end). It is
+written in place, each record in one write (``store/files.append``): the runner follows it while
+it grows; a disk that cannot take it is the writer's one-line refusal naming it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import time
 from pathlib import Path
 
-from parallax.errors import ParallaxError
+from parallax.store import files
 
 ENV_VAR = "PARALLAX_PROGRESS_JSONL"
 
@@ -31,10 +33,10 @@ class ProgressFile:
         self.min_interval_s = min_interval_s
         self._last = -math.inf
         self._pending: dict | None = None  # the newest step held back by the rate limit
-        self._file = open(self.path, "a", buffering=1)  # line-buffered: one write per record
+        files.append(self.path, b"", ENV_VAR)  # made now: a file it cannot make stops the run before it starts
 
     def _write(self, record: dict) -> None:
-        self._file.write(json.dumps(record) + "\n")
+        files.append(self.path, (json.dumps(record) + "\n").encode(), ENV_VAR)
 
     def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
         record = {"step": int(step), "loss": _finite(loss), "step_ms": _finite(step_ms)}
@@ -57,7 +59,6 @@ class ProgressFile:
 
     def close(self) -> None:
         self.flush()
-        self._file.close()
 
 
 class Tee:
@@ -82,14 +83,9 @@ class Tee:
 
 def from_env() -> ProgressFile | None:
     """The ProgressFile named by ``PARALLAX_PROGRESS_JSONL``, or None when it is unset; a
-    one-line ParallaxError when it cannot be opened for appending."""
+    one-line ParallaxError naming it when it cannot be made."""
     path = os.environ.get(ENV_VAR)
-    if not path:
-        return None
-    try:
-        return ProgressFile(path)
-    except OSError as exc:
-        raise ParallaxError(f"{ENV_VAR}={path}: {exc.strerror}; point it at a writable file or unset it") from None
+    return ProgressFile(path) if path else None
 
 
 def attach(progress):

@@ -58,7 +58,7 @@ from parallax.analysis import comparability
 from parallax.native import lifeline
 from parallax.run import progress_file
 from parallax.store.archive import ARCHIVE_FILE, unpack
-from parallax.store.files import make_folder, refusal
+from parallax.store.files import make_folder, streaming
 from parallax.store.lock import locked
 from parallax.spec.config import FRAMEWORKS, PRECISIONS, RunConfig
 from parallax.store.timestamps import utc_now
@@ -473,25 +473,26 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     write_cell_config(run_dir, run)
     progress_path = run_dir / PROGRESS_FILE
     started, t0 = utc_now(), time.monotonic()
-    with _log_file(run_dir / LOG_FILE) as log:
-        try:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=child_env(progress_path),
-                                    start_new_session=True)
-        except OSError as exc:  # e.g. the interpreter vanished: this cell fails, the matrix goes on
-            info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": 0.0, "exit_code": None}
-            status, error = _write_outcome(run_dir, run, "failed", f"could not start {command[0]}: {exc}",
-                                           info, with_tail=False)
-            return CellResult(cell, status, run_dir, error, 0.0)
-        try:
-            timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop)
-        except BaseException as exc:  # Ctrl-C, SIGTERM (run/interrupt.py) or the matrix ending: the cell stops
-            _kill_group(proc)  # SIGTERM first: a cell that had started keeps its steps in its own run.json
-            progress_path.unlink(missing_ok=True)
-            _record_stop(run_dir, run, exc, started, t0, proc.returncode)
-            raise
+    try:
+        with _log_file(run_dir / LOG_FILE) as log:
+            try:
+                proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, env=child_env(progress_path),
+                                        start_new_session=True)
+            except OSError as exc:  # e.g. the interpreter vanished: this cell fails, the matrix goes on
+                info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": 0.0, "exit_code": None}
+                status, error = _write_outcome(run_dir, run, "failed", f"could not start {command[0]}: {exc}",
+                                               info, with_tail=False)
+                return CellResult(cell, status, run_dir, error, 0.0)
+            try:
+                timed_out, last_step = _wait(proc, cell, t0, timeout_s, progress_path, display, poll_s, stop)
+            except BaseException as exc:  # Ctrl-C, SIGTERM (run/interrupt.py) or the matrix ending: the cell stops
+                _kill_group(proc)  # SIGTERM first: a cell that had started keeps its steps in its own run.json
+                _record_stop(run_dir, run, exc, started, t0, proc.returncode)
+                raise
+    finally:  # also when the log cannot be kept (a full disk): the progress file goes with the cell
+        progress_path.unlink(missing_ok=True)
     elapsed = time.monotonic() - t0
-    progress_path.unlink(missing_ok=True)
     info = {"started_at": started, "finished_at": utc_now(), "elapsed_s": round(elapsed, 3),
             "exit_code": proc.returncode}
     if timed_out:
@@ -503,15 +504,10 @@ def run_cell(cell: Cell, run: RunConfig, run_dir: Path, command: list[str],
     return CellResult(cell, status, run_dir, error, round(elapsed, 3))
 
 
-@contextlib.contextmanager
 def _log_file(path: Path):
-    """The cell's run.log, open for its process to write (a stream: not renamed into place)."""
-    try:
-        log = open(path, "wb")
-    except OSError as exc:
-        raise refusal(path, exc, "--output-dir") from None
-    with log:
-        yield log
+    """The cell's run.log, open for its process to write: streamed beside it and renamed into
+    place when the cell ends, however it ends (``files.streaming``)."""
+    return streaming(path, "--output-dir", binary=True)
 
 
 def _record_stop(run_dir: Path, run: RunConfig, exc: BaseException, started: str, t0: float, code) -> None:

@@ -47,6 +47,7 @@ from parallax.engines.schedule import lr_at
 from parallax.store.timestamps import utc_now
 from parallax.errors import ParallaxError
 from parallax.spec.precision import PrecisionInfo
+from parallax.store.files import make_folder
 from parallax.store.lock import locked
 from parallax.store.results import (MATRIX_FILE, RUN_FILE, RUNS_DIR, STEPS_FILE, is_out_of_memory, model_record,
                                     writable_output_dir, write_run)
@@ -154,7 +155,7 @@ def claimed(path: str, overwrite: bool = False):
     run_dir = writable_output_dir(path)
     check_free(run_dir, overwrite)
     made = [p for p in (run_dir, *run_dir.parents) if not p.exists()]  # deepest first
-    run_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(run_dir, "--output-dir")
     try:
         with locked(run_dir, "parallax train"):
             check_free(run_dir, overwrite)  # again, holding the lock: a run may have ended meanwhile

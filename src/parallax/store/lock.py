@@ -5,6 +5,8 @@ The lock is an exclusive ``flock`` on ``FOLDER/.parallax.lock``, which holds the
 and command for the refusal's message. The OS releases an flock when its process ends, even by
 SIGKILL, so a lock file that a dead process left behind is simply taken over: liveness is the
 kernel's to know, and a reused pid cannot fake it. The holder removes the file when it lets go.
+The file is made and written in place (``files.open_in_place``): a folder that cannot take it (a
+read-only or full disk, no permission) is the writer's one-line refusal naming it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 
 from parallax.errors import ParallaxError
+from parallax.store import files
 
 LOCK_FILE = ".parallax.lock"
 
@@ -25,8 +28,7 @@ def locked(folder: Path, command: str, option: str = "--output-dir"):
     path = Path(folder) / LOCK_FILE
     fd = _take(path, folder, option)
     try:
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()} {command}\n".encode())
+        files.write_in_place(fd, f"{os.getpid()} {command}\n".encode(), path, option)
         yield
     finally:
         with contextlib.suppress(FileNotFoundError):
@@ -39,7 +41,7 @@ def _take(path: Path, folder, option: str) -> int:
     import fcntl
 
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = files.open_in_place(path, option)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -20,6 +20,9 @@ What is written (no token is copied):
   w = 0..n, ``{hash}-shuffle_index.npy`` = the windows of draws 0 .. steps·B − 1 in our order
   (``_native.window_order``, epoch by epoch). MaxText batch k is then our batch k, row for row.
 
+Each file is written through ``store/files.py`` (beside its name, renamed over it; the link
+too), so a full or read-only disk is one line naming the file.
+
 MaxText picks index files by a hash of its own parameters; the engine computes it with
 MaxText's own functions and proves, before training, that MaxText finds our files
 (``engine.verify_cache_hit``) — otherwise it would silently build indices in its own order.
@@ -27,7 +30,6 @@ MaxText's own functions and proves, before training, that MaxText finds our file
 
 from __future__ import annotations
 
-import os
 import struct
 from pathlib import Path
 from typing import Callable
@@ -36,12 +38,14 @@ import numpy as np
 
 from parallax.spec.config import RunConfig
 from parallax.data.tokenfile import HEADER
+from parallax.store import files
 
 MMAP_MAGIC = b"MMIDIDX\x00\x00"
 MMAP_VERSION = 1
 UINT16_CODE = 8  # Megatron's dtype code of uint16
 PREFIX = "train"
 INDEX_NAMES = ("document_index", "sample_index", "shuffle_index")
+OPTION = "--output-dir"  # the files go under the run's folder
 
 # (bin/idx prefix, number of samples, sequence length, seed) -> MaxText's index hash
 IndexHash = Callable[[str, int, int, int], str]
@@ -63,7 +67,7 @@ def write_idx(path: Path, n_tokens: int, seq_len: int) -> int:
     sizes[-1] = n_tokens - n * seq_len
     pointers = HEADER.size + 2 * starts
     doc_idx = np.arange(n + 2, dtype=np.int64)  # Megatron: documents + 1 entries
-    with open(path, "wb") as f:
+    with files.replacing(path, OPTION) as tmp, open(tmp, "wb") as f:
         f.write(MMAP_MAGIC + struct.pack("<Q", MMAP_VERSION) + struct.pack("<B", UINT16_CODE))
         f.write(struct.pack("<Q", n + 1) + struct.pack("<Q", n + 1))
         f.write(sizes.tobytes() + pointers.tobytes() + doc_idx.tobytes())
@@ -87,13 +91,10 @@ def write(train_bin: Path, out_dir: Path, run: RunConfig, index_hash: IndexHash)
     """Write the files into ``out_dir``; the MaxText data keys that read them."""
     out_dir = Path(out_dir)
     npy_dir = out_dir / "npy"
-    npy_dir.mkdir(parents=True, exist_ok=True)
+    files.make_folder(npy_dir, OPTION)
     n_tokens, eos_id = token_count(train_bin)
     prefix = out_dir / PREFIX
-    link = prefix.with_suffix(".bin")
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    os.symlink(Path(train_bin).resolve(), link)
+    files.symlink(prefix.with_suffix(".bin"), Path(train_bin).resolve(), OPTION)
     n = write_idx(prefix.with_suffix(".idx"), n_tokens, run.seq_len)
     draws = run.steps * run.batch_size
     digest = index_hash(str(prefix), draws, run.seq_len, run.seed)
@@ -103,7 +104,8 @@ def write(train_bin: Path, out_dir: Path, run: RunConfig, index_hash: IndexHash)
         "shuffle_index": draw_order(n, run.seed, draws),
     }
     for name in INDEX_NAMES:
-        np.save(npy_dir / f"{digest}-{name}.npy", arrays[name], allow_pickle=False)
+        with files.replacing(npy_dir / f"{digest}-{name}.npy", OPTION) as tmp, open(tmp, "wb") as f:
+            np.save(f, arrays[name], allow_pickle=False)
     return keys_for(str(npy_dir), str(prefix), eos_id)
 
 

@@ -9,7 +9,9 @@ rate, gradient norm before clipping. Before it, ``initial_weights.py`` writes ou
 names, so MaxText starts where our engines start. MaxText's own TFLOP/s and tokens/s, its parameter count
 (logged, and exact from ``count_params.py`` run after it) and memory lines are recorded beside
 ours (``engine_extra.maxtext``). A MaxText run that
-fails raises ``MaxTextFailed`` carrying the log's tail, which the result records.
+fails raises ``MaxTextFailed`` carrying the log's tail, which the result records. Every file
+written here goes through ``store/files.py``: the logs are streamed or written beside their
+names and renamed over them, and a full or read-only disk is one line naming the file.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from parallax.engines.maxtext import config, feed, metrics
 from parallax.engines.maxtext.child import TENSORBOARD_ENV
 from parallax.native.gpu import pip_cudnn_folder
 from parallax.engines.maxtext.recipes import MAXTEXT_TE
+from parallax.errors import ParallaxError
+from parallax.store import files
+from parallax.store.cache import CACHE_DIR_ENV
 
 TIMING_METHOD = ("maxtext perf/step_time_seconds: host clock between consecutive iterations of MaxText's "
                  "training loop, each step's loss fetched while the next runs")
@@ -51,6 +56,7 @@ PARAMETERS_METHOD = ("count_params.py (or initial_weights.py, which builds the s
                      "training): MaxText's model built abstractly from the run's config "
                      "(create_nnx_abstract_model), its nnx.Param leaves counted by its "
                      "calculate_num_params_from_pytree, as its TensorBoard num_model_parameters is")
+OUTPUT = "--output-dir"  # the option that chose the folder of a run's MaxText files, for a refusal
 
 
 class MaxTextFailed(RuntimeError):
@@ -179,7 +185,7 @@ def tensorboard_folder(run: RunConfig) -> Path | None:
 
 def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutput:
     where = Layout(Path(run.output_dir))
-    where.root.mkdir(parents=True, exist_ok=True)
+    files.make_folder(where.root, OUTPUT)
     where.metrics.unlink(missing_ok=True)
     progress.phase("writing the MaxText config")
     knobs = plan.handles["knobs"]  # --tuning: config keys, the child's XLA flags, Grain or our loader
@@ -189,9 +195,7 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     checkpoint = weights_cache_dir(run, recipe, tuning)
     sections = config.sections(run, recipe, tuning, data=data, output=output_keys(run),
                                weights=config.weights_keys(checkpoint), knobs=knobs.maxtext_keys)
-    name = config.file_name(run, recipe)
-    yml = where.root / name
-    yml.write_text(config.render(sections, config.header(run, recipe, name, tuning)))
+    yml = write_config(where.root, run, recipe, sections, tuning)
     env = child_env(int(plan.device.split(":")[1]))
     if knobs.xla_flags:
         env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", ""), *knobs.xla_flags]).strip()
@@ -206,6 +210,13 @@ def train(run: RunConfig, plan: Plan, batches, progress: Progress) -> EngineOutp
     progress.phase("counting MaxText's parameters")
     counted = cached_count(run, recipe, lambda: count_parameters(yml, env, where.root / "count_params.log"))
     return output(run, plan, where, facts, command, data_facts, counted, initial)
+
+
+def write_config(folder: Path, run: RunConfig, recipe: Recipe, sections: list, tuning: str) -> Path:
+    """``<folder>/<config.file_name>``: the MaxText config of ``sections``, with its header."""
+    path = folder / config.file_name(run, recipe)
+    files.write_text(path, config.render(sections, config.header(run, recipe, path.name, tuning)), OUTPUT)
+    return path
 
 
 def weights_cache_dir(run: RunConfig, recipe: Recipe, tuning: str) -> Path:
@@ -239,7 +250,7 @@ def cached_initial_weights(run: RunConfig, recipe: Recipe, yml: Path, where: Lay
     if (checkpoint / WEIGHTS_DONE).exists():
         os.utime(checkpoint)  # most recently used
         record = {**written_record(run, checkpoint, where), "cached_from": str(checkpoint)}
-        (where.root / "initial_weights.log").write_text(f"kept from an earlier run: {checkpoint}\n")
+        files.write_text(where.root / "initial_weights.log", f"kept from an earlier run: {checkpoint}\n", OUTPUT)
         return record
     partial = checkpoint.with_name(f"{checkpoint.name}.tmp-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
@@ -247,9 +258,13 @@ def cached_initial_weights(run: RunConfig, recipe: Recipe, yml: Path, where: Lay
         parameters = write_initial_weights(run, recipe, yml, where, partial, env)
         if parameters is not None:  # the same abstract model count_params.py would build after training
             keep_count(run, recipe, parameters, "initial_weights.py")
-        (partial / WEIGHTS_DONE).write_text(f"parallax.engines.weights.init_weights({run.model}, seed {run.seed})\n")
+        files.write_text(partial / WEIGHTS_DONE,
+                         f"parallax.engines.weights.init_weights({run.model}, seed {run.seed})\n", CACHE_DIR_ENV)
         shutil.rmtree(checkpoint, ignore_errors=True)
-        os.replace(partial, checkpoint)
+        try:
+            os.replace(partial, checkpoint)
+        except OSError as exc:
+            raise files.refusal(checkpoint, exc, CACHE_DIR_ENV) from None
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     evict_weights(checkpoint.parent, WEIGHTS_CACHE_KEEP)
@@ -296,7 +311,7 @@ def write_initial_weights(run: RunConfig, recipe: Recipe, yml: Path, where: Layo
                               timeout=WEIGHTS_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise MaxTextFailed(f"initial_weights.py did not finish in {WEIGHTS_TIMEOUT_S} s", "") from None
-    log_path.write_text(done.stdout + done.stderr)
+    files.write_text(log_path, done.stdout + done.stderr, OUTPUT)
     if done.returncode != 0 or f"{initial_weights.PREFIX} " not in done.stdout:
         tail = log_tail(log_path)
         raise MaxTextFailed(f"writing Parallax's initial weights for MaxText failed (status {done.returncode}): "
@@ -339,15 +354,13 @@ def cached_count(run: RunConfig, recipe: Recipe, count) -> Counted:
 
 
 def keep_count(run: RunConfig, recipe: Recipe, parameters: int, counted_by: str) -> None:
-    """Keep an exact count for this run and the later runs of the same model (cached_count reads it)."""
-    import json
-
-    path = count_cache_file(run, recipe)
+    """Keep an exact count for this run and the later runs of the same model (cached_count reads
+    it); a cache that cannot take it costs a recount, nothing else: its refusal is not raised."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"parameters": parameters, "counted_by": counted_by}))
-    except OSError:
-        pass  # an unwritable cache costs a recount, nothing else
+        files.write_json(count_cache_file(run, recipe), {"parameters": parameters, "counted_by": counted_by},
+                         CACHE_DIR_ENV)
+    except ParallaxError:
+        pass
 
 
 def printed_count(stdout: str) -> int | None:
@@ -369,7 +382,7 @@ def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
                               timeout=COUNT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return Counted(None, f"count_params.py did not finish in {COUNT_TIMEOUT_S} s")
-    log_path.write_text(done.stdout + done.stderr)
+    files.write_text(log_path, done.stdout + done.stderr, OUTPUT)
     parameters = printed_count(done.stdout)
     if done.returncode != 0 or parameters is None:
         last = failure_line(done.stdout + done.stderr)
@@ -378,12 +391,13 @@ def count_parameters(yml: Path, env: dict, log_path: Path) -> Counted:
 
 
 def stream(command: list[str], env: dict, log_path: Path, progress: Progress) -> metrics.LogFacts:
-    """Run MaxText, its output into ``log_path``, each step line to ``progress``."""
+    """Run MaxText, its output into ``log_path`` (streamed beside it, renamed over it when MaxText
+    ends, however it ends: ``files.streaming``), each step line to ``progress``."""
     facts = metrics.LogFacts()
     progress.phase("starting MaxText (compiling)")
-    with open(log_path, "w") as log, subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
-                                                      preexec_fn=die_with_parent) as proc:
+    with files.streaming(log_path, OUTPUT) as log, subprocess.Popen(
+            command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
+            preexec_fn=die_with_parent) as proc:
         try:
             for line in proc.stdout:
                 log.write(line)

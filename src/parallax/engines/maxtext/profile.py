@@ -24,6 +24,7 @@ from parallax.engines import profiling
 from parallax.engines.profiler import Profiled
 from parallax.errors import ParallaxError
 from parallax.plan.resolve import RunPlan
+from parallax.store.files import make_folder, replacing
 
 HLO_MODULE = "jit_train_step"
 
@@ -52,7 +53,7 @@ def profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool 
         before()
     work = out / "maxtext"
     shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    make_folder(work, "--output-dir")
     yml = _write_config(plan, checked, work, warmup, steps)
     env = launch.child_env(int(checked.device.split(":")[1]))
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # JAX's own cache (jax_cache_dir above is MaxText's)
@@ -95,7 +96,7 @@ def jax_attention_rates(plan: RunPlan, index: int) -> list[dict]:
 
 
 def _write_config(plan: RunPlan, checked, work: Path, warmup: int, steps: int) -> Path:
-    from parallax.engines.maxtext import config
+    from parallax.engines.maxtext import config, launch
 
     run, recipe = plan.run, plan.recipe
     output = {"run_name": "profile", "base_output_directory": str((work / "output").resolve()),
@@ -105,9 +106,7 @@ def _write_config(plan: RunPlan, checked, work: Path, warmup: int, steps: int) -
     sections = config.sections(run, recipe, tuning, output=output)
     sections.append(config.Section("profiling (parallax profile)", profile_keys(warmup, steps)))
     config.check_keys(config.flat(sections), Path(checked.handles["base_yml"]), checked.handles["version"])
-    yml = work / config.file_name(run, recipe)
-    yml.write_text(config.render(sections, config.header(run, recipe, yml.name, tuning)))
-    return yml
+    return launch.write_config(work, run, recipe, sections, tuning)
 
 
 def _timed_ms(records, warmup: int, steps: int, work: Path) -> float:
@@ -120,7 +119,8 @@ def _timed_ms(records, warmup: int, steps: int, work: Path) -> float:
 
 
 def _tar_xplanes(trace: Path, path: Path) -> Path:
-    with tarfile.open(path, "w:gz") as tar:
+    """The trace's ``*.xplane.pb`` files as one archive at ``path``, written beside it and renamed."""
+    with replacing(path, "--output-dir") as tmp, tarfile.open(tmp, "w:gz") as tar:
         for found in sorted(trace.rglob("*.xplane.pb")):
             tar.add(found, arcname=str(found.relative_to(trace)))
     return path
