@@ -16,7 +16,7 @@ import click
 
 from parallax.cli import defaults
 from parallax.cli.train import DATA_OPTIONS, DEVICE_OPTIONS, SHAPE_OPTIONS, build_run, load_config
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, say
 from parallax.spec import config_schema
 
 DEFAULT_OUTPUT = "runs/profile"
@@ -71,10 +71,10 @@ def command(config_file, from_run, warmup, steps, output_dir, overwrite, keep_tr
     with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, no profile.* written
         if profile_child.wanted(plan.run.framework, machine.gpu_of(plan.run.device) is not None):
             code, record = profile_child.profile(plan.run.to_dict(), warmup, steps, Path(output_dir), keep_trace,
-                                                 say=lambda line: click.echo(line, err=True))
+                                                 say=say)
             return code  # the child printed its summary line, or its error
         record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
-                                    lambda text: click.echo(f"parallax: {text}", err=True))
+                                    lambda text: say(f"parallax: {text}"))
     from parallax.analysis.report.terminal import console_for_output, paragraph
 
     paragraph(console_for_output(), summary_line(record, Path(output_dir)))
