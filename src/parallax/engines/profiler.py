@@ -88,21 +88,47 @@ NATIVE_LOG_PREFIXES = ("USDT:", "STAGE:")
 @contextlib.contextmanager
 def native_log_filtered():
     """File descriptor 2 into a temporary file while the body runs; then its lines, less the
-    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr."""
+    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr. Python's own stderr
+    (the progress bar, the command's lines) keeps writing where it did meanwhile."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
+    caught = tempfile.TemporaryFile()
+    try:
+        with _python_stderr_to(saved):
+            os.dup2(caught.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        caught.seek(0)
+        kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                if not line.startswith(NATIVE_LOG_PREFIXES)]
+        caught.close()
+        sys.stderr.write("".join(kept))
+
+
+@contextlib.contextmanager
+def _python_stderr_to(fd: int):
+    """``sys.stderr`` onto ``fd`` while inside, where it writes to file descriptor 2 (a stderr
+    captured elsewhere, as a test captures it, is left alone)."""
+    try:
+        on_fd2 = sys.stderr.fileno() == 2
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        on_fd2 = False
+    if not on_fd2:
+        yield
+        return
+    sys.stderr.flush()
+    before = sys.stderr
+    with open(fd, "w", buffering=1, encoding=before.encoding or "utf-8", errors="backslashreplace",
+              closefd=False) as own:
+        sys.stderr = own
         try:
             yield
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
-                    if not line.startswith(NATIVE_LOG_PREFIXES)]
-            sys.stderr.write("".join(kept))
+            sys.stderr = before
 
 
 def _gzip_chrome_trace(prof, path: Path) -> Path:
