@@ -66,9 +66,14 @@ def say(line: str) -> None:
     wrapped at the terminal's width (``wrap``)."""
     import sys
 
-    width = terminal_width(sys.stderr)
-    sys.stderr.write((line if width is None else "\n".join(wrap(line, width))) + "\n")
+    sys.stderr.write(fitted(line, terminal_width(sys.stderr)) + "\n")
     sys.stderr.flush()
+
+
+def fitted(line: str, width: int | None) -> str:
+    """``line`` as a terminal ``width`` columns wide shows it (``wrap``), or as it is where
+    ``width`` is None (no terminal): what ``say`` writes, for a writer of its own (a rich console)."""
+    return line if width is None else "\n".join(wrap(line, width))
 
 
 def terminal_width(stream) -> int | None:

@@ -73,3 +73,23 @@ def test_a_path_longer_than_the_terminal_stays_whole():
     path = "/no/such/folder/" + "a-very-long-folder-name/" * 4 + "run-config.json"
     assert wrap(f"parallax: error: --config {path}: No such file or directory", 60) == [
         "parallax: error: --config", f"  {path}:", "  No such file or directory"]
+
+
+@pytest.mark.parametrize("terminal", [False, True], ids=["log", "terminal"])
+def test_a_benchmarks_warning_follows_the_same_rule(terminal):
+    import io
+
+    from rich.console import Console
+
+    from parallax.cli.benchmark import LiveDisplay
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=terminal, width=60, color_system=None)
+    text = ("extending the benchmark by 3 run(s) of jax bf16, jax flax-fp8-delayed, jax flax-fp8-direct "
+            "(the folder's matrix.json named fewer cells)")
+    LiveDisplay(console, steps=10).warning(text)
+    lines = buffer.getvalue().splitlines()
+    if not terminal:  # a log: one line, whole
+        assert lines == [f"parallax: warning: {text}"]
+        return
+    assert lines == wrap(f"parallax: warning: {text}", 60) and len(lines) == 3
