@@ -118,8 +118,8 @@ class _Redelivery:
         import time
 
         time.sleep(self.DELAY_S)
-        with self.lock:
-            if not self.closed:  # after catching(), the previous handler would get it
+        with self.lock:  # once raised, or after catching() (the previous handler's then), not again
+            if self.dropped is not None and not self.closed:
                 _thread.interrupt_main(signum)
 
     def close(self) -> None:
