@@ -1,4 +1,5 @@
-"""The one error type users see: a one-line message that names the fix (exit code 2)."""
+"""The one error type users see: a one-line message that names the fix (exit code 2), and how
+every message line reaches the user's stderr (``say``: one line in a log, wrapped on a terminal)."""
 
 
 class ParallaxError(Exception):
@@ -56,3 +57,48 @@ def installed(module: str) -> bool:
             return False
         places = spec.submodule_search_locations
     return True
+
+
+def say(line: str) -> None:
+    """``line`` on stderr, as every message of Parallax reaches the user (``parallax: error: ...``,
+    its warnings and notes). Where stderr is no terminal (a log, a pipe, CI) it is one line as it
+    is, so that a log and ``grep 'parallax: error'`` keep the whole message; on a terminal it is
+    wrapped at the terminal's width (``wrap``)."""
+    import sys
+
+    sys.stderr.write(fitted(line, terminal_width(sys.stderr)) + "\n")
+    sys.stderr.flush()
+
+
+def fitted(line: str, width: int | None) -> str:
+    """``line`` as a terminal ``width`` columns wide shows it (``wrap``), or as it is where
+    ``width`` is None (no terminal): what ``say`` writes, for a writer of its own (a rich console)."""
+    return line if width is None else "\n".join(wrap(line, width))
+
+
+def terminal_width(stream) -> int | None:
+    """The width of the terminal that ``stream`` writes to ($COLUMNS where it is set, as rich
+    takes it for the tables), or None where ``stream`` is no terminal."""
+    import os
+
+    try:
+        if not stream.isatty():
+            return None
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):  # no file behind it, or closed
+        return None
+    given = os.environ.get("COLUMNS", "")
+    return int(given) if given.isdigit() and int(given) > 0 else columns or 80
+
+
+def wrap(text: str, width: int, indent: str = "  ") -> list[str]:
+    """``text`` as lines of at most ``width`` columns, broken at spaces only: a word longer than
+    that (a path) stays whole, to be copied, and a hyphenated name is never split; the lines after
+    the first of each line of ``text`` start with ``indent``."""
+    import textwrap
+
+    lines = []
+    for part in text.splitlines() or [""]:
+        lines += textwrap.wrap(part, width, subsequent_indent=indent, break_long_words=False,
+                               break_on_hyphens=False) or [""]
+    return lines

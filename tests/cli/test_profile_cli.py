@@ -5,6 +5,7 @@ refusals, every bad input as one line with exit 2."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -17,6 +18,14 @@ SMALL = ["--model", "tiny", "--batch-size", "2", "--seq-len", "64", "--device", 
          "--steps", "2"]
 KERNEL_CLASSES = ["gemm-bf16", "gemm-fp8", "gemm-fp4", "attention-fwd", "attention-bwd", "quantize", "elementwise",
                   "optimizer", "communication", "memcpy", "other"]
+
+
+# What the progress says in a log for SMALL's --warmup 1 --steps 2: the timed steps are told together
+PROGRESS = ["warm-up step 1/1", "timed step 2/2", "profiled step 1/2", "profiled step 2/2"]
+
+
+def progress_lines(err: str) -> list[str]:
+    return [row for row in err.splitlines() if re.fullmatch(r"(warm-up|timed|profiled) step \d+/\d+", row)]
 
 
 def check_cpu_profile(out, framework: str) -> dict:
@@ -49,12 +58,27 @@ def test_torch_tiny_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "torch"
     assert main(["profile", "--framework", "torch", *SMALL, "--no-compile", "--output-dir", str(out),
                  "--keep-trace"]) == 0
-    line = " ".join(capsys.readouterr().out.split())  # wrapped to the terminal
+    said = capsys.readouterr()
+    assert progress_lines(said.err) == PROGRESS  # one line a step: the stages are shorter than ten
+    line = " ".join(said.out.split())  # wrapped to the terminal
     assert line.startswith("parallax profile: torch bf16: ") and line.rstrip().endswith(f"-> {out / 'profile.md'}")
     record = check_cpu_profile(out, "torch")
     assert record["config"]["steps"] == 1 + 2 * 2 and record["config"]["compile"] is False
     assert record["timing"]["timed_steps"] == 2 and record["busy"]["profiled_steps"] == 2
     assert (out / "trace.json.gz").stat().st_size > 0
+
+
+def test_the_child_of_a_torch_profile_shows_its_progress_on_the_stderr_it_inherits(tmp_path, capfd):
+    """On a GPU a torch profile runs in a child process (run/profile_child.py): its steps are
+    counted there, on the stderr it shares with the command. The same child, on the CPU."""
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    from parallax.run import profile_child
+
+    run = RunConfig(framework="torch", model="tiny", batch_size=2, seq_len=64, device="cpu", compile=False)
+    code, record = profile_child.profile(run.to_dict(), 3, 2, tmp_path / "child")
+    assert code == 0 and record["timing"]["warmup_steps"] == 3
+    assert progress_lines(capfd.readouterr().err) == [f"warm-up step {k}/3" for k in (1, 2, 3)] + PROGRESS[1:]
 
 
 def test_jax_tiny_from_a_finished_runs_folder(tmp_path, capsys):
@@ -66,10 +90,11 @@ def test_jax_tiny_from_a_finished_runs_folder(tmp_path, capsys):
                        eval_every=10)
     (run / "run.json").write_text(json.dumps({"status": "ok", "config": config.to_dict()}))
     out = tmp_path / "jax"
-    assert main(["profile", "--from-run", str(run), "--warmup", "1", "--steps", "2", "--output-dir", str(out)]) == 0
+    assert main(["profile", "--from-run", str(run), "--warmup", "3", "--steps", "2", "--output-dir", str(out)]) == 0
+    assert progress_lines(capsys.readouterr().err) == [f"warm-up step {k}/3" for k in (1, 2, 3)] + PROGRESS[1:]
     record = check_cpu_profile(out, "jax")
     # the run's configuration, with the profile's steps and no evaluation
-    assert (record["config"]["steps"], record["config"]["warmup"], record["config"]["eval_every"]) == (5, 1, 0)
+    assert (record["config"]["steps"], record["config"]["warmup"], record["config"]["eval_every"]) == (7, 3, 0)
     assert record["framework"]["attention"] == "xla" and not (out / "trace.xplane.tar.gz").exists()
 
 
@@ -203,7 +228,11 @@ def test_maxtext_is_profiled_by_maxtext_and_read_as_our_jax_step(tmp_path, fake_
     out = tmp_path / "out"
     assert main(["profile", "--framework", "maxtext", "--recipe", "bf16", "--model", "tiny", "--batch-size", "2",
                  "--seq-len", "64", "--warmup", "3", "--steps", "2", "--output-dir", str(out), "--keep-trace"]) == 0
-    assert capsys.readouterr().out.startswith("parallax profile: maxtext bf16: 50.50 ms/step, 2,535 tokens/s; ")
+    said = capsys.readouterr()
+    assert said.out.startswith("parallax profile: maxtext bf16: 50.50 ms/step, 2,535 tokens/s; ")
+    # counted from MaxText's log, each step (its last, past the profiled ones, is not shown)
+    assert progress_lines(said.err) == ["warm-up step 1/3", "warm-up step 2/3", "warm-up step 3/3", "timed step 1/2",
+                                        "timed step 2/2", "profiled step 1/2", "profiled step 2/2"]
     record = json.loads((out / "profile.json").read_text())
     # without the profiler: the fake's step times of steps 3 and 4 (0.05 + 0.001 * (step % 3))
     assert record["timing"]["step_ms"] == pytest.approx((0.050 + 0.051) / 2 * 1e3)

@@ -126,6 +126,21 @@ def test_the_profilers_own_log_lines_are_dropped(capfd):
     assert capfd.readouterr().err == "kept\n"
 
 
+def test_pythons_own_stderr_is_not_held_back_while_the_profilers_lines_are_caught():
+    import subprocess
+    import sys
+
+    script = ("import os, sys\n"
+              "from parallax.engines.profiler import native_log_filtered\n"
+              "with native_log_filtered():\n"
+              "    print('profiled step 1/2', file=sys.stderr)\n"
+              "    os.write(2, b'STAGE:2026-12-04 Kineto profiler_stop\\nnative kept\\n')\n"
+              "    print('profiled step 2/2', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    # the command's lines as it writes them (a progress bar draws meanwhile), the native ones after
+    assert done.stderr.splitlines() == ["profiled step 1/2", "profiled step 2/2", "native kept"]
+
+
 def test_export_configs_and_unpack_fit(tmp_path, capsys):
     assert main(["export-configs", "--output-dir", "y", "--model", "tiny"]) == 0
     fits(capsys)

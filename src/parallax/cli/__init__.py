@@ -2,7 +2,8 @@
 
 Subcommands live one per module in this package and are imported only when used, so
 ``parallax --help`` and ``parallax check-env`` never import torch or JAX.
-Every bad input ends as one line on stderr, ``parallax: error: ...``, with exit code 2.
+Every bad input ends as one line on stderr, ``parallax: error: ...``, with exit code 2 (on a
+terminal, that line wrapped at its width).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 import click
 
 from parallax import __version__
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, say
 from parallax.store import files
 
 # command name -> module defining ``command``
@@ -72,7 +73,8 @@ def cli(ctx):
 
 
 def fail(message: str, code: int = 2) -> int:
-    click.echo(f"parallax: error: {message}", err=True)
+    """The error line on stderr (one line in a log, wrapped on a terminal: ``errors.say``); ``code``."""
+    say(f"parallax: error: {message}")
     return code
 
 

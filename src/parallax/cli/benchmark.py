@@ -16,7 +16,7 @@ from parallax.cli.train import LOG_OPTION, WARMUP_HELP, default_warmup, watch
 from parallax.spec.config import AUTO_MODEL, CUDA_GRAPHS, DEFAULT_MODEL, PRECISIONS, SHARDINGS, RunConfig
 from parallax.spec.recipe import DEFAULT_FORMATS
 from parallax.engines import DEFAULT_FRAMEWORKS, ENGINE_FRAMEWORKS
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, fitted, say
 from parallax.spec import config_schema, registry
 from parallax.run import interrupt
 from parallax.run.progress import TenthsGate, step_line
@@ -189,8 +189,7 @@ def benchmark(frameworks, precisions, recipes, tunings, max_loss_gap, model, bat
     writable_output_dir(output_dir)  # before any cell runs, as `train` does
     console = Console(stderr=True)
     if convergence and len(matrix.seeds) < 2:
-        console.print("warning: one seed: the convergence penalty will have no interval (give --seeds 0,1 or more)",
-                      highlight=False)
+        say("parallax: warning: one seed: the convergence penalty will have no interval (give --seeds 0,1 or more)")
     try:
         with interrupt.catching(), LiveDisplay(console, steps, note) as display:
             results = run_matrix(matrix, Path(output_dir), resume=resume, timeout_s=timeout_per_run,
@@ -251,7 +250,7 @@ class LiveDisplay:
 
     def matrix_started(self, matrix, results):
         if self.note:
-            self.console.print(f"parallax: {self.note}", highlight=False, soft_wrap=True)
+            self.say(f"parallax: {self.note}")
         todo = [r for r in results if r.status == "pending"]
         reused = len(results) - len(todo)
         if reused:
@@ -290,7 +289,12 @@ class LiveDisplay:
                            f"({result.elapsed_s:.1f} s){escape(reason)}", highlight=False)
 
     def warning(self, text):
-        self.console.print(f"[yellow]warning:[/] {escape(text)}", highlight=False)
+        self.say(f"parallax: warning: {text}")
+
+    def say(self, line: str) -> None:
+        """``line`` as ``errors.say`` shows it (wrapped on a terminal, one line in a log), above the bars."""
+        width = self.console.width if self.console.is_terminal else None
+        self.console.print(fitted(line, width), highlight=False, markup=False, soft_wrap=True)
 
     def matrix_finished(self, results):
         counts = {}

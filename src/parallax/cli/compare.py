@@ -9,7 +9,7 @@ import click
 from rich.console import Console
 
 from parallax.analysis import stats
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, say
 from parallax.store import files
 from parallax.store.results import writable_output_dir, writable_report
 
@@ -95,5 +95,5 @@ def warn_problems(record: dict) -> int:
     """Each problem of the record as one ``parallax: warning:`` line on stderr; return how many
     were corrupt result files."""
     for problem in record["problems"]:
-        click.echo(f"parallax: warning: {problem}", err=True)
+        say(f"parallax: warning: {problem}")
     return len(record.get("corrupt") or [])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 from parallax.analysis import stats
+from parallax.errors import say
 from parallax.store.results import writable_output_dir
 
 
@@ -27,7 +28,7 @@ def command(results_dirs, output_dir, bootstraps, cross_machine):
     out = writable_output_dir(output_dir, "--output-dir")  # checked, not created: render.write makes it
     record = crossover([Path(d) for d in results_dirs], bootstraps, stats.DEFAULT_LEVEL, cross_machine)
     for problem in record["problems"]:
-        click.echo(f"parallax: warning: {problem}", err=True)
+        say(f"parallax: warning: {problem}")
     from parallax.analysis.report.terminal import console_for_output
 
     paths = render.write(record, out)

@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from parallax.errors import say
 from parallax.spec.config import DataConfig
 
 DEFAULTS = DataConfig()
@@ -55,7 +56,7 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
 
     def log(message: str) -> None:
         if not quiet:
-            click.echo(f"parallax: {message}", err=True)
+            say(f"parallax: {message}")
 
     from parallax.run import interrupt
 
@@ -63,7 +64,7 @@ def prepare_command(corpus, out, valid, valid_fraction, tokenizer, vocab_size, t
         result = prepare(list(corpus), out, options, force=force,
                          show_progress=not quiet and sys.stderr.isatty(), log=log)
     for warning in result.warnings:
-        click.echo(f"parallax: warning: {warning}", err=True)
+        say(f"parallax: warning: {warning}")
     from parallax.analysis.report.terminal import console_for_output, paragraph
 
     paragraph(console_for_output(), summary(result))

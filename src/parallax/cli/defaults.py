@@ -8,8 +8,7 @@ live in ``spec/config.py``; this module only decides between them.
 
 from __future__ import annotations
 
-import click
-
+from parallax import errors
 from parallax.spec.config import AUTO_MODEL, CPU_MODEL, DEFAULT_MODEL, GPU_MODEL, PRESET_SIZES, RunConfig, preset_sizes
 
 
@@ -66,4 +65,4 @@ def say(note: str | None) -> None:
     """The note of ``resolve`` on stderr: print it once the input is known to be good, so that
     bad input stays one error line."""
     if note:
-        click.echo(f"parallax: {note}", err=True)
+        errors.say(f"parallax: {note}")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from parallax.analysis.parity import DEVICES, DTYPES, ParityReport, run_parity
+from parallax.errors import say
 
 
 @click.command("parity")
@@ -39,7 +40,7 @@ def command(model, batch_size, seq_len, steps, seed, dtype, device, json_path):
 
     with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, nothing written
         report = run_parity(model, batch_size, seq_len, steps, seed, dtype, device,
-                            lambda text: click.echo(f"parallax: {text}", err=True))
+                            lambda text: say(f"parallax: {text}"))
     print_report(report)
     if json_path is not None:
         from parallax.store.results import atomic_write_json

@@ -5,7 +5,8 @@ A.json B.json ...`` puts finished profiles side by side (profile_compare.md/.jso
 
 The run is given as to ``parallax train`` (the same options, or ``--config FILE``), or as a
 finished run's folder (``--from-run DIR``: its run.json's configuration). ``--warmup`` steps run
-first, then ``--steps`` are timed without the profiler, then as many profiled. One GPU: a
+first, then ``--steps`` are timed without the profiler, then as many profiled, each stage's steps
+counted on stderr (``run.progress.ProfileProgress``). One GPU: a
 finished run of several GPUs is refused (its per-GPU step is the same options without --gpus).
 Exit codes: 0 ok, 2 bad input (nothing measured).
 """
@@ -16,7 +17,7 @@ import click
 
 from parallax.cli import defaults
 from parallax.cli.train import DATA_OPTIONS, DEVICE_OPTIONS, SHAPE_OPTIONS, build_run, load_config
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, say
 from parallax.spec import config_schema
 
 DEFAULT_OUTPUT = "runs/profile"
@@ -54,6 +55,7 @@ def command(config_file, from_run, warmup, steps, output_dir, overwrite, keep_tr
     from parallax.run import profile as driver
     from parallax.plan import machine
     from parallax.run import profile_child
+    from parallax.run.progress import ProfileProgress
 
     _check_free(Path(output_dir), "profile_compare.json" if compare or profiles else "profile.json", overwrite)
     if compare or profiles:
@@ -71,10 +73,11 @@ def command(config_file, from_run, warmup, steps, output_dir, overwrite, keep_tr
     with interrupt.catching():  # Ctrl-C, SIGTERM: one line, exit 130/143, no profile.* written
         if profile_child.wanted(plan.run.framework, machine.gpu_of(plan.run.device) is not None):
             code, record = profile_child.profile(plan.run.to_dict(), warmup, steps, Path(output_dir), keep_trace,
-                                                 say=lambda line: click.echo(line, err=True))
+                                                 say=say)
             return code  # the child printed its summary line, or its error
-        record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
-                                    lambda text: click.echo(f"parallax: {text}", err=True))
+        with ProfileProgress(driver.stages(warmup, steps)) as progress:
+            record = driver.profile_run(plan, warmup, steps, Path(output_dir), keep_trace,
+                                        lambda text: say(f"parallax: {text}"), progress)
     from parallax.analysis.report.terminal import console_for_output, paragraph
 
     paragraph(console_for_output(), summary_line(record, Path(output_dir)))

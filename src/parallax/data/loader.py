@@ -36,7 +36,7 @@ from parallax.data.prepare import META_FILE, PreparedData, prepare
 from parallax.data.sample import TRAIN, VALID, allowed_epochs, is_sample
 from parallax.data.sources import corpus_files, count_documents, file_source
 from parallax.data.tokenfile import native_error, open_token_file
-from parallax.errors import ParallaxError
+from parallax.errors import ParallaxError, say
 
 
 class TokenBatches:
@@ -173,7 +173,7 @@ def cache_dir(inputs: list[str], options: DataConfig, hold_out: bool = True) -> 
 
 
 def _stderr(message: str) -> None:
-    print(f"parallax: {message}", file=sys.stderr)
+    say(f"parallax: {message}")
 
 
 def resolve_data(run: RunConfig, log=None) -> PreparedData:

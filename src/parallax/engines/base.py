@@ -142,12 +142,15 @@ class Step:
     details: dict = field(default_factory=dict)
     lowered: Any = None
 
-    def run(self, n: int):
-        """``n`` steps on the next batches, waiting for the last; its metrics."""
+    def run(self, n: int, each: Callable[[int], None] | None = None):
+        """``n`` steps on the next batches, waiting for the last; its metrics. ``each(k)``, when
+        given, is told once the k-th of them (0-based) is dispatched (a progress bar)."""
         metrics = None
-        for _ in range(n):
+        for k in range(n):
             *state, metrics = self.fn(*self.state, next(self.batches))
             self.state = tuple(state)
+            if each is not None:
+                each(k)
         self.wait(metrics)
         return metrics
 

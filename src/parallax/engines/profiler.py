@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parallax.engines import get_engine, profiling
+from parallax.engines.base import NullProgress, Progress
 from parallax.plan.resolve import RunPlan
 from parallax.store.files import make_folder, replacing
 
@@ -47,34 +48,41 @@ class Profiled:
 
 
 def profile(plan: RunPlan, source, warmup: int, steps: int, trace_dir: Path | None = None,
-            before=None) -> Profiled:
+            before=None, progress: Progress | None = None) -> Profiled:
     """Build ``plan``'s step on ``source``'s batches, time ``steps`` steps after ``warmup``, then
     profile ``steps`` more (torch or jax), and on a GPU measure attention's backends at the run's
     shape; ``trace_dir``: where to keep the trace. ``before()``, when given, runs once the engine
-    has accepted the run (its checks raise first) and before its first step."""
+    has accepted the run (its checks raise first) and before its first step. ``progress`` is told
+    each step, numbered from 0 over the three stages as ``train`` numbers a run's steps: each
+    warm-up step once it is done (each waited for: the first ones compile), the timed steps
+    together once timed (nothing runs between them), each profiled step once dispatched."""
     framework = plan.run.framework
+    progress = progress or NullProgress()
     step = get_engine(framework).build_step(plan, source=source)
     if before is not None:
         before()
-    step.run(warmup)
+    for k in range(warmup):
+        step.run(1)
+        progress.step(k, None, None)
     started = time.perf_counter()
     step.run(steps)
     step_ms = (time.perf_counter() - started) * 1e3 / steps
+    progress.step(warmup + steps - 1, None, None)
     reader = _torch_events if framework == "torch" else _jax_events
-    events, on_gpu, trace = reader(step, steps, trace_dir)
+    events, on_gpu, trace = reader(step, steps, trace_dir, lambda k: progress.step(warmup + steps + k, None, None))
     profiled = Profiled(step_ms, events, on_gpu, dict(step.details), step.plan.device, trace)
     if on_gpu:
         profiled.attention_rates = attention_rates(framework, plan, step.plan.handles["device"])
     return profiled
 
 
-def _torch_events(step, steps: int, trace_dir: Path | None):
+def _torch_events(step, steps: int, trace_dir: Path | None, each):
     from torch.profiler import ProfilerActivity, profile as torch_profile
 
     on_gpu = step.plan.handles["device"].type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
     with native_log_filtered(), torch_profile(activities=activities) as prof:
-        step.run(steps)
+        step.run(steps, each)
     trace = _gzip_chrome_trace(prof, _made(trace_dir) / "trace.json.gz") if trace_dir else None
     events = profiling.torch_kernel_events(prof) if on_gpu else profiling.torch_cpu_events(prof)
     return events, on_gpu, trace
@@ -88,21 +96,47 @@ NATIVE_LOG_PREFIXES = ("USDT:", "STAGE:")
 @contextlib.contextmanager
 def native_log_filtered():
     """File descriptor 2 into a temporary file while the body runs; then its lines, less the
-    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr."""
+    profiler's own log lines (``NATIVE_LOG_PREFIXES``), written to stderr. Python's own stderr
+    (the progress bar, the command's lines) keeps writing where it did meanwhile."""
     sys.stderr.flush()
     saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
+    caught = tempfile.TemporaryFile()
+    try:
+        with _python_stderr_to(saved):
+            os.dup2(caught.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+        caught.seek(0)
+        kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
+                if not line.startswith(NATIVE_LOG_PREFIXES)]
+        caught.close()
+        sys.stderr.write("".join(kept))
+
+
+@contextlib.contextmanager
+def _python_stderr_to(fd: int):
+    """``sys.stderr`` onto ``fd`` while inside, where it writes to file descriptor 2 (a stderr
+    captured elsewhere, as a test captures it, is left alone)."""
+    try:
+        on_fd2 = sys.stderr.fileno() == 2
+    except (AttributeError, ValueError, OSError):  # io.UnsupportedOperation is both
+        on_fd2 = False
+    if not on_fd2:
+        yield
+        return
+    sys.stderr.flush()
+    before = sys.stderr
+    with open(fd, "w", buffering=1, encoding=before.encoding or "utf-8", errors="backslashreplace",
+              closefd=False) as own:
+        sys.stderr = own
         try:
             yield
         finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [line for line in caught.read().decode(errors="replace").splitlines(keepends=True)
-                    if not line.startswith(NATIVE_LOG_PREFIXES)]
-            sys.stderr.write("".join(kept))
+            sys.stderr = before
 
 
 def _gzip_chrome_trace(prof, path: Path) -> Path:
@@ -114,14 +148,14 @@ def _gzip_chrome_trace(prof, path: Path) -> Path:
     return path
 
 
-def _jax_events(step, steps: int, trace_dir: Path | None):
+def _jax_events(step, steps: int, trace_dir: Path | None, each):
     import jax
 
     on_gpu = step.plan.handles["device"].platform == "gpu"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "trace"
         with jax.profiler.trace(str(folder)):
-            step.run(steps)
+            step.run(steps, each)
         events = profiling.jax_kernel_events(folder) if on_gpu else profiling.jax_host_events(folder)
         trace = _tar(folder, _made(trace_dir) / "trace.xplane.tar.gz") if trace_dir else None
     return profiling.describe_hlo_ops(events, step.fn.as_text()), on_gpu, trace

@@ -26,11 +26,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from parallax.errors import ParallaxError, installed
+from parallax.errors import ParallaxError, installed, say
 
 ENV_VAR = "PARALLAX_LOG"
 # sink -> (the module it needs, the extra that installs it)
@@ -229,9 +228,8 @@ class TensorBoard:
             return True
         if not getattr(self, "stopped", False):
             self.stopped = True
-            print(f"parallax: warning: TensorBoard's event writer stopped writing to {self.writer.logdir} "
-                  "(a full disk?); the TensorBoard view of this run ends there, run.json and steps.jsonl "
-                  "do not", file=sys.stderr)
+            say(f"parallax: warning: TensorBoard's event writer stopped writing to {self.writer.logdir} "
+                "(a full disk?); the TensorBoard view of this run ends there, run.json and steps.jsonl do not")
         return False
 
     def close(self) -> None:

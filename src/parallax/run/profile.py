@@ -29,13 +29,19 @@ def run_steps(framework: str, warmup: int, steps: int) -> int:
     return warmup + 2 * steps + (framework == "maxtext")
 
 
+def stages(warmup: int, steps: int) -> list[tuple[str, int]]:
+    """The run's steps in order, by stage: what the progress counts (``run.progress.ProfileProgress``)."""
+    return [("warm-up", warmup), ("timed", steps), ("profiled", steps)]
+
+
 NO_PROBE = "unknown: the native probe sees no GPU here (parallax check-env says why)"
 
 
 def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False,
-                say=lambda text: None) -> dict:
+                say=lambda text: None, progress=None) -> dict:
     """Profile ``plan`` (``steps`` timed, then as many profiled, after ``warmup``) and write its
-    files into ``out``; the record (profile.json). ``say(text)``: where its phases are told."""
+    files into ``out``; the record (profile.json). ``say(text)``: where its phases are told;
+    ``progress`` (``engines.base.Progress``): each step, numbered over ``stages``."""
     out = writable_output_dir(out)
     run, model = plan.run, plan.run.model_config
     gpu = machine.gpu_of(run.device)
@@ -49,7 +55,7 @@ def profile_run(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: b
             hbm["limit"] = limits.hbm_limit(gpu)
         say(f"warming up ({warmup} steps), then {steps} timed and {steps} profiled")
 
-    profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms)
+    profiled = _profile(plan, warmup, steps, out, keep_trace, measure_gemms, progress)
     summary = profiling.summarize(profiled.events, steps)
     record = table.build_record(
         title=f"{run.framework} {run.recipe}", config=run.to_dict(), recipe=plan.recipe.to_dict(),
@@ -75,15 +81,16 @@ def _limits(plan: RunPlan, profiled, gpu: dict | None, gemm: dict, hbm, formats:
             "attention": _attention(plan, profiled)}
 
 
-def _profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool, before):
+def _profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool, before, progress):
     if plan.run.framework == "maxtext":
         from parallax.engines.maxtext import profile as maxtext
 
-        return maxtext.profile(plan, warmup, steps, out, keep_trace, before)
+        return maxtext.profile(plan, warmup, steps, out, keep_trace, before, progress)
     from parallax.data.source import make_batch_source
     from parallax.engines import profiler
 
-    return profiler.profile(plan, make_batch_source(plan.run), warmup, steps, out if keep_trace else None, before)
+    return profiler.profile(plan, make_batch_source(plan.run), warmup, steps, out if keep_trace else None, before,
+                            progress)
 
 
 def _timing(profiled, warmup: int, steps: int, tokens: int) -> dict:

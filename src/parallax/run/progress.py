@@ -76,6 +76,59 @@ class LiveProgress:
         return self.tokens_per_step * 1e3 / statistics.median(self.recent)
 
 
+class ProfileProgress:
+    """What ``parallax profile`` shows while its steps run (``engines.base.Progress``): the steps
+    of each stage counted k of N, the steps numbered from 0 over the stages as the engines number
+    them (``stages``, e.g. warm-up 15, timed 5, profiled 5; a step past them, as MaxText's last,
+    is not shown). On a terminal, a rich bar redrawn at each step, from this thread only (the
+    profiler catches the native writes to file descriptor 2 meanwhile); in a log, the first step
+    of each stage and one line per tenth: 'warm-up step 3/15'."""
+
+    def __init__(self, stages: list[tuple[str, int]], console: Console | None = None):
+        self.stages, self.console = stages, console or Console(stderr=True)
+        self.gates = {name: TenthsGate(total) for name, total in stages}
+        self.bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=self.console, auto_refresh=False,
+                            disable=not self.console.is_terminal)
+        self.task = self.bar.add_task("starting", total=None)
+
+    def __enter__(self) -> "ProfileProgress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.stop()
+
+    def phase(self, text: str) -> None:
+        if not self.console.is_terminal:
+            self.console.print(f"[{text}]", highlight=False, markup=False)
+            return
+        self._draw(description=escape(text))
+
+    def step(self, step: int, loss: float | None, step_ms: float | None) -> None:
+        found = self.stage(step)
+        if found is None:
+            return
+        name, k, total = found
+        if not self.console.is_terminal:
+            if self.gates[name](name, k):
+                self.console.print(f"{name} step {k}/{total}", highlight=False, markup=False)
+            return
+        self._draw(description=f"{name} step", total=total, completed=k)
+
+    def _draw(self, **fields) -> None:
+        self.bar.update(self.task, **fields)
+        self.bar.start()  # the first time, the bar appears: the run is past its checks
+        self.bar.refresh()
+
+    def stage(self, step: int) -> tuple[str, int, int] | None:
+        """(stage, k, N) of ``step`` (0-based over the stages; k 1-based), None past them."""
+        for name, total in self.stages:
+            if step < total:
+                return name, step + 1, total
+            step -= total
+        return None
+
+
 class TenthsGate:
     """The first step reported, then one progress line per tenth of ``total`` steps (the last
     step included), per run: what a log file gets in place of a redrawn bar. ``gate(key, step)``

@@ -59,10 +59,10 @@ def _cell_text(value, style: str = "") -> Text:
 def paragraph(console: Console, text: str, markup: bool = False) -> None:
     """``text`` wrapped at spaces to the console's width (a summary or a note, never one line of 200
     columns); a word longer than the width (a path) stays whole, to be copied."""
-    import textwrap
+    from parallax.errors import wrap
 
     plain = Text.from_markup(text).plain if markup else text
-    lines = textwrap.wrap(plain, console.width, break_long_words=False, break_on_hyphens=False) or [""]
+    lines = wrap(plain, console.width, indent="")
     if markup and len(lines) == 1:  # keeps its colours where it fits on one line
         console.print(text, highlight=False, soft_wrap=True)
         return

@@ -40,10 +40,12 @@ def total_steps(warmup: int, steps: int) -> int:
     return warmup + 2 * steps + 1
 
 
-def profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False, before=None) -> Profiled:
+def profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool = False, before=None,
+            progress=None) -> Profiled:
     """Run MaxText on ``plan`` (its ``steps`` = ``total_steps``) with its profiler; the kernels
     of the profiled steps and the mean step time of the timed ones. ``before()``, when given,
-    runs once the engine has accepted the run, before MaxText starts."""
+    runs once the engine has accepted the run, before MaxText starts; ``progress``
+    (``engines.base.Progress``) is told each step that MaxText's log reports, as ``train`` is."""
     from parallax.engines.base import NullProgress
     from parallax.engines.maxtext import config, launch, metrics
     from parallax.engines.maxtext.engine import MaxTextEngine
@@ -60,7 +62,8 @@ def profile(plan: RunPlan, warmup: int, steps: int, out: Path, keep_trace: bool 
     hlo_dir = work / "hlo"
     env["XLA_FLAGS"] = " ".join(filter(None, [env.get("XLA_FLAGS", ""), f"--xla_dump_to={hlo_dir}",
                                               f"--xla_dump_hlo_module_re={HLO_MODULE}", "--xla_dump_hlo_as_text"]))
-    launch.stream([sys.executable, "-m", config.TRAIN_MODULE, str(yml)], env, work / "train.log", NullProgress())
+    launch.stream([sys.executable, "-m", config.TRAIN_MODULE, str(yml)], env, work / "train.log",
+                  progress or NullProgress())
     step_ms = _timed_ms(metrics.read_metrics(work / "metrics.jsonl"), warmup, steps, work)
     trace = work / "output"
     events, on_gpu = profiling.jax_kernel_events(trace), True
